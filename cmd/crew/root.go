@@ -1,0 +1,114 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+)
+
+// streams are a command's standard streams; tests pass buffers.
+type streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// globalOptions are the flags every command has.
+type globalOptions struct {
+	root string
+	// getenv is os.Getenv, replaceable in tests.
+	getenv func(string) string
+	// exitCode is set by commands whose exit code is not an error's
+	// (crew start returns the command's own).
+	exitCode int
+}
+
+// dispatcher resolves the state root: --root, else CREW_ROOT, else
+// ${XDG_STATE_HOME:-$HOME/.local/state}/crew.
+func (g *globalOptions) dispatcher() (*dispatch.Dispatcher, error) {
+	root, err := g.stateRoot()
+	if err != nil {
+		return nil, err
+	}
+	return dispatch.New(root), nil
+}
+
+func (g *globalOptions) stateRoot() (string, error) {
+	root := g.root
+	if root == "" {
+		root = g.getenv("CREW_ROOT")
+	}
+	if root == "" {
+		base := g.getenv("XDG_STATE_HOME")
+		if base == "" {
+			home := g.getenv("HOME")
+			if home == "" {
+				return "", errors.New("cannot find a state root: set --root, CREW_ROOT, XDG_STATE_HOME or HOME")
+			}
+			base = filepath.Join(home, ".local", "state")
+		}
+		root = filepath.Join(base, "crew")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return "", fmt.Errorf("state root %s: %w", root, err)
+	}
+	return abs, nil
+}
+
+func newRootCmd(g *globalOptions, s streams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "crew",
+		Short: "Run commands under a machine-wide concurrency cap, with truthful records",
+		Long: `crew runs a command only when one of maximumInProgress slots is free, across
+every crew process on the machine, with no daemon. Every run is recorded in the
+state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew).`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetIn(s.In)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	root.PersistentFlags().StringVar(&g.root, "root", "", "state root directory (default $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s))
+	return root
+}
+
+// run executes crew with args and returns the process exit code.
+func run(args []string, s streams) int {
+	g := &globalOptions{getenv: os.Getenv}
+	root := newRootCmd(g, s)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err != nil {
+		if cmd == nil || !cmdRan(cmd) {
+			// cobra's own errors: unknown command, bad arguments.
+			err = &usageError{err}
+		}
+		fmt.Fprintf(s.Err, "crew: %v\n", err)
+		if code := exitCodeFor(err); code == exitUsage && cmd != nil {
+			fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
+		return exitCodeFor(err)
+	}
+	return g.exitCode
+}
+
+// ranKey marks, in a command's annotations, that its RunE started: errors
+// from before that point are usage errors.
+const ranKey = "crew/ran"
+
+func markRan(cmd *cobra.Command) {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[ranKey] = "yes"
+}
+
+func cmdRan(cmd *cobra.Command) bool { return cmd.Annotations[ranKey] == "yes" }

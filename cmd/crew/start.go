@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+)
+
+type startOptions struct {
+	*globalOptions
+	force       bool
+	lockTimeout time.Duration
+	grace       time.Duration
+}
+
+func newStartCmd(g *globalOptions, s streams) *cobra.Command {
+	o := &startOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "start [flags] TASK -- COMMAND [ARGS...]",
+		Short: "Run COMMAND as a run of TASK when a slot is free",
+		Long: `Run COMMAND as a run of TASK if one of maximumInProgress slots is free and TASK
+has no active run; otherwise refuse at once (exit 75 or 76).
+
+The command's stdin, stdout and stderr are passed through, and its output is
+also written to the run's log in the state root. It runs in its own process
+group with CREW_RUN_ID, CREW_TASK and CREW_ROOT set. SIGINT, SIGTERM and SIGHUP
+are forwarded to that group; after --grace the group gets SIGKILL. crew exits
+with the command's exit code.
+
+Any non-empty UTF-8 name up to 200 bytes without control characters is a task.
+
+` + exitCodeHelp,
+		Example: `  crew start build -- make -j2
+  crew start --force deploy:prod -- ./deploy.sh`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			markRan(cmd)
+			return o.run(cmd, args, s)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
+	f.DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between forwarding a stop signal and SIGKILL")
+	return cmd
+}
+
+func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case len(args) == 0:
+		return &usageError{fmt.Errorf("missing task name: usage is crew start TASK -- COMMAND [ARGS...]")}
+	case dash < 0 || dash == len(args):
+		return &usageError{fmt.Errorf("missing command: give it after --, as in crew start %s -- COMMAND [ARGS...]", args[0])}
+	case dash != 1:
+		return &usageError{fmt.Errorf("expected one task name before --, got %d: %q", dash, args[:dash])}
+	case o.lockTimeout <= 0:
+		return &usageError{fmt.Errorf("--lock-timeout must be positive, not %s", o.lockTimeout)}
+	case o.grace < 0:
+		return &usageError{fmt.Errorf("--grace must not be negative, not %s", o.grace)}
+	}
+	// Catch stop signals before admission, so none is lost in between.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	d, err := o.dispatcher()
+	if err != nil {
+		return err
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("find the working directory: %w", err)
+	}
+	code, _, err := d.Start(dispatch.StartRequest{
+		AdmitRequest: dispatch.AdmitRequest{
+			Task:        args[0],
+			Command:     args[dash:],
+			Dir:         wd,
+			Force:       o.force,
+			LockTimeout: o.lockTimeout,
+		},
+		Grace:   o.grace,
+		Stdin:   s.In,
+		Stdout:  s.Out,
+		Stderr:  s.Err,
+		Env:     os.Environ(),
+		Signals: sigs,
+		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: warning: %s\n", w) },
+	})
+	o.exitCode = code
+	return err
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+type statusOptions struct {
+	*globalOptions
+	json bool
+}
+
+func newStatusCmd(g *globalOptions, s streams) *cobra.Command {
+	o := &statusOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "status [TASK|RUN-ID] [--json]",
+		Short: "Show what holds the slots, and the latest finished runs",
+		Long: `Show the slots in use and the cap, every active run (task, run id, state, since,
+supervisor pid, command pid, whether its owner is alive), and the last 10
+finished runs. With TASK, only that task's runs; with RUN-ID, that one run.
+
+status never takes the admission lock and never creates or changes a file.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			markRan(cmd)
+			return o.run(args, s)
+		},
+	}
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON (schema version 1, see README)")
+	return cmd
+}
+
+func (o *statusOptions) run(args []string, s streams) error {
+	d, err := o.dispatcher()
+	if err != nil {
+		return err
+	}
+	if len(args) == 1 && runstore.LooksLikeRunID(args[0]) {
+		v, err := d.Run(runstore.RunID(args[0]))
+		if errors.Is(err, os.ErrNotExist) {
+			return &usageError{fmt.Errorf("no run %s in the state root %s", args[0], d.Store.Root)}
+		}
+		if err != nil {
+			return err
+		}
+		if o.json {
+			return writeJSON(s.Out, v)
+		}
+		printRun(s.Out, v)
+		return nil
+	}
+	task := ""
+	if len(args) == 1 {
+		task = args[0]
+		if err := runstore.ValidateTask(task); err != nil {
+			return &usageError{fmt.Errorf("invalid task name: %w", err)}
+		}
+	}
+	snap, err := d.Status(task)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(s.Out, snap)
+	}
+	printSnapshot(s.Out, snap, task)
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
+	cfg := "no config, default cap"
+	if snap.ConfigExists {
+		cfg = "config " + snap.ConfigPath
+	}
+	fmt.Fprintf(w, "State root %s (%s)\n", snap.Root, cfg)
+	fmt.Fprintf(w, "Slots: %d/%d in use\n", snap.SlotsInUse, snap.MaximumInProgress)
+	title := "Active runs"
+	if task != "" {
+		title = fmt.Sprintf("Active runs of %q", task)
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	if len(snap.Active) == 0 {
+		fmt.Fprintln(w, "  none")
+	} else {
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  RUN ID\tTASK\tSTATE\tSINCE\tSUPERVISOR\tPID\tOWNER")
+		for _, r := range snap.Active {
+			since := r.CreatedAt
+			if r.StartedAt != nil {
+				since = *r.StartedAt
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s (%s)\t%d\t%s\t%s\n", r.RunID, quoteTask(r.Task), r.State,
+				humanTime(since), humanAge(time.Since(since)), r.SupervisorPID, pidOrDash(r.TaskPID), ownerWord(r))
+		}
+		tw.Flush()
+	}
+	if len(snap.Problems) > 0 {
+		fmt.Fprintln(w, "\nProblems (run `crew recover` to quarantine unreadable records):")
+		for _, p := range snap.Problems {
+			held := ""
+			if p.HoldsSlot {
+				held = " [owner alive: counted as holding a slot]"
+			}
+			fmt.Fprintf(w, "  %s%s\n", p.Error, held)
+		}
+	}
+	fmt.Fprintf(w, "\nLast %d finished runs:\n", dispatch.FinishedShown)
+	if len(snap.Finished) == 0 {
+		fmt.Fprintln(w, "  none")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RUN ID\tTASK\tSTATE\tFINISHED\tEXIT\tREASON")
+	for _, r := range snap.Finished {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, quoteTask(r.Task), r.State,
+			humanTime(*r.FinishedAt), exitOrDash(r.ExitCode), r.Reason)
+	}
+	tw.Flush()
+}
+
+func printRun(w io.Writer, r *dispatch.RunView) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("Run", string(r.RunID))
+	row("Task", quoteTask(r.Task))
+	row("State", string(r.State))
+	row("Command", strings.Join(r.Command, " "))
+	row("Host", r.Host)
+	row("Created", humanTime(r.CreatedAt))
+	if r.StartedAt != nil {
+		row("Started", humanTime(*r.StartedAt))
+	}
+	if r.FinishedAt != nil {
+		row("Finished", humanTime(*r.FinishedAt))
+	}
+	row("Exit code", exitOrDash(r.ExitCode))
+	if r.Reason != "" {
+		row("Reason", r.Reason)
+	}
+	row("Supervisor pid", fmt.Sprint(r.SupervisorPID))
+	row("Command pid", pidOrDash(r.TaskPID))
+	if r.State.Active() {
+		row("Owner", ownerWord(*r))
+	}
+	if r.Forced {
+		row("Forced", "yes (admitted past the cap)")
+	}
+	if r.LogPath != "" {
+		row("Log", r.LogPath)
+	}
+	tw.Flush()
+}
+
+func ownerWord(r dispatch.RunView) string {
+	switch {
+	case r.Orphaned:
+		return "orphaned (supervisor gone, command alive)"
+	case r.OwnerAlive:
+		return "alive"
+	default:
+		return "gone (holds no slot)"
+	}
+}
+
+// quoteTask shows a task name unambiguously when it has spaces.
+func quoteTask(t string) string {
+	if strings.ContainsAny(t, " \t\"") {
+		return fmt.Sprintf("%q", t)
+	}
+	return t
+}
+
+func humanTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }
+
+func humanAge(d time.Duration) string {
+	if d < time.Second {
+		return "just now"
+	}
+	return d.Truncate(time.Second).String()
+}
+
+func pidOrDash(pid int) string {
+	if pid == 0 {
+		return "-"
+	}
+	return fmt.Sprint(pid)
+}
+
+func exitOrDash(code *int) string {
+	if code == nil {
+		return "-"
+	}
+	return fmt.Sprint(*code)
+}

@@ -1,0 +1,109 @@
+package runstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// RecordVersion is the version of the run record format this crew writes
+// and reads. Fields may be added within a version; none are renamed.
+const RecordVersion = 1
+
+// State is where a run is in its lifecycle.
+type State string
+
+const (
+	Provisioning State = "provisioning" // admitted, slot reserved, command not started
+	Running      State = "running"      // command started
+	Succeeded    State = "succeeded"    // command exited 0
+	Failed       State = "failed"       // command exited non-zero, could not start, or crew failed
+	Stopped      State = "stopped"      // stopped by a signal on purpose
+	Interrupted  State = "interrupted"  // its owner died without finalizing; finalized by recovery
+)
+
+// Active reports whether a run in this state may hold a slot.
+func (s State) Active() bool { return s == Provisioning || s == Running }
+
+func (s State) valid() bool {
+	switch s {
+	case Provisioning, Running, Succeeded, Failed, Stopped, Interrupted:
+		return true
+	}
+	return false
+}
+
+// Record is the durable description of one run. The file is the single
+// source of truth for the run's state; whether anyone still works on it is
+// the owner lock's to say.
+type Record struct {
+	Version    int        `json:"version"`
+	RunID      RunID      `json:"runId"`
+	Task       string     `json:"task"`
+	State      State      `json:"state"`
+	Command    []string   `json:"command"`
+	Dir        string     `json:"dir,omitempty"`
+	Host       string     `json:"host"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	StartedAt  *time.Time `json:"startedAt"`
+	FinishedAt *time.Time `json:"finishedAt"`
+	ExitCode   *int       `json:"exitCode"`
+	Signal     string     `json:"signal,omitempty"`
+	Reason     string     `json:"reason"`
+	// SupervisorPID is the crew process that admitted and supervises the run.
+	SupervisorPID int `json:"supervisorPid"`
+	TaskPID       int `json:"taskPid"`
+	PGID          int `json:"pgid"`
+	// Forced runs were admitted past the cap with --force.
+	Forced bool `json:"forced"`
+	// SlotsInUse and MaximumInProgress are what admission saw, for the record.
+	SlotsInUse        int `json:"slotsInUseAtAdmission"`
+	MaximumInProgress int `json:"maximumInProgressAtAdmission"`
+}
+
+// Encode renders the record as it is stored.
+func (r *Record) Encode() ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode run %s: %w", r.RunID, err)
+	}
+	return append(b, '\n'), nil
+}
+
+// DecodeRecord parses and validates a stored record. Anything that is not a
+// complete record of a known version is an error, never a panic and never a
+// half-filled Record.
+func DecodeRecord(data []byte) (*Record, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("empty file")
+	}
+	var probe struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("not a JSON run record: %w", err)
+	}
+	if probe.Version == nil {
+		return nil, fmt.Errorf("no \"version\" field; not a crew run record")
+	}
+	if *probe.Version != RecordVersion {
+		return nil, fmt.Errorf("unknown record version %d (this crew reads version %d)", *probe.Version, RecordVersion)
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("malformed run record: %w", err)
+	}
+	if _, err := ParseRunID(string(r.RunID)); err != nil {
+		return nil, fmt.Errorf("bad runId: %w", err)
+	}
+	if err := ValidateTask(r.Task); err != nil {
+		return nil, fmt.Errorf("bad task: %w", err)
+	}
+	if !r.State.valid() {
+		return nil, fmt.Errorf("unknown state %q", r.State)
+	}
+	if !r.State.Active() && r.FinishedAt == nil {
+		return nil, fmt.Errorf("state %s without finishedAt", r.State)
+	}
+	return &r, nil
+}

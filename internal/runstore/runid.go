@@ -1,0 +1,56 @@
+package runstore
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// RunID names one run. It sorts by creation time (fixed-width UTC
+// timestamp to the nanosecond), is unique (64 random bits, and the owner
+// lock file is created with O_EXCL), and is safe as a file name.
+type RunID string
+
+const runIDTime = "20060102T150405.000000000Z"
+
+var runIDPattern = regexp.MustCompile(`^r-\d{8}T\d{6}\.\d{9}Z-[0-9a-f]{16}$`)
+
+// NewRunID makes a run id for a run created at now.
+func NewRunID(now time.Time) RunID {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err)) // never happens on Linux/macOS
+	}
+	return RunID("r-" + now.UTC().Format(runIDTime) + "-" + hex.EncodeToString(b[:]))
+}
+
+// ParseRunID validates s as a run id.
+func ParseRunID(s string) (RunID, error) {
+	if !runIDPattern.MatchString(s) {
+		return "", fmt.Errorf("%q is not a run id (expected r-YYYYMMDDTHHMMSS.NNNNNNNNNZ-<16 hex digits>)", s)
+	}
+	return RunID(s), nil
+}
+
+// LooksLikeRunID reports whether s has the shape of a run id.
+func LooksLikeRunID(s string) bool { return runIDPattern.MatchString(s) }
+
+// Day is the creation day (UTC), the shard of the finished-runs directory.
+func (id RunID) Day() string {
+	s := string(id)
+	if len(s) < 10 {
+		return "unknown"
+	}
+	return s[2:6] + "-" + s[6:8] + "-" + s[8:10]
+}
+
+// CreatedAt is the creation time encoded in the id.
+func (id RunID) CreatedAt() (time.Time, error) {
+	s := string(id)
+	if len(s) < 2+len(runIDTime) {
+		return time.Time{}, fmt.Errorf("run id %q too short", s)
+	}
+	return time.Parse(runIDTime, s[2:2+len(runIDTime)])
+}

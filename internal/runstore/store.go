@@ -1,0 +1,186 @@
+package runstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Store reads and writes run records under a state root.
+type Store struct {
+	Layout
+}
+
+// New returns the store for a state root.
+func New(root string) Store { return Store{Layout{Root: root}} }
+
+// ActiveEntry is one file of the active set. Exactly one of Rec and Err is
+// set: a file that cannot be read as a record is reported, never skipped
+// silently and never fatal to the listing.
+type ActiveEntry struct {
+	ID   RunID // from the file name; empty if the name is not a run id
+	Path string
+	Rec  *Record
+	Err  error
+}
+
+// ListActive reads every record in the active set. Its cost is O(active
+// runs), whatever the history.
+func (s Store) ListActive() ([]ActiveEntry, error) {
+	ents, err := os.ReadDir(s.ActiveDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list active runs: %w", unwrapPath(err))
+	}
+	out := make([]ActiveEntry, 0, len(ents))
+	for _, e := range ents {
+		name := e.Name()
+		if IsTempName(name) {
+			continue
+		}
+		out = append(out, s.readActive(name))
+	}
+	return out, nil
+}
+
+func (s Store) readActive(name string) ActiveEntry {
+	path := filepath.Join(s.ActiveDir(), name)
+	ent := ActiveEntry{Path: path}
+	idStr, isJSON := strings.CutSuffix(name, ".json")
+	if !isJSON || !LooksLikeRunID(idStr) {
+		ent.Err = fmt.Errorf("foreign file %s in the active set: not <run-id>.json", path)
+		return ent
+	}
+	ent.ID = RunID(idStr)
+	rec, err := s.ReadRecord(path)
+	if err != nil {
+		ent.Err = err
+		return ent
+	}
+	if rec.RunID != ent.ID {
+		ent.Err = fmt.Errorf("run record %s: says runId %s, but its file name says %s", path, rec.RunID, ent.ID)
+		return ent
+	}
+	ent.Rec = rec
+	return ent
+}
+
+// ReadRecord reads and decodes one record file; errors name the file.
+func (s Store) ReadRecord(path string) (*Record, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read run record: %w", unwrapPath(err))
+	}
+	rec, err := DecodeRecord(data)
+	if err != nil {
+		return nil, fmt.Errorf("run record %s: %w", path, err)
+	}
+	return rec, nil
+}
+
+// WriteActive durably writes rec into the active set, creating or
+// replacing its file.
+func (s Store) WriteActive(rec *Record) error {
+	b, err := rec.Encode()
+	if err != nil {
+		return err
+	}
+	if err := WriteDurable(s.ActivePath(rec.RunID), b); err != nil {
+		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
+	}
+	return nil
+}
+
+// MoveToDone moves a finalized record out of the active set, durably: the
+// new name is made durable before the old one's removal is.
+func (s Store) MoveToDone(id RunID) error {
+	day := s.DoneDayDir(id)
+	if err := os.Mkdir(day, DirPerm); err == nil {
+		if err := SyncDir(s.DoneDir()); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("move run %s to finished runs: %w", id, unwrapPath(err))
+	}
+	if err := os.Rename(s.ActivePath(id), s.DonePath(id)); err != nil {
+		return fmt.Errorf("move run %s to finished runs: %w", id, unwrapPath(err))
+	}
+	if err := SyncDir(day); err != nil {
+		return err
+	}
+	return SyncDir(s.ActiveDir())
+}
+
+// ReadRun finds a run's record, active or finished.
+func (s Store) ReadRun(id RunID) (*Record, error) {
+	rec, err := s.ReadRecord(s.ActivePath(id))
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return rec, err
+	}
+	rec, err = s.ReadRecord(s.DonePath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		// It may have moved from active to done between the two reads.
+		if rec, err2 := s.ReadRecord(s.ActivePath(id)); err2 == nil {
+			return rec, nil
+		}
+		return nil, fmt.Errorf("no run %s in %s: %w", id, s.Root, os.ErrNotExist)
+	}
+	return rec, err
+}
+
+// RecentFinished returns up to n finished records, newest first, for which
+// keep returns true (all, if keep is nil). It walks the day directories
+// from the newest, so its cost follows how far back it must look, not the
+// whole history. Unreadable records are returned in bad.
+func (s Store) RecentFinished(n int, keep func(*Record) bool) (recs []*Record, bad []error, err error) {
+	days, err := os.ReadDir(s.DoneDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list finished runs: %w", unwrapPath(err))
+	}
+	for i := len(days) - 1; i >= 0 && len(recs) < n; i-- {
+		if !days[i].IsDir() || IsTempName(days[i].Name()) {
+			continue
+		}
+		dir := filepath.Join(s.DoneDir(), days[i].Name())
+		names, err := readNames(dir)
+		if err != nil {
+			return recs, bad, err
+		}
+		slices.Sort(names)
+		for j := len(names) - 1; j >= 0 && len(recs) < n; j-- {
+			rec, err := s.ReadRecord(filepath.Join(dir, names[j]))
+			if err != nil {
+				bad = append(bad, err)
+				continue
+			}
+			if keep == nil || keep(rec) {
+				recs = append(recs, rec)
+			}
+		}
+	}
+	return recs, bad, nil
+}
+
+func readNames(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list finished runs: %w", unwrapPath(err))
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list finished runs in %s: %w", dir, err)
+	}
+	return slices.DeleteFunc(names, func(n string) bool {
+		return IsTempName(n) || !strings.HasSuffix(n, ".json")
+	}), nil
+}
