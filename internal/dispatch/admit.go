@@ -154,6 +154,13 @@ func (d *Dispatcher) scanActive() (activeView, error) {
 		return v, err
 	}
 	for _, e := range entries {
+		if e.Finished {
+			// Finalized; only the active file's removal is pending.
+			if held, _ := lockfs.Probe(d.Store.OwnerLockPath(e.ID)); !held {
+				_, _ = d.finalizeDead(e.ID)
+			}
+			continue
+		}
 		if e.ID == "" {
 			v.warnings = append(v.warnings, fmt.Sprintf("%v; move it out of the way", e.Err))
 			continue

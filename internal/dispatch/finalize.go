@@ -58,23 +58,25 @@ func (d *Dispatcher) finalizeLocked(id runstore.RunID, owner *lockfs.OwnerLock) 
 			_ = owner.Release()
 		}
 	}
-	rec, err := st.ReadRecord(st.ActivePath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		release()
-		return AlreadyDone, nil
-	}
-	if err != nil {
-		release()
-		return 0, err
-	}
-	if rec.State.Active() {
-		markInterrupted(rec, d.now())
-		if err := st.WriteActive(rec); err != nil {
+	if !st.IsDone(id) {
+		rec, err := st.ReadRecord(st.ActivePath(id))
+		if errors.Is(err, os.ErrNotExist) {
+			release()
+			return AlreadyDone, nil
+		}
+		if err != nil {
+			release()
+			return 0, err
+		}
+		if rec.State.Active() {
+			markInterrupted(rec, d.now())
+		}
+		if err := st.WriteDone(rec); err != nil {
 			release()
 			return 0, err
 		}
 	}
-	if err := st.MoveToDone(id); err != nil {
+	if err := st.RemoveActive(id); err != nil {
 		release()
 		return 0, err
 	}

@@ -169,7 +169,7 @@ func (s *supervisor) run() (int, runstore.RunID, error) {
 	s.rec.StartedAt = &now
 	s.rec.TaskPID = cmd.Process.Pid
 	s.rec.PGID = s.pgid
-	if err := st.WriteActive(s.rec); err != nil {
+	if err := st.UpdateActive(s.rec); err != nil {
 		return s.internalFailure(err)
 	}
 
@@ -267,16 +267,17 @@ func (s *supervisor) describeExit(ws syscall.WaitStatus, stop *stopRecord) {
 	}
 }
 
-// finish makes the terminal record durable, moves it out of the active
-// set, and only then lets go of the locks — the owner lock last.
+// finish makes the final record durable among the finished runs, takes
+// the run out of the active set, and only then lets go of the locks — the
+// owner lock last.
 func (s *supervisor) finish() error {
 	st := s.d.Store
-	if err := st.WriteActive(s.rec); err != nil {
+	if err := st.WriteDone(s.rec); err != nil {
 		return err
 	}
 	s.done = true
 	failpoint.Hit("finalized")
-	if err := st.MoveToDone(s.rec.RunID); err != nil {
+	if err := st.RemoveActive(s.rec.RunID); err != nil {
 		return err
 	}
 	if err := s.res.Supervisor.RemoveAndRelease(); err != nil {

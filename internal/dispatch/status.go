@@ -89,6 +89,9 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 		return nil, err
 	}
 	for _, e := range entries {
+		if e.Finished {
+			continue // listed among the finished runs
+		}
 		if e.Err != nil {
 			p := Problem{Path: e.Path, Error: e.Err.Error()}
 			if e.ID != "" {

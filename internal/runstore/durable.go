@@ -15,6 +15,17 @@ import (
 // is fsynced and renamed into place, and then the directory is fsynced so
 // the rename itself survives a power loss — renameio does not do that.
 func WriteDurable(path string, data []byte) error {
+	if err := WriteAtomic(path, data); err != nil {
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// WriteAtomic is WriteDurable without the directory fsync: after a power
+// loss the path may still hold the old content, but never a torn file. It
+// is for replacing a record whose older version is also a truthful (if
+// less complete) account, where the caller does not act on the new one.
+func WriteAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	t, err := renameio.TempFile(dir, path)
 	if err != nil {
@@ -27,7 +38,7 @@ func WriteDurable(path string, data []byte) error {
 	if err := t.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
 	}
-	return SyncDir(dir)
+	return nil
 }
 
 // SyncDir makes the directory's entries (creations, renames, removals)

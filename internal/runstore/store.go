@@ -26,6 +26,9 @@ type ActiveEntry struct {
 	Path string
 	Rec  *Record
 	Err  error
+	// Finished: the run already has a finished record; this active file is
+	// a leftover of its finalization and holds no slot.
+	Finished bool
 }
 
 // ListActive reads every record in the active set. Its cost is O(active
@@ -58,6 +61,10 @@ func (s Store) readActive(name string) ActiveEntry {
 		return ent
 	}
 	ent.ID = RunID(idStr)
+	if s.IsDone(ent.ID) {
+		ent.Finished = true
+		return ent
+	}
 	rec, err := s.ReadRecord(path)
 	if err != nil {
 		ent.Err = err
@@ -85,48 +92,84 @@ func (s Store) ReadRecord(path string) (*Record, error) {
 }
 
 // WriteActive durably writes rec into the active set, creating or
-// replacing its file.
+// replacing its file (file fsync, rename, directory fsync).
 func (s Store) WriteActive(rec *Record) error {
+	return s.writeActive(rec, WriteDurable)
+}
+
+// UpdateActive replaces an active record atomically but without the
+// directory fsync. It is for the provisioning → running step: after a power
+// loss the provisioning record may come back, which recovery reports
+// truthfully ("the command may have started"), and nothing acts on the
+// running record before the run is finalized durably.
+func (s Store) UpdateActive(rec *Record) error {
+	return s.writeActive(rec, WriteAtomic)
+}
+
+func (s Store) writeActive(rec *Record, write func(string, []byte) error) error {
 	b, err := rec.Encode()
 	if err != nil {
 		return err
 	}
-	if err := WriteDurable(s.ActivePath(rec.RunID), b); err != nil {
+	if err := write(s.ActivePath(rec.RunID), b); err != nil {
 		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
 	}
 	return nil
 }
 
-// MoveToDone moves a finalized record out of the active set, durably: the
-// new name is made durable before the old one's removal is.
-func (s Store) MoveToDone(id RunID) error {
-	day := s.DoneDayDir(id)
+// WriteDone durably writes a final record into the finished runs. Until
+// RemoveActive runs, the run's stale active record still exists; every
+// reader treats an active record whose finished record exists as finished
+// (see ActiveEntry.Finished), so the two never disagree.
+func (s Store) WriteDone(rec *Record) error {
+	if rec.State.Active() {
+		return fmt.Errorf("write finished record of run %s: state %s is not final", rec.RunID, rec.State)
+	}
+	day := s.DoneDayDir(rec.RunID)
 	if err := os.Mkdir(day, DirPerm); err == nil {
 		if err := SyncDir(s.DoneDir()); err != nil {
 			return err
 		}
 	} else if !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("move run %s to finished runs: %w", id, unwrapPath(err))
+		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, unwrapPath(err))
 	}
-	if err := os.Rename(s.ActivePath(id), s.DonePath(id)); err != nil {
-		return fmt.Errorf("move run %s to finished runs: %w", id, unwrapPath(err))
-	}
-	if err := SyncDir(day); err != nil {
+	b, err := rec.Encode()
+	if err != nil {
 		return err
 	}
-	return SyncDir(s.ActiveDir())
+	if err := WriteDurable(s.DonePath(rec.RunID), b); err != nil {
+		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
+	}
+	return nil
 }
 
-// ReadRun finds a run's record, active or finished.
+// RemoveActive takes a finalized run out of the active set. No directory
+// fsync: if the removal is lost in a power loss, the stale active record
+// comes back next to its finished record, and is treated as finished.
+func (s Store) RemoveActive(id RunID) error {
+	if err := os.Remove(s.ActivePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove run %s from the active set: %w", id, unwrapPath(err))
+	}
+	return nil
+}
+
+// IsDone reports whether the run has a finished record.
+func (s Store) IsDone(id RunID) bool {
+	_, err := os.Stat(s.DonePath(id))
+	return err == nil
+}
+
+// ReadRun finds a run's record: the finished one if it exists, else the
+// active one.
 func (s Store) ReadRun(id RunID) (*Record, error) {
-	rec, err := s.ReadRecord(s.ActivePath(id))
+	rec, err := s.ReadRecord(s.DonePath(id))
 	if err == nil || !errors.Is(err, os.ErrNotExist) {
 		return rec, err
 	}
-	rec, err = s.ReadRecord(s.DonePath(id))
+	rec, err = s.ReadRecord(s.ActivePath(id))
 	if errors.Is(err, os.ErrNotExist) {
-		// It may have moved from active to done between the two reads.
-		if rec, err2 := s.ReadRecord(s.ActivePath(id)); err2 == nil {
+		// It may have been finalized between the two reads.
+		if rec, err2 := s.ReadRecord(s.DonePath(id)); err2 == nil {
 			return rec, nil
 		}
 		return nil, fmt.Errorf("no run %s in %s: %w", id, s.Root, os.ErrNotExist)
