@@ -67,10 +67,10 @@ func (d *Dispatcher) Admit(ctx context.Context, req AdmitRequest) (*Reservation,
 		return nil, err
 	}
 	if h, busy := view.byTask[req.Task]; busy {
-		return nil, &RefusedError{Kind: TaskActive, Task: req.Task, InUse: view.inUse, Maximum: cfg.MaximumInProgress, Holders: []ActiveRun{h}}
+		return nil, &RefusedError{Kind: TaskActive, Task: req.Task, InUse: view.inUse, Maximum: cfg.MaximumInProgress, Holders: []ActiveRun{h}, Warnings: view.warnings}
 	}
 	if view.inUse >= cfg.MaximumInProgress && !req.Force {
-		return nil, &RefusedError{Kind: SlotsBusy, Task: req.Task, InUse: view.inUse, Maximum: cfg.MaximumInProgress, Holders: view.holders}
+		return nil, &RefusedError{Kind: SlotsBusy, Task: req.Task, InUse: view.inUse, Maximum: cfg.MaximumInProgress, Holders: view.holders, Warnings: view.warnings}
 	}
 
 	res, err := d.reserve(req, cfg, view)

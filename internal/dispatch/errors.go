@@ -36,6 +36,8 @@ type RefusedError struct {
 	InUse   int
 	Maximum int
 	Holders []ActiveRun // for TaskActive, the task's run; for SlotsBusy, the runs holding slots
+	// Warnings are problems admission noticed in the active set.
+	Warnings []string
 }
 
 func (e *RefusedError) Error() string {

@@ -70,8 +70,14 @@ func (d *Dispatcher) Start(req StartRequest) (code int, runID runstore.RunID, er
 		warn = func(string) {}
 	}
 	res, sig, err := d.admitInterruptibly(req)
-	if res != nil {
+	var refused *RefusedError
+	switch {
+	case res != nil:
 		for _, w := range res.Warnings {
+			warn(w)
+		}
+	case errors.As(err, &refused):
+		for _, w := range refused.Warnings {
 			warn(w)
 		}
 	}
@@ -140,26 +146,27 @@ func (s *supervisor) run() (int, runstore.RunID, error) {
 		return s.internalFailure(fmt.Errorf("open the run's log: %w", err))
 	}
 	defer logf.Close()
-	stdout := &tee{out: s.req.Stdout, log: logf}
-	stderr := &tee{out: s.req.Stderr, log: logf}
+	out, err := newOutput(s.req.Stdout, s.req.Stderr, logf)
+	if err != nil {
+		return s.internalFailure(err)
+	}
 
 	cmd := exec.Command(s.rec.Command[0], s.rec.Command[1:]...)
 	cmd.Dir = s.rec.Dir
 	cmd.Stdin = s.req.Stdin
-	cmd.Stdout = stdout
-	cmd.Stderr = stderr
+	cmd.Stdout = out.child[0]
+	cmd.Stderr = out.child[1]
 	cmd.Env = append(append([]string{}, s.req.Env...),
 		"CREW_RUN_ID="+string(id), "CREW_TASK="+s.rec.Task, "CREW_ROOT="+st.Root)
 	// fd 3 of the command is the owner lock: the slot stays held while any
 	// process of the run lives, even if this supervisor dies.
 	cmd.ExtraFiles = []*os.File{s.res.Owner.File()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A background process of the command that keeps our output pipes open
-	// must not keep crew from finalizing the run.
-	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
+		out.closeAll()
 		return s.launchFailure(err)
 	}
+	out.started()
 	s.cmd = cmd
 	s.pgid = cmd.Process.Pid
 	failpoint.Hit("launched")
@@ -174,14 +181,12 @@ func (s *supervisor) run() (int, runstore.RunID, error) {
 	}
 
 	ws, stop := s.wait()
+	out.drain()
 	failpoint.Hit("exited")
 	code := exitCode(ws)
 	s.describeExit(ws, stop)
-	for _, t := range []*tee{stdout, stderr} {
-		if t.logErr != nil {
-			s.warn(fmt.Sprintf("run %s: the log %s is incomplete: %v", id, st.LogPath(id), t.logErr))
-			break
-		}
+	if err := out.logErr(); err != nil {
+		s.warn(fmt.Sprintf("run %s: the log %s is incomplete: %v", id, st.LogPath(id), err))
 	}
 	if err := s.finish(); err != nil {
 		return 125, id, &InternalError{RunID: id, Err: err}
@@ -352,25 +357,4 @@ func (s *supervisor) recoverPanic(code *int, runID *runstore.RunID, err *error) 
 	if p := recover(); p != nil {
 		*code, *runID, *err = s.internalFailure(fmt.Errorf("panic: %v", p))
 	}
-}
-
-// tee copies the command's output to crew's own stream and to the log.
-// A failing log never stops the output; a failing output stream (a closed
-// pipe) is reported to the command as it would be without crew.
-type tee struct {
-	out    io.Writer
-	log    *os.File
-	logErr error
-}
-
-func (t *tee) Write(p []byte) (int, error) {
-	if t.logErr == nil {
-		if _, err := t.log.Write(p); err != nil {
-			t.logErr = err
-		}
-	}
-	if t.out == nil {
-		return len(p), nil
-	}
-	return t.out.Write(p)
 }

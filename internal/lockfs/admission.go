@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/crew-dev/crew/internal/failpoint"
 )
 
 // retryDelay is how often a waiter retries the admission lock. The critical
@@ -67,6 +69,7 @@ func AcquireAdmission(ctx context.Context, lockPath, holderPath string, timeout 
 		return nil, fmt.Errorf("lock %s: %w", lockPath, err)
 	}
 	if !ok {
+		failpoint.Hit("admission-contended")
 		wctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		start := time.Now()

@@ -35,9 +35,11 @@ type Layout struct {
 	Root string
 }
 
-func (l Layout) ConfigPath() string        { return filepath.Join(l.Root, "crew.json") }
-func (l Layout) LocksDir() string          { return filepath.Join(l.Root, ".locks") }
-func (l Layout) AdmissionLockPath() string { return filepath.Join(l.LocksDir(), "dispatch-admission.lock") }
+func (l Layout) ConfigPath() string { return filepath.Join(l.Root, "crew.json") }
+func (l Layout) LocksDir() string   { return filepath.Join(l.Root, ".locks") }
+func (l Layout) AdmissionLockPath() string {
+	return filepath.Join(l.LocksDir(), "dispatch-admission.lock")
+}
 func (l Layout) AdmissionHolderPath() string {
 	return filepath.Join(l.LocksDir(), "dispatch-admission.holder")
 }

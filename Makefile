@@ -1,0 +1,41 @@
+# crew's build and test entry points. `make test` is what CI runs.
+
+GO ?= go
+PKGS := ./...
+
+.PHONY: all build test vet unit e2e cross fuzz bench clean
+
+all: build
+
+build:
+	$(GO) build -o bin/crew ./cmd/crew
+
+# vet, unit tests, e2e tests (all with -race), and the darwin cross-build.
+test: vet cross
+	$(GO) test -race -count=1 -timeout 8m $(PKGS)
+
+vet:
+	@test -z "$$(gofmt -l .)" || (echo "gofmt needed on:"; gofmt -l .; exit 1)
+	$(GO) vet $(PKGS)
+	$(GO) vet -tags failpoints $(PKGS)
+
+cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build ./...
+	GOOS=darwin GOARCH=arm64 $(GO) build -tags failpoints ./...
+	GOOS=linux $(GO) build ./...
+
+unit:
+	$(GO) test -race -count=1 ./internal/... ./cmd/...
+
+e2e:
+	$(GO) test -race -count=1 -v ./e2e/
+
+fuzz:
+	$(GO) test ./internal/runstore/ -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 20s
+	$(GO) test ./internal/runstore/ -run '^$$' -fuzz FuzzDecodeConfig -fuzztime 20s
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin

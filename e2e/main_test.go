@@ -1,0 +1,360 @@
+// Package e2e drives the real crew binary as its users do: real processes,
+// real state roots, real signals. It imports nothing from internal/.
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// crewBin is built once, with failpoints compiled in; failpoints do
+// nothing unless CREW_FAILPOINT is set.
+var crewBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "crew-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	crewBin = filepath.Join(dir, "crew")
+	args := []string{"build", "-tags", "failpoints", "-o", crewBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "../cmd/crew")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build crew:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is one finished crew invocation.
+type result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// env is a test's state root and the environment crew runs with.
+type env struct {
+	t    *testing.T
+	root string
+	dir  string // scratch directory for gates, observer files and scripts
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	base := t.TempDir()
+	e := &env{t: t, root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
+	require.NoError(t, os.MkdirAll(e.dir, 0o700))
+	return e
+}
+
+// environ is the environment for crew: the test's own, minus anything
+// that could point crew elsewhere, plus extra.
+func (e *env) environ(extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "CREW_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(append(out, "CREW_ROOT="+e.root), extra...)
+}
+
+func (e *env) command(extraEnv []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(crewBin, args...)
+	cmd.Env = e.environ(extraEnv...)
+	cmd.Dir = e.dir
+	return cmd
+}
+
+// run runs crew to completion.
+func (e *env) run(args ...string) result { return e.runEnv(nil, args...) }
+
+func (e *env) runEnv(extraEnv []string, args ...string) result {
+	e.t.Helper()
+	cmd := e.command(extraEnv, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+	} else {
+		require.NoError(e.t, err)
+	}
+	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}
+
+// proc is a crew process running in the background.
+type proc struct {
+	cmd       *exec.Cmd
+	out, errb *syncBuffer
+	done      chan struct{}
+	res       result
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// start runs crew in the background; the test's cleanup kills it (and the
+// process group of any command it started) if it is still running.
+func (e *env) start(extraEnv []string, args ...string) *proc {
+	e.t.Helper()
+	cmd := e.command(extraEnv, args...)
+	p := &proc{cmd: cmd, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.errb
+	require.NoError(e.t, cmd.Start())
+	go func() {
+		err := cmd.Wait()
+		p.res = result{Stdout: p.out.String(), Stderr: p.errb.String()}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			p.res.Code = ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				p.res.Code = 128 + int(ws.Signal())
+			}
+		}
+		close(p.done)
+	}()
+	e.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit.
+func (p *proc) wait(t *testing.T, timeout time.Duration) result {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.res
+	case <-time.After(timeout):
+		t.Fatalf("crew %v did not exit within %s; stderr so far:\n%s", p.cmd.Args[1:], timeout, p.errb.String())
+		return result{}
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// gate returns a path to block a failpoint or a command on, and a function
+// that opens it.
+func (e *env) gate(name string) (path string, open func()) {
+	path = filepath.Join(e.dir, name)
+	return path, func() { require.NoError(e.t, os.WriteFile(path, nil, 0o600)) }
+}
+
+// waitCmd is a command that blocks until path exists.
+func waitCmd(path string) []string {
+	return []string{"sh", "-c", `while [ ! -e "$1" ]; do sleep 0.01; done`, "wait-gate", path}
+}
+
+// statusJSON is the part of `crew status --json` the tests read.
+type statusJSON struct {
+	Version           int       `json:"version"`
+	Root              string    `json:"root"`
+	MaximumInProgress int       `json:"maximumInProgress"`
+	SlotsInUse        int       `json:"slotsInUse"`
+	Active            []runJSON `json:"active"`
+	Finished          []runJSON `json:"finished"`
+	Problems          []struct {
+		Path       string `json:"path"`
+		Error      string `json:"error"`
+		OwnerAlive bool   `json:"ownerAlive"`
+		HoldsSlot  bool   `json:"holdsSlot"`
+	} `json:"problems"`
+}
+
+type runJSON struct {
+	RunID           string     `json:"runId"`
+	Task            string     `json:"task"`
+	State           string     `json:"state"`
+	CreatedAt       time.Time  `json:"createdAt"`
+	StartedAt       *time.Time `json:"startedAt"`
+	FinishedAt      *time.Time `json:"finishedAt"`
+	ExitCode        *int       `json:"exitCode"`
+	Signal          string     `json:"signal"`
+	Reason          string     `json:"reason"`
+	SupervisorPID   int        `json:"supervisorPid"`
+	TaskPID         int        `json:"taskPid"`
+	PGID            int        `json:"pgid"`
+	Forced          bool       `json:"forced"`
+	OwnerAlive      bool       `json:"ownerAlive"`
+	SupervisorAlive bool       `json:"supervisorAlive"`
+	Orphaned        bool       `json:"orphaned"`
+	HoldsSlot       bool       `json:"holdsSlot"`
+	LogPath         string     `json:"logPath"`
+}
+
+func (e *env) status(args ...string) statusJSON {
+	e.t.Helper()
+	r := e.run(append([]string{"status", "--json"}, args...)...)
+	require.Equal(e.t, 0, r.Code, "crew status: %s", r.Stderr)
+	var s statusJSON
+	require.NoError(e.t, json.Unmarshal([]byte(r.Stdout), &s), r.Stdout)
+	return s
+}
+
+func (e *env) runRecord(id string) runJSON {
+	e.t.Helper()
+	r := e.run("status", "--json", id)
+	require.Equal(e.t, 0, r.Code, "crew status %s: %s", id, r.Stderr)
+	var v runJSON
+	require.NoError(e.t, json.Unmarshal([]byte(r.Stdout), &v), r.Stdout)
+	return v
+}
+
+// activeRun waits until task has a running record and returns it.
+func (e *env) activeRun(task string) runJSON {
+	e.t.Helper()
+	var found runJSON
+	eventually(e.t, 10*time.Second, "task "+task+" to be running", func() bool {
+		for _, r := range e.status().Active {
+			if r.Task == task && r.State == "running" {
+				found = r
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func (e *env) initMax(n int) {
+	e.t.Helper()
+	r := e.run("init", "--max", fmt.Sprint(n))
+	require.Equal(e.t, 0, r.Code, r.Stderr)
+}
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // not Linux: trust kill(0)
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// killGroupAtCleanup makes sure a command's process group is gone at the
+// end of the test, whatever crew did.
+func killGroupAtCleanup(t *testing.T, pgid int) {
+	t.Cleanup(func() {
+		if pgid > 0 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	})
+}
+
+func runGo(args ...string) (string, error) {
+	out, err := exec.Command("go", args...).CombinedOutput()
+	return string(out), err
+}
+
+// signalName is the name crew records for a signal.
+func signalName(sig syscall.Signal) string {
+	return map[syscall.Signal]string{
+		syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGKILL: "SIGKILL",
+	}[sig]
+}
+
+// groupAlive reports whether any process of the group is alive. Zombies
+// do not count: orphans are reaped by PID 1 at its own pace, which on some
+// machines takes seconds.
+func groupAlive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) == syscall.ESRCH {
+		return false
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true // not Linux: trust kill(0)
+	}
+	for _, ent := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		// After "comm)": state ppid pgrp ...
+		f := strings.Fields(s[i+1:])
+		if len(f) >= 3 && f[2] == fmt.Sprint(pgid) && f[0] != "Z" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStartStreamsOutputAndLogsIt(t *testing.T) {
+	e := newEnv(t)
+	r := e.run("start", "hello", "--", "sh", "-c", `echo out; echo err >&2; echo "$CREW_TASK|$CREW_ROOT|$CREW_RUN_ID"`)
+	require.Equal(t, 0, r.Code, r.Stderr)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	require.Len(t, lines, 2)
+	assert.Equal(t, "out", lines[0])
+	assert.Equal(t, "err\n", r.Stderr)
+	envParts := strings.Split(lines[1], "|")
+	require.Len(t, envParts, 3)
+	assert.Equal(t, "hello", envParts[0])
+	assert.Equal(t, e.root, envParts[1])
+	assert.Regexp(t, `^r-\d{8}T\d{6}\.\d{9}Z-[0-9a-f]{16}$`, envParts[2])
+
+	rec := e.runRecord(envParts[2])
+	assert.Equal(t, "succeeded", rec.State)
+	require.NotNil(t, rec.ExitCode)
+	assert.Equal(t, 0, *rec.ExitCode)
+	require.NotEmpty(t, rec.LogPath)
+	log, err := os.ReadFile(rec.LogPath)
+	require.NoError(t, err)
+	assert.Contains(t, string(log), "out\n")
+	assert.Contains(t, string(log), "err\n")
+}
+
+func TestStartPassesStdin(t *testing.T) {
+	e := newEnv(t)
+	cmd := e.command(nil, "start", "cat", "--", "cat")
+	cmd.Stdin = strings.NewReader("from stdin\n")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	assert.Equal(t, "from stdin\n", string(out))
+}
+
+func TestStartExitCodes(t *testing.T) {
+	e := newEnv(t)
+	notExec := filepath.Join(e.dir, "not-executable.sh")
+	require.NoError(t, os.WriteFile(notExec, []byte("#!/bin/sh\necho hi\n"), 0o600))
+	cases := []struct {
+		name, task string
+		cmd        []string
+		code       int
+		state      string
+		stderr     string
+		reason     string
+	}{
+		{"exit code", "ec", []string{"sh", "-c", "exit 3"}, 3, "failed", "", "command exited with status 3"},
+		{"killed by signal", "sig", []string{"sh", "-c", "kill -KILL $$"}, 137, "failed", "", "command was killed by SIGKILL"},
+		{"not found", "nf", []string{"no-such-command-crew-e2e"}, 127, "failed", "crew: command not found: no-such-command-crew-e2e", "command not found: no-such-command-crew-e2e"},
+		{"not found path", "nfp", []string{"./missing"}, 127, "failed", "crew: command not found: ./missing", "command not found"},
+		{"not executable", "nx", []string{notExec}, 126, "failed", "crew: command not executable: " + notExec + ": permission denied", "permission denied"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.run(append([]string{"start", c.task, "--"}, c.cmd...)...)
+			assert.Equal(t, c.code, r.Code, r.Stderr)
+			if c.stderr != "" {
+				assert.Contains(t, r.Stderr, c.stderr)
+			}
+			s := e.status(c.task)
+			require.Len(t, s.Finished, 1)
+			assert.Equal(t, c.state, s.Finished[0].State)
+			assert.Contains(t, s.Finished[0].Reason, c.reason)
+			require.NotNil(t, s.Finished[0].ExitCode)
+			assert.Equal(t, c.code, *s.Finished[0].ExitCode)
+		})
+	}
+}
+
+// TestSignalsAreForwardedAndRecorded: SIGINT, SIGTERM and SIGHUP to crew
+// reach the command's process group, grandchildren included, and the run is
+// recorded as stopped with the signal named.
+func TestSignalsAreForwardedAndRecorded(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			e := newEnv(t)
+			// sh starts a grandchild (sleep) and waits for it.
+			p := e.start(nil, "start", "sleeper", "--", "sh", "-c", "sleep 60 & wait")
+			run := e.activeRun("sleeper")
+			killGroupAtCleanup(t, run.PGID)
+			require.NoError(t, p.cmd.Process.Signal(sig))
+			r := p.wait(t, 10*time.Second)
+			assert.Equal(t, 128+int(sig), r.Code, r.Stderr)
+			rec := e.runRecord(run.RunID)
+			assert.Equal(t, "stopped", rec.State)
+			assert.Equal(t, signalName(sig), rec.Signal)
+			assert.Contains(t, rec.Reason, "crew received "+signalName(sig))
+			eventually(t, 5*time.Second, "the process group to be gone", func() bool {
+				return !groupAlive(run.PGID)
+			})
+			assert.Equal(t, 0, e.status().SlotsInUse)
+		})
+	}
+}
+
+// TestGraceThenSIGKILL: a command that ignores SIGTERM is killed after
+// --grace.
+func TestGraceThenSIGKILL(t *testing.T) {
+	e := newEnv(t)
+	p := e.start(nil, "start", "--grace", "300ms", "stubborn", "--", "sh", "-c", `trap "" TERM; sleep 60 & wait; wait`)
+	run := e.activeRun("stubborn")
+	killGroupAtCleanup(t, run.PGID)
+	start := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	r := p.wait(t, 10*time.Second)
+	assert.Equal(t, 137, r.Code, r.Stderr)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "SIGKILL waited for the grace period")
+	rec := e.runRecord(run.RunID)
+	assert.Equal(t, "stopped", rec.State)
+	assert.Equal(t, "SIGTERM", rec.Signal)
+	assert.Contains(t, rec.Reason, "sent SIGKILL after the 300ms grace period")
+	eventually(t, 5*time.Second, "the process group to be gone", func() bool {
+		return !groupAlive(run.PGID)
+	})
+}
+
+// TestSignalWhileWaitingForTheLock abandons the wait and records nothing.
+func TestSignalWhileWaitingForTheLock(t *testing.T) {
+	e := newEnv(t)
+	gate, openGate := e.gate("holder")
+	holder := e.start([]string{"CREW_FAILPOINT=admission-locked:wait:" + gate}, "start", "holder", "--", "true")
+	eventually(t, 10*time.Second, "the holder to take the admission lock", func() bool { return exists(gate + ".reached") })
+	marker, _ := e.gate("contended")
+	require.NoError(t, os.WriteFile(marker, nil, 0o600))
+	waiter := e.start([]string{"CREW_FAILPOINT=admission-contended:wait:" + marker}, "start", "waiter", "--", "true")
+	eventually(t, 10*time.Second, "the waiter to wait for the lock", func() bool { return exists(marker + ".reached") })
+	require.NoError(t, waiter.cmd.Process.Signal(syscall.SIGINT))
+	r := waiter.wait(t, 10*time.Second)
+	assert.Equal(t, 130, r.Code)
+	assert.Contains(t, r.Stderr, "received SIGINT while waiting for admission; nothing was started")
+	openGate()
+	assert.Equal(t, 0, holder.wait(t, 10*time.Second).Code)
+	assert.Empty(t, e.status("waiter").Finished, "nothing was recorded for the abandoned start")
+}
+
+// TestProductionBinaryHasNoFailpoints: failpoints exist only under the
+// failpoints build tag.
+func TestProductionBinaryHasNoFailpoints(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "crew-prod")
+	out, err := runGo("build", "-o", bin, "../cmd/crew")
+	require.NoError(t, err, out)
+	data, err := os.ReadFile(bin)
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), "CREW_FAILPOINT", "production build contains failpoint code")
+	test, err := os.ReadFile(crewBin)
+	require.NoError(t, err)
+	assert.Contains(t, string(test), "CREW_FAILPOINT", "the check above would notice failpoints")
+}

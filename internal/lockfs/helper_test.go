@@ -1,0 +1,398 @@
+package lockfs
+
+// Cross-process test harness. flock(2) locks belong to open file
+// descriptions, so the only honest way to prove what another process sees
+// is to have another process: the test binary re-executes itself with
+// CREW_LOCKFS_HELPER=<mode>:<path>, and TestMain runs the helper instead of
+// the tests. A helper prints "locked" (or another status line) on stdout
+// once it holds what it was asked to hold, then obeys commands read from
+// stdin ("release", "remove") and exits on EOF. Every helper is SIGKILLed
+// and reaped in t.Cleanup.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	helperEnv       = "CREW_LOCKFS_HELPER"
+	helperHolderEnv = "CREW_LOCKFS_HOLDER"
+	helperTimeout   = "CREW_LOCKFS_TIMEOUT"
+)
+
+// lineTimeout bounds how long the parent waits for a helper's status line.
+const lineTimeout = 10 * time.Second
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		os.Exit(runHelper(spec))
+	}
+	os.Exit(m.Run())
+}
+
+func runHelper(spec string) int {
+	mode, path, _ := strings.Cut(spec, ":")
+	fail := func(err error) int {
+		fmt.Printf("error: %v\n", err)
+		return 1
+	}
+	switch mode {
+	case "hold-owner": // CreateOwner(path) and hold it
+		o, err := CreateOwner(path)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Println("locked")
+		return ownerCommands(o)
+
+	case "take-owner": // TryOwner(path) and hold it if we got it
+		o, err := TryOwner(path)
+		switch {
+		case errors.Is(err, ErrBusy):
+			fmt.Println("busy")
+			return 0
+		case errors.Is(err, ErrGone):
+			fmt.Println("gone")
+			return 0
+		case err != nil:
+			return fail(err)
+		}
+		fmt.Println("locked")
+		return ownerCommands(o)
+
+	case "hold-shared": // what Probe does, but held: LOCK_SH on a read-only fd
+		f, err := os.Open(path)
+		if err != nil {
+			return fail(err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+			return fail(err)
+		}
+		fmt.Println("locked")
+		waitEOF()
+		return 0
+
+	case "hold-flock": // a bare exclusive flock, with no holder note
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return fail(err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			return fail(err)
+		}
+		fmt.Println("locked")
+		waitEOF()
+		return 0
+
+	case "hold-admission": // AcquireAdmission(path, $CREW_LOCKFS_HOLDER)
+		timeout := 10 * time.Second
+		if s := os.Getenv(helperTimeout); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return fail(err)
+			}
+			timeout = d
+		}
+		fmt.Println("waiting")
+		l, err := AcquireAdmission(context.Background(), path, os.Getenv(helperHolderEnv), timeout)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Println("locked")
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if sc.Text() == "release" {
+				if err := l.Release(); err != nil {
+					return fail(err)
+				}
+				fmt.Println("released")
+			}
+		}
+		return 0
+
+	case "probe-loop": // Probe(path) in a tight loop until stdin closes
+		done := make(chan struct{})
+		go func() { waitEOF(); close(done) }()
+		fmt.Println("probing")
+		var n, held, errs int
+		for {
+			select {
+			case <-done:
+				fmt.Printf("probes=%d held=%d errors=%d\n", n, held, errs)
+				return 0
+			default:
+			}
+			h, err := Probe(path)
+			n++
+			if h {
+				held++
+			}
+			if err != nil {
+				errs++
+			}
+		}
+
+	case "hold-inherited": // holds fd 3 (ExtraFiles[0]) open until stdin closes
+		if err := checkFD3(); err != nil {
+			return fail(err)
+		}
+		fmt.Println("locked")
+		waitEOF()
+		return 0
+
+	case "hold-inherited-detached": // holds fd 3 until killed (at most a minute)
+		if err := checkFD3(); err != nil {
+			return 1
+		}
+		time.Sleep(time.Minute)
+		return 0
+
+	case "spawn-inheritor": // CreateOwner(path), hand it to a detached grandchild
+		o, err := CreateOwner(path)
+		if err != nil {
+			return fail(err)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return fail(err)
+		}
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), helperEnv+"=hold-inherited-detached:", helperGORACE())
+		cmd.ExtraFiles = []*os.File{o.File()}
+		if err := cmd.Start(); err != nil {
+			return fail(err)
+		}
+		fmt.Printf("locked %d\n", cmd.Process.Pid)
+		waitEOF()
+		return 0
+
+	case "idle": // just stays alive until stdin closes
+		fmt.Println("ready")
+		waitEOF()
+		return 0
+	}
+	return fail(fmt.Errorf("unknown helper mode %q", mode))
+}
+
+func ownerCommands(o *OwnerLock) int {
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch sc.Text() {
+		case "release":
+			if err := o.Release(); err != nil {
+				fmt.Printf("error: %v\n", err)
+				return 1
+			}
+			fmt.Println("released")
+		case "remove":
+			if err := o.RemoveAndRelease(); err != nil {
+				fmt.Printf("error: %v\n", err)
+				return 1
+			}
+			fmt.Println("removed")
+		}
+	}
+	return 0
+}
+
+// checkFD3 verifies that the inherited descriptor is open. It deliberately
+// does not wrap it in an *os.File, whose finalizer could close it.
+func checkFD3() error {
+	var st unix.Stat_t
+	if err := unix.Fstat(3, &st); err != nil {
+		return fmt.Errorf("inherited fd 3: %w", err)
+	}
+	return nil
+}
+
+// helperGORACE keeps the race detector (when on) from sleeping a second
+// at every helper's exit.
+func helperGORACE() string {
+	return "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")
+}
+
+func waitEOF() { _, _ = io.Copy(io.Discard, os.Stdin) }
+
+// helper is a running helper process seen from the test.
+type helper struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	stderr *syncBuffer
+	wait   func() error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startHelper starts the test binary as helper mode:arg. configure may
+// adjust the command (ExtraFiles, Env) before it starts.
+func startHelper(t *testing.T, mode, arg string, configure ...func(*exec.Cmd)) *helper {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode+":"+arg, helperGORACE())
+	for _, c := range configure {
+		c(cmd)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16), stderr: &syncBuffer{}}
+	cmd.Stderr = h.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h.wait = sync.OnceValue(cmd.Wait)
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = h.wait()
+	})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+		close(h.lines)
+	}()
+	return h
+}
+
+func (h *helper) pid() int { return h.cmd.Process.Pid }
+
+// expect waits for the helper's next status line and checks its prefix.
+func (h *helper) expect(prefix string) string {
+	h.t.Helper()
+	select {
+	case line, ok := <-h.lines:
+		if !ok {
+			h.t.Fatalf("helper %d exited before printing %q; stderr: %s", h.pid(), prefix, h.stderr.String())
+		}
+		if !strings.HasPrefix(line, prefix) {
+			h.t.Fatalf("helper %d printed %q, want %q...; stderr: %s", h.pid(), line, prefix, h.stderr.String())
+		}
+		return line
+	case <-time.After(lineTimeout):
+		h.t.Fatalf("helper %d printed nothing within %s, want %q; stderr: %s", h.pid(), lineTimeout, prefix, h.stderr.String())
+	}
+	return ""
+}
+
+// silentFor asserts that the helper prints nothing for d.
+func (h *helper) silentFor(d time.Duration) {
+	h.t.Helper()
+	select {
+	case line, ok := <-h.lines:
+		if ok {
+			h.t.Fatalf("helper %d printed %q, want silence (still blocked)", h.pid(), line)
+		}
+		h.t.Fatalf("helper %d exited, want it blocked; stderr: %s", h.pid(), h.stderr.String())
+	case <-time.After(d):
+	}
+}
+
+func (h *helper) send(cmd string) {
+	h.t.Helper()
+	if _, err := io.WriteString(h.stdin, cmd+"\n"); err != nil {
+		h.t.Fatalf("write to helper %d: %v", h.pid(), err)
+	}
+}
+
+// kill SIGKILLs the helper and reaps it: when kill returns, the kernel has
+// closed every descriptor the helper had.
+func (h *helper) kill() {
+	h.t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		h.t.Fatalf("kill helper %d: %v", h.pid(), err)
+	}
+	_ = h.wait()
+}
+
+// finish closes the helper's stdin and waits for it to exit cleanly.
+func (h *helper) finish() {
+	h.t.Helper()
+	_ = h.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- h.wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			h.t.Fatalf("helper %d: %v; stderr: %s", h.pid(), err, h.stderr.String())
+		}
+	case <-time.After(lineTimeout):
+		h.t.Fatalf("helper %d did not exit after stdin closed", h.pid())
+	}
+}
+
+// killPID SIGKILLs a process that is not our child (a grandchild).
+func killPID(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// mustProbe is Probe that fails the test on error.
+func mustProbe(t *testing.T, path string) bool {
+	t.Helper()
+	held, err := Probe(path)
+	if err != nil {
+		t.Fatalf("Probe(%s): %v", path, err)
+	}
+	return held
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
