@@ -76,6 +76,8 @@ func (e *env) environ(extra ...string) []string {
 		}
 		out = append(out, kv)
 	}
+	// The race runtime sleeps a second at exit unless told not to.
+	out = append(out, "GORACE=atexit_sleep_ms=0 halt_on_error=1")
 	return append(append(out, "CREW_ROOT="+e.root), extra...)
 }
 

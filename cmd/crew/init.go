@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -10,8 +11,9 @@ import (
 
 type initOptions struct {
 	*globalOptions
-	max    int
-	maxSet bool
+	max         int
+	maxSet      bool
+	lockTimeout time.Duration
 }
 
 func newInitCmd(g *globalOptions, s streams) *cobra.Command {
@@ -32,6 +34,7 @@ the admission lock). Without any config the cap is %d.`, runstore.DefaultMaximum
 		},
 	}
 	cmd.Flags().IntVar(&o.max, "max", runstore.DefaultMaximumInProgress, "maximumInProgress: how many runs may be active at once")
+	cmd.Flags().DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
 	return cmd
 }
 
@@ -39,33 +42,18 @@ func (o *initOptions) run(s streams) error {
 	if o.maxSet && o.max < 1 {
 		return &usageError{fmt.Errorf("--max must be at least 1, not %d", o.max)}
 	}
-	root, err := o.stateRoot()
+	d, err := o.dispatcher()
 	if err != nil {
 		return err
 	}
-	l := runstore.Layout{Root: root}
-	if err := l.Ensure(); err != nil {
+	res, err := d.Init(o.max, o.maxSet, o.lockTimeout)
+	if err != nil {
 		return err
 	}
-	cfg, exists, err := runstore.LoadConfig(l)
-	if err != nil && !o.maxSet {
-		// Without --max there is nothing to put in its place.
-		return err
-	}
-	old := cfg.MaximumInProgress
-	if o.maxSet {
-		cfg = runstore.Config{Version: runstore.ConfigVersion, MaximumInProgress: o.max}
-	}
-	if !exists || o.maxSet {
-		if err := runstore.SaveConfig(l, cfg); err != nil {
-			return err
-		}
-	}
-	switch {
-	case exists && err == nil && old != cfg.MaximumInProgress:
-		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d (was %d)\n", l.ConfigPath(), cfg.MaximumInProgress, old)
-	default:
-		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d\n", l.ConfigPath(), cfg.MaximumInProgress)
+	if res.Existed && res.Old != res.New {
+		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d (was %d)\n", res.Path, res.New, res.Old)
+	} else {
+		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d\n", res.Path, res.New)
 	}
 	return nil
 }

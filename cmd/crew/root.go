@@ -76,7 +76,7 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 	root.SetErr(s.Err)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state root directory (default $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s))
+	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newRecoverCmd(g, s))
 	return root
 }
 

@@ -134,6 +134,11 @@ func (d *Dispatcher) reserve(req AdmitRequest, cfg runstore.Config, view activeV
 	return &Reservation{Rec: rec, Owner: owner, Supervisor: sup, Warnings: view.warnings}, nil
 }
 
+// maxReapsPerAdmission bounds the finalizing an admission does for dead
+// runs, so that one start after a crash storm does not pay for all of it
+// inside the admission lock; the rest hold no slot either way.
+const maxReapsPerAdmission = 4
+
 // activeView is what admission derives from the active set: nothing here
 // is stored anywhere, so nothing can drift.
 type activeView struct {
@@ -149,6 +154,7 @@ type activeView struct {
 // operator. An unreadable record fails closed while its lock is held.
 func (d *Dispatcher) scanActive() (activeView, error) {
 	v := activeView{byTask: map[string]ActiveRun{}}
+	reaped := 0
 	entries, err := d.Store.ListActive()
 	if err != nil {
 		return v, err
@@ -156,8 +162,9 @@ func (d *Dispatcher) scanActive() (activeView, error) {
 	for _, e := range entries {
 		if e.Finished {
 			// Finalized; only the active file's removal is pending.
-			if held, _ := lockfs.Probe(d.Store.OwnerLockPath(e.ID)); !held {
-				_, _ = d.finalizeDead(e.ID)
+			if held, _ := lockfs.Probe(d.Store.OwnerLockPath(e.ID)); !held && reaped < maxReapsPerAdmission {
+				reaped++
+				_, _, _ = d.finalizeDead(e.ID)
 			}
 			continue
 		}
@@ -185,10 +192,15 @@ func (d *Dispatcher) scanActive() (activeView, error) {
 			v.byTask[e.Rec.Task] = h
 		case held:
 			// Terminal record, owner still finishing up: holds no slot.
-		default:
-			if _, err := d.finalizeDead(e.ID); err != nil {
+		case reaped < maxReapsPerAdmission:
+			// Dead: holds no slot. Finalize it now, so that a task never
+			// has two active records.
+			reaped++
+			if _, _, err := d.finalizeDead(e.ID); err != nil {
 				v.warnings = append(v.warnings, fmt.Sprintf("run %s: its owner is gone but it could not be finalized: %v", e.ID, err))
 			}
+		default:
+			// Dead, and left for the next admission or `crew recover`.
 		}
 	}
 	return v, nil

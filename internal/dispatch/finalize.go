@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/runstore"
 )
@@ -14,95 +17,192 @@ import (
 type ReapOutcome int
 
 const (
-	// Reaped: the run's owner was gone and its record is now final and out
-	// of the active set.
+	// Reaped: the run's owner was gone; its record is now final
+	// (interrupted) and out of the active set.
 	Reaped ReapOutcome = iota + 1
-	// OwnerBusy: someone holds the owner lock (the run lives, or another
-	// recoverer is finalizing it); nothing was touched.
+	// LeftoverRemoved: the run had already been finalized; only its active
+	// file and lock files were left, and are now removed.
+	LeftoverRemoved
+	// OwnerBusy: someone holds the run's locks (the run lives, or another
+	// process is finalizing it); nothing was touched.
 	OwnerBusy
 	// AlreadyDone: the run was finalized by someone else meanwhile.
 	AlreadyDone
 )
 
-// finalizeDead finalizes a run whose owner lock is free. Taking the owner
-// lock exclusively is the fence: a living owner, or a concurrent
-// recoverer, holds it, so no run is finalized twice and no live run is
-// finalized at all. The record is re-read under the lock because it may
-// have changed since it was listed.
-func (d *Dispatcher) finalizeDead(id runstore.RunID) (ReapOutcome, error) {
+var (
+	errFenceBusy = errors.New("run is locked by a living process")
+	errFenceDone = errors.New("run is no longer active")
+)
+
+// fence is what a process holds to change a run it does not own: the
+// run's supervisor lock and its owner lock, taken in that order. A living
+// supervisor, a living command, or another finalizer holds at least one of
+// them, so holding both proves nobody else is working on the run.
+type fence struct {
+	sup, owner *lockfs.OwnerLock
+}
+
+func (d *Dispatcher) takeFence(id runstore.RunID) (*fence, error) {
 	st := d.Store
+	f := &fence{}
+	if failpoint.Skip("fence") {
+		return f, nil // test builds only: prove the fence tests can fail
+	}
+	sup, err := lockfs.TryOwner(st.SupervisorLockPath(id))
+	switch {
+	case errors.Is(err, lockfs.ErrBusy):
+		return nil, errFenceBusy
+	case errors.Is(err, lockfs.ErrGone):
+		// Removed with its run, or never created (a crash between the two
+		// lock files, before any record existed).
+	case err != nil:
+		return nil, err
+	default:
+		f.sup = sup
+	}
 	owner, err := lockfs.TryOwner(st.OwnerLockPath(id))
 	switch {
 	case errors.Is(err, lockfs.ErrBusy):
-		return OwnerBusy, nil
+		f.release()
+		return nil, errFenceBusy
 	case errors.Is(err, lockfs.ErrGone):
-		// No lock file: either the run was finalized by its owner or a
-		// recoverer (then the record is gone from the active set too), or
-		// the lock file was lost. A record with no lock file has no owner.
-		if _, err := os.Stat(st.ActivePath(id)); errors.Is(err, os.ErrNotExist) {
-			return AlreadyDone, nil
+		// The owner lock file is removed only after the run left the active
+		// set. If the record is still there, the file was lost; a fresh one,
+		// created exclusively, is the fence for everyone else.
+		if _, serr := os.Stat(st.ActivePath(id)); errors.Is(serr, os.ErrNotExist) {
+			f.release()
+			return nil, errFenceDone
 		}
-		return d.finalizeLocked(id, nil)
+		owner, err = lockfs.CreateOwner(st.OwnerLockPath(id))
+		if err != nil {
+			f.release()
+			if errors.Is(err, os.ErrExist) {
+				return nil, errFenceBusy
+			}
+			return nil, err
+		}
 	case err != nil:
-		return 0, err
+		f.release()
+		return nil, err
 	}
-	return d.finalizeLocked(id, owner)
+	f.owner = owner
+	return f, nil
 }
 
-// finalizeLocked finalizes a dead run while holding its owner lock (or,
-// when owner is nil, when no lock file exists to hold).
-func (d *Dispatcher) finalizeLocked(id runstore.RunID, owner *lockfs.OwnerLock) (ReapOutcome, error) {
-	st := d.Store
-	release := func() {
-		if owner != nil {
-			_ = owner.Release()
-		}
+func (f *fence) release() {
+	if f.owner != nil {
+		_ = f.owner.Release()
 	}
-	if !st.IsDone(id) {
-		rec, err := st.ReadRecord(st.ActivePath(id))
+	if f.sup != nil {
+		_ = f.sup.Release()
+	}
+}
+
+// removeAndRelease deletes the run's lock files, owner lock last, once its
+// record is final and out of the active set.
+func (f *fence) removeAndRelease(d *Dispatcher, id runstore.RunID) error {
+	var errs []error
+	if f.sup != nil {
+		errs = append(errs, f.sup.RemoveAndRelease())
+	} else if err := os.Remove(d.Store.SupervisorLockPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if f.owner != nil {
+		errs = append(errs, f.owner.RemoveAndRelease())
+	} else if err := os.Remove(d.Store.OwnerLockPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// finalizeDead finalizes a run whose owner is gone, and returns its final
+// record. The fence makes it safe against the run's own processes and
+// against every other finalizer (admissions and recoverers): no run is
+// finalized twice and no live run at all. The record is re-read under the
+// fence because it may have changed since it was listed.
+func (d *Dispatcher) finalizeDead(id runstore.RunID) (ReapOutcome, *runstore.Record, error) {
+	st := d.Store
+	f, err := d.takeFence(id)
+	switch {
+	case errors.Is(err, errFenceBusy):
+		return OwnerBusy, nil, nil
+	case errors.Is(err, errFenceDone):
+		return AlreadyDone, nil, nil
+	case err != nil:
+		return 0, nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	failpoint.Hit("recover-locked")
+
+	outcome := Reaped
+	rec, err := st.ReadRecord(st.DonePath(id))
+	switch {
+	case err == nil:
+		outcome = LeftoverRemoved
+	case !errors.Is(err, os.ErrNotExist):
+		f.release()
+		return 0, nil, err
+	default:
+		rec, err = st.ReadRecord(st.ActivePath(id))
 		if errors.Is(err, os.ErrNotExist) {
-			release()
-			return AlreadyDone, nil
+			f.release()
+			return AlreadyDone, nil, nil
 		}
 		if err != nil {
-			release()
-			return 0, err
+			f.release()
+			return 0, nil, err
 		}
 		if rec.State.Active() {
-			markInterrupted(rec, d.now())
+			_, logErr := os.Stat(st.LogPath(id))
+			markInterrupted(rec, d.now(), logErr == nil)
+		} else {
+			outcome = LeftoverRemoved // a final record whose move was cut short
 		}
 		if err := st.WriteDone(rec); err != nil {
-			release()
-			return 0, err
+			f.release()
+			return 0, nil, err
 		}
 	}
 	if err := st.RemoveActive(id); err != nil {
-		release()
-		return 0, err
+		f.release()
+		return 0, nil, err
 	}
-	if err := os.Remove(st.SupervisorLockPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		release()
-		return 0, fmt.Errorf("remove supervisor lock of run %s: %w", id, err)
+	d.removeTemps(id)
+	if err := f.removeAndRelease(d, id); err != nil {
+		return 0, nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	if owner != nil {
-		if err := owner.RemoveAndRelease(); err != nil {
-			return 0, err
+	return outcome, rec, nil
+}
+
+// removeTemps deletes temporary files of interrupted atomic writes of the
+// run's records. The caller holds the run's fence: every writer of those
+// files holds the run's owner lock, so they are provably unused.
+func (d *Dispatcher) removeTemps(id runstore.RunID) []string {
+	var removed []string
+	for _, dir := range []string{d.Store.ActiveDir(), d.Store.DoneDayDir(id)} {
+		matches, _ := filepath.Glob(filepath.Join(dir, "."+string(id)+".json*"))
+		for _, m := range matches {
+			if os.Remove(m) == nil {
+				removed = append(removed, m)
+			}
 		}
 	}
-	return Reaped, nil
+	return removed
 }
 
 // markInterrupted turns an active record whose owner died into a final
 // one that says what is known and what is not.
-func markInterrupted(rec *runstore.Record, now time.Time) {
+func markInterrupted(rec *runstore.Record, now time.Time, logExists bool) {
 	since := rec.CreatedAt
 	if rec.StartedAt != nil {
 		since = *rec.StartedAt
 	}
 	var what string
-	switch rec.State {
-	case runstore.Running:
+	switch {
+	case rec.State == runstore.Running:
 		what = fmt.Sprintf("command pid %d is gone too", rec.TaskPID)
+	case !logExists:
+		what = "the command was never started"
 	default:
 		what = "the command may have started (its start was not recorded) and is gone if it did"
 	}
@@ -112,4 +212,17 @@ func markInterrupted(rec *runstore.Record, now time.Time) {
 	rec.State = runstore.Interrupted
 	rec.FinishedAt = &now
 	rec.ExitCode = nil
+}
+
+// idFromTempName extracts the run id from a temporary file name such as
+// ".r-...-0123456789abcdef.json123456", if it has one.
+func idFromTempName(name string) (runstore.RunID, bool) {
+	base := strings.TrimPrefix(name, ".")
+	if i := strings.Index(base, ".json"); i > 0 {
+		base = base[:i]
+	}
+	if runstore.LooksLikeRunID(base) {
+		return runstore.RunID(base), true
+	}
+	return "", false
 }

@@ -359,8 +359,14 @@ func TestHolderNoteOverwritesLongerContent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b[:holderSize]), "\n") {
-		t.Errorf("note's first %d bytes have no newline: %q", holderSize, b[:holderSize])
+	note, pad, ok := strings.Cut(string(b[:holderSize]), "\n")
+	if !ok {
+		t.Fatalf("note's first %d bytes have no newline: %q", holderSize, b[:holderSize])
+	}
+	// Padded with spaces to the fixed width, so the old content's tail
+	// starts only past it.
+	if strings.Trim(pad, " ") != "" {
+		t.Errorf("note %q is followed by %q within its %d bytes, want space padding", note, pad, holderSize)
 	}
 }
 

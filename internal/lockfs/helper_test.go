@@ -180,6 +180,37 @@ func runHelper(spec string) int {
 		waitEOF()
 		return 0
 
+	case "churn-create", "churn-take":
+		// Create (or take over) the owner lock at path and remove it again,
+		// as fast as possible, until stdin closes.
+		done := make(chan struct{})
+		go func() { waitEOF(); close(done) }()
+		fmt.Println("churning")
+		var cycles, got int
+		for {
+			select {
+			case <-done:
+				fmt.Printf("cycles=%d got=%d\n", cycles, got)
+				return 0
+			default:
+			}
+			cycles++
+			var o *OwnerLock
+			var err error
+			if mode == "churn-create" {
+				o, err = CreateOwner(path)
+			} else {
+				o, err = TryOwner(path)
+			}
+			if err != nil {
+				continue
+			}
+			got++
+			if err := o.RemoveAndRelease(); err != nil {
+				return fail(err)
+			}
+		}
+
 	case "idle": // just stays alive until stdin closes
 		fmt.Println("ready")
 		waitEOF()

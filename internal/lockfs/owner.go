@@ -31,10 +31,16 @@ func CreateOwner(path string) (*OwnerLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create owner lock: %w", err)
 	}
+	// Between our create and our flock another process may have opened
+	// and locked the file (a finalizer fencing a run), or removed it. Either
+	// way it is not ours to use or to delete.
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		_ = f.Close()
-		_ = os.Remove(path)
 		return nil, fmt.Errorf("lock new owner lock %s: %w", path, err)
+	}
+	if same, err := samePath(f, path); err != nil || !same {
+		_ = f.Close()
+		return nil, fmt.Errorf("new owner lock %s was removed while being locked", path)
 	}
 	return &OwnerLock{f: f, path: path}, nil
 }

@@ -416,3 +416,57 @@ func TestOwnerLockSurvivesSupervisorSIGKILL(t *testing.T) {
 		t.Fatal("Probe still true 5s after the last inheritor was SIGKILLed")
 	}
 }
+
+// stillAtPath reports whether the lock's descriptor is the file at its path
+// (and not an inode someone removed while we were locking it).
+func stillAtPath(t *testing.T, o *OwnerLock) bool {
+	t.Helper()
+	held, err := o.File().Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := os.Stat(o.Path())
+	return err == nil && os.SameFile(held, now)
+}
+
+// churn races this process's lock attempts against a helper that creates
+// (or takes over) the lock file and removes it in a loop. Whenever our
+// attempt succeeds, the lock we got must be on the file at the path: a lock
+// on a removed inode would look like a living owner to nobody, since every
+// later Probe opens the path. The race window is a few microseconds, so
+// this is a stress test: it catches a missing samePath check in most runs,
+// not every run.
+func churn(t *testing.T, mode string, attempt func(string) (*OwnerLock, error)) {
+	path := ownerPath(t)
+	h := startHelper(t, mode, path)
+	h.expect("churning")
+	deadline := time.Now().Add(400 * time.Millisecond)
+	var tries, wins int
+	for time.Now().Before(deadline) {
+		tries++
+		o, err := attempt(path)
+		if err != nil {
+			continue
+		}
+		wins++
+		if !stillAtPath(t, o) {
+			o.Release()
+			t.Fatalf("attempt %d returned a lock on a file no longer at %s", tries, path)
+		}
+		if err := o.RemoveAndRelease(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = h.stdin.Close()
+	line := h.expect("cycles=")
+	h.finish()
+	t.Logf("%d attempts, %d won; helper: %s", tries, wins, line)
+}
+
+func TestTryOwnerNeverLocksARemovedFile(t *testing.T) {
+	churn(t, "churn-create", TryOwner)
+}
+
+func TestCreateOwnerNeverLocksARemovedFile(t *testing.T) {
+	churn(t, "churn-take", CreateOwner)
+}

@@ -250,8 +250,8 @@ func TestSyncDir(t *testing.T) {
 
 func TestIsTempName(t *testing.T) {
 	tests := map[string]bool{
-		"":      false,
-		"a":     false,
+		"":  false,
+		"a": false,
 		"r-20240102T030405.000000006Z-0123456789abcdef.json":            false,
 		".r-20240102T030405.000000006Z-0123456789abcdef.json1234567890": true,
 		".":          true,

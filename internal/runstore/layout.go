@@ -64,7 +64,10 @@ func (l Layout) LogPath(id RunID) string { return filepath.Join(l.LogsDir(), str
 // cheap when they exist: one stat for the deepest directory of each branch.
 func (l Layout) Ensure() error {
 	for _, dir := range []string{l.LocksDir(), l.ActiveDir(), l.DoneDir(), l.OwnersDir(), l.LogsDir()} {
-		if _, err := os.Stat(dir); err == nil {
+		if fi, err := os.Stat(dir); err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("state root %s: %s is not a directory; move it out of the way", l.Root, dir)
+			}
 			continue
 		}
 		if err := os.MkdirAll(dir, DirPerm); err != nil {

@@ -31,11 +31,17 @@ func ParseRunID(s string) (RunID, error) {
 	if !runIDPattern.MatchString(s) {
 		return "", fmt.Errorf("%q is not a run id (expected r-YYYYMMDDTHHMMSS.NNNNNNNNNZ-<16 hex digits>)", s)
 	}
+	if _, err := RunID(s).CreatedAt(); err != nil {
+		return "", fmt.Errorf("%q is not a run id: %w", s, err)
+	}
 	return RunID(s), nil
 }
 
-// LooksLikeRunID reports whether s has the shape of a run id.
-func LooksLikeRunID(s string) bool { return runIDPattern.MatchString(s) }
+// LooksLikeRunID reports whether s is a valid run id.
+func LooksLikeRunID(s string) bool {
+	_, err := ParseRunID(s)
+	return err == nil
+}
 
 // Day is the creation day (UTC), the shard of the finished-runs directory.
 func (id RunID) Day() string {

@@ -90,8 +90,8 @@ func TestRunIDLexicalOrderIsCreationOrder(t *testing.T) {
 		time.Date(2024, 10, 1, 0, 0, 0, 0, time.UTC),
 		time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC),
 	)
-	// And 10000 ids from the real clock, strictly increasing.
-	now := time.Now()
+	// And 10000 from one instant on, a step of 1µs plus a few ns.
+	now := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 10000 {
 		times = append(times, now.Add(time.Duration(i)*time.Microsecond+time.Duration(i%7)))
 	}
@@ -117,6 +117,23 @@ func TestRunIDLexicalOrderIsCreationOrder(t *testing.T) {
 	for _, id := range ids {
 		if len(id) != len(ids[0]) {
 			t.Fatalf("id %s has length %d, want %d", id, len(id), len(ids[0]))
+		}
+	}
+}
+
+func TestRunIDOrderFromRealClock(t *testing.T) {
+	// ids made one after another from the wall clock sort in the order
+	// they were made, whenever the clock moved between them.
+	var times []time.Time
+	var ids []RunID
+	for range 10000 {
+		now := time.Now().Round(0) // wall clock only, as in the id
+		times = append(times, now)
+		ids = append(ids, NewRunID(now))
+	}
+	for i := 1; i < len(ids); i++ {
+		if times[i-1].Before(times[i]) && ids[i-1] >= ids[i] {
+			t.Fatalf("id %s (made at %v) sorts after the later %s (%v)", ids[i-1], times[i-1], ids[i], times[i])
 		}
 	}
 }

@@ -18,9 +18,9 @@ type Store struct {
 // New returns the store for a state root.
 func New(root string) Store { return Store{Layout{Root: root}} }
 
-// ActiveEntry is one file of the active set. Exactly one of Rec and Err is
-// set: a file that cannot be read as a record is reported, never skipped
-// silently and never fatal to the listing.
+// ActiveEntry is one file of the active set. Unless Finished is set,
+// exactly one of Rec and Err is set: a file that cannot be read as a record
+// is reported, never skipped silently and never fatal to the listing.
 type ActiveEntry struct {
 	ID   RunID // from the file name; empty if the name is not a run id
 	Path string

@@ -294,7 +294,7 @@ func TestListActive(t *testing.T) {
 	foreign := []string{
 		"notes.txt",
 		"r-bad.json",
-		string(live1),           // no .json
+		string(live1),            // no .json
 		string(live1) + ".json~", // editor backup
 		string(live1) + ".JSON",
 		"dispatch-admission.json",

@@ -1,0 +1,69 @@
+package runstore
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// BenchmarkListActive shows that admission's read (ListActive) costs the
+// same whatever the history: 8 active runs, with 0 or 10,000 finished
+// runs spread over 100 day directories. ns/op should not move between the
+// two.
+func BenchmarkListActive(b *testing.B) {
+	for _, history := range []int{0, 10000} {
+		b.Run(map[int]string{0: "history=0", 10000: "history=10000"}[history], func(b *testing.B) {
+			s := New(b.TempDir())
+			if err := s.Ensure(); err != nil {
+				b.Fatal(err)
+			}
+			base := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+			// History: written directly (no fsync) to keep setup fast.
+			for i := range history {
+				id := idAt(base.Add(time.Duration(i%100)*24*time.Hour+time.Duration(i)*time.Second), i)
+				data, err := testRecord(id, Succeeded).Encode()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if i < 100 { // first pass over the 100 days
+					if err := os.MkdirAll(s.DoneDayDir(id), DirPerm); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := os.WriteFile(s.DonePath(id), data, FilePerm); err != nil {
+					b.Fatal(err)
+				}
+			}
+			now := base.Add(200 * 24 * time.Hour)
+			for i := range 8 {
+				if err := s.WriteActive(testRecord(idAt(now.Add(time.Duration(i)), i), Running)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if history > 0 {
+				days, _ := os.ReadDir(s.DoneDir())
+				n := 0
+				for _, d := range days {
+					names, _ := os.ReadDir(filepath.Join(s.DoneDir(), d.Name()))
+					n += len(names)
+				}
+				if n != history {
+					b.Fatalf("fixture has %d finished records, want %d", n, history)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				ents, err := s.ListActive()
+				if err != nil || len(ents) != 8 {
+					b.Fatalf("ListActive = %d entries, %v", len(ents), err)
+				}
+				for _, e := range ents {
+					if e.Err != nil || e.Finished {
+						b.Fatalf("entry %+v", e)
+					}
+				}
+			}
+		})
+	}
+}
