@@ -2,15 +2,21 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/runstore"
 )
 
 type initOptions struct {
 	*globalOptions
+	pools       []string
 	max         int
 	maxSet      bool
 	lockTimeout time.Duration
@@ -19,7 +25,7 @@ type initOptions struct {
 func newInitCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &initOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "init [--max N]",
+		Use:   "init [--max N] [--pool NAME=N]...",
 		Short: "Create the state root and write its config (crew.json)",
 		Long: fmt.Sprintf(`Create the state root and write its versioned config, crew.json, atomically.
 
@@ -34,6 +40,7 @@ the admission lock). Without any config the cap is %d.`, runstore.DefaultMaximum
 		},
 	}
 	cmd.Flags().IntVar(&o.max, "max", runstore.DefaultMaximumInProgress, "maximumInProgress: how many runs may be active at once")
+	cmd.Flags().StringArrayVar(&o.pools, "pool", nil, "NAME=N: give pool NAME a cap of N (inside the global cap); N=0 removes it; repeatable")
 	cmd.Flags().DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
 	return cmd
 }
@@ -42,11 +49,20 @@ func (o *initOptions) run(s streams) error {
 	if o.maxSet && o.max < 1 {
 		return &usageError{fmt.Errorf("--max must be at least 1, not %d", o.max)}
 	}
+	var pools []dispatch.PoolChange
+	for _, spec := range o.pools {
+		name, n, ok := strings.Cut(spec, "=")
+		max, err := strconv.Atoi(n)
+		if !ok || err != nil || name == "" {
+			return &usageError{fmt.Errorf("--pool wants NAME=N (such as deploy=1), not %q", spec)}
+		}
+		pools = append(pools, dispatch.PoolChange{Name: name, Max: max})
+	}
 	d, err := o.dispatcher()
 	if err != nil {
 		return err
 	}
-	res, err := d.Init(o.max, o.maxSet, o.lockTimeout)
+	res, err := d.Init(o.max, o.maxSet, pools, o.lockTimeout)
 	if err != nil {
 		return err
 	}
@@ -54,6 +70,9 @@ func (o *initOptions) run(s streams) error {
 		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d (was %d)\n", res.Path, res.New, res.Old)
 	} else {
 		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d\n", res.Path, res.New)
+	}
+	for _, name := range slices.Sorted(maps.Keys(res.Pools)) {
+		fmt.Fprintf(s.Err, "crew: pool %s: maximumInProgress %d\n", quoteTask(name), res.Pools[name])
 	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 
 type startOptions struct {
 	*globalOptions
+	wait        waitFlag
+	pool        string
 	force       bool
 	lockTimeout time.Duration
 	grace       time.Duration
@@ -25,7 +27,9 @@ func newStartCmd(g *globalOptions, s streams) *cobra.Command {
 		Use:   "start [flags] TASK -- COMMAND [ARGS...]",
 		Short: "Run COMMAND as a run of TASK when a slot is free",
 		Long: `Run COMMAND as a run of TASK if one of maximumInProgress slots is free and TASK
-has no active run; otherwise refuse at once (exit 75 or 76).
+has no active run; otherwise refuse at once (exit 75 or 76), or with --wait,
+wait in line: slots go to waiting starts in arrival order, and a start whose
+task is busy or whose pool is full does not hold up the others.
 
 The command's stdin, stdout and stderr are passed through, and its output is
 also written to the run's log in the state root. It runs in its own process
@@ -37,13 +41,19 @@ Any non-empty UTF-8 name up to 200 bytes without control characters is a task.
 
 ` + exitCodeHelp,
 		Example: `  crew start build -- make -j2
-  crew start --force deploy:prod -- ./deploy.sh`,
+  crew start --wait build -- make                  # wait in line, then run
+  crew start --wait=10m nightly -- ./backup.sh     # give up after 10 minutes: exit 75
+  crew start --pool deploy deploy:prod -- ./deploy.sh
+  crew start --force hotfix -- ./deploy.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
 			return o.run(cmd, args, s)
 		},
 	}
 	f := cmd.Flags()
+	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D gives up after D (exit 75, or 76 if it was the task)")
+	f.Lookup("wait").NoOptDefVal = "forever"
+	f.StringVar(&o.pool, "pool", "", "also take a slot in this configured pool")
 	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
 	f.DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between forwarding a stop signal and SIGKILL")
@@ -61,6 +71,8 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		return &usageError{fmt.Errorf("expected one task name before --, got %d: %q", dash, args[:dash])}
 	case o.lockTimeout <= 0:
 		return &usageError{fmt.Errorf("--lock-timeout must be positive, not %s", o.lockTimeout)}
+	case o.wait.set && o.force:
+		return &usageError{fmt.Errorf("--wait and --force do not go together: --force skips the line")}
 	case o.grace < 0:
 		return &usageError{fmt.Errorf("--grace must not be negative, not %s", o.grace)}
 	}
@@ -77,13 +89,19 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if err != nil {
 		return fmt.Errorf("find the working directory: %w", err)
 	}
+	view := newWaitView(s.Err, args[0])
+	defer view.close()
 	code, _, err := d.Start(dispatch.StartRequest{
 		AdmitRequest: dispatch.AdmitRequest{
 			Task:        args[0],
 			Command:     args[dash:],
 			Dir:         wd,
+			Pool:        o.pool,
 			Force:       o.force,
 			LockTimeout: o.lockTimeout,
+			Wait:        o.wait.set,
+			WaitTimeout: o.wait.timeout,
+			OnWait:      view.update,
 		},
 		Grace:   o.grace,
 		Stdin:   s.In,

@@ -91,6 +91,9 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 	}
 	fmt.Fprintf(w, "State root %s (%s)\n", snap.Root, cfg)
 	fmt.Fprintf(w, "Slots: %d/%d in use\n", snap.SlotsInUse, snap.MaximumInProgress)
+	for _, p := range snap.Pools {
+		fmt.Fprintf(w, "Pool %s: %d/%d in use\n", quoteTask(p.Name), p.InUse, p.MaximumInProgress)
+	}
 	title := "Active runs"
 	if task != "" {
 		title = fmt.Sprintf("Active runs of %q", task)
@@ -108,6 +111,16 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s (%s)\t%d\t%s\t%s\n", r.RunID, quoteTask(r.Task), r.State,
 				humanTime(since), humanAge(time.Since(since)), r.SupervisorPID, pidOrDash(r.TaskPID), ownerWord(r))
+		}
+		tw.Flush()
+	}
+	if len(snap.Queue) > 0 {
+		fmt.Fprintf(w, "\nQueue (in admission order):\n")
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  #\tRUN ID\tTASK\tPOOL\tWAITING FOR\tSINCE")
+		for _, q := range snap.Queue {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s (%s)\n", q.Position, q.RunID, quoteTask(q.Task), dashIfEmpty(q.Pool),
+				q.WaitingFor, humanTime(q.Since), humanAge(time.Since(q.Since)))
 		}
 		tw.Flush()
 	}
@@ -208,4 +221,11 @@ func exitOrDash(code *int) string {
 		return "-"
 	}
 	return fmt.Sprint(*code)
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return quoteTask(s)
 }

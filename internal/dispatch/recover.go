@@ -287,7 +287,8 @@ func (d *Dispatcher) sweepLeftovers(opts RecoverOptions, deadline time.Time) []R
 	}
 	var items []RecoverItem
 	items = append(items, d.sweepOwnerLocks(opts.DryRun)...)
-	dirs := []string{st.Root, st.ActiveDir(), st.QuarantineDir()}
+	items = append(items, d.sweepTickets(opts.DryRun)...)
+	dirs := []string{st.Root, st.ActiveDir(), st.QuarantineDir(), st.QueueDir()}
 	if days, err := os.ReadDir(st.DoneDir()); err == nil {
 		for _, day := range days {
 			if day.IsDir() {
@@ -381,6 +382,78 @@ func (d *Dispatcher) sweepTemps(dir string, dry bool) []RecoverItem {
 		} else if err := os.Remove(path); err != nil {
 			item.Outcome, item.Reason = FailedItem, err.Error()
 		}
+		items = append(items, item)
+	}
+	return items
+}
+
+// sweepTickets removes the queue tickets of waiters that died (their lock
+// is free). They never counted; this only tidies up.
+func (d *Dispatcher) sweepTickets(dry bool) []RecoverItem {
+	st := d.Store
+	entries, err := st.ListTickets()
+	if err != nil {
+		return []RecoverItem{{Path: st.QueueDir(), Outcome: FailedItem, Reason: err.Error()}}
+	}
+	var items []RecoverItem
+	for _, e := range entries {
+		if held, _ := lockfs.Probe(st.TicketLockPath(e.ID)); held {
+			continue
+		}
+		item := RecoverItem{RunID: string(e.ID), Path: st.TicketPath(e.ID), Outcome: Cleaned,
+			Reason: "queue ticket of a waiting start that died"}
+		if e.Ticket != nil {
+			item.Task = e.Ticket.Task
+		}
+		if dry {
+			item.Reason = "would remove: " + item.Reason
+			items = append(items, item)
+			continue
+		}
+		l, err := lockfs.TryOwner(st.TicketLockPath(e.ID))
+		switch {
+		case err == nil:
+			_ = os.Remove(st.TicketPath(e.ID))
+			_ = os.Remove(st.BellPath(e.ID))
+			_ = l.RemoveAndRelease()
+		case errors.Is(err, lockfs.ErrGone):
+			st.RemoveTicket(e.ID)
+		default:
+			continue
+		}
+		items = append(items, item)
+	}
+	// Locks and bells whose ticket is gone (a waiter killed while joining
+	// or leaving the queue).
+	names, _ := readDirNames(st.QueueDir())
+	for _, name := range names {
+		base, ok := strings.CutSuffix(name, ".lock")
+		if !ok || !runstore.LooksLikeRunID(base) {
+			continue
+		}
+		id := runstore.RunID(base)
+		if _, err := os.Stat(st.TicketPath(id)); err == nil {
+			continue
+		}
+		item := RecoverItem{RunID: base, Path: st.TicketLockPath(id), Outcome: Cleaned,
+			Reason: "queue lock with no ticket (a waiting start killed while joining or leaving the queue)"}
+		if dry {
+			if held, _ := lockfs.Probe(st.TicketLockPath(id)); !held {
+				item.Reason = "would remove: " + item.Reason
+				items = append(items, item)
+			}
+			continue
+		}
+		l, err := lockfs.TryOwner(st.TicketLockPath(id))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(st.TicketPath(id)); err == nil {
+			_ = l.Release()
+			continue
+		}
+		_ = os.Remove(st.BellPath(id))
+		_ = l.RemoveAndRelease()
 		items = append(items, item)
 	}
 	return items

@@ -288,7 +288,12 @@ func (s *supervisor) finish() error {
 	if err := s.res.Supervisor.RemoveAndRelease(); err != nil {
 		return err
 	}
-	return s.res.Owner.RemoveAndRelease()
+	if err := s.res.Owner.RemoveAndRelease(); err != nil {
+		return err
+	}
+	// The slot is free: wake the waiter it belongs to.
+	s.d.RingWaiters()
+	return nil
 }
 
 // launchFailure records a command that could not be started.

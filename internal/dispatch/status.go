@@ -30,6 +30,7 @@ type RunView struct {
 	TaskPID       int            `json:"taskPid"`
 	PGID          int            `json:"pgid"`
 	Forced        bool           `json:"forced"`
+	Pool          string         `json:"pool"`
 	// OwnerAlive: a living process holds the run's owner lock.
 	OwnerAlive bool `json:"ownerAlive"`
 	// SupervisorAlive: the crew process supervising the run lives.
@@ -60,6 +61,27 @@ type Snapshot struct {
 	Active            []RunView `json:"active"`
 	Finished          []RunView `json:"finished"`
 	Problems          []Problem `json:"problems"`
+	// Queue lists the waiting starts in the order they will be admitted.
+	Queue []QueueView `json:"queue"`
+	// Pools shows each configured pool's usage.
+	Pools []PoolView `json:"pools"`
+}
+
+// QueueView is a waiting start.
+type QueueView struct {
+	Position   int            `json:"position"`
+	Task       string         `json:"task"`
+	RunID      runstore.RunID `json:"runId"`
+	Since      time.Time      `json:"since"`
+	Pool       string         `json:"pool"`
+	WaitingFor WaitReason     `json:"waitingFor"`
+}
+
+// PoolView is one pool's cap and usage.
+type PoolView struct {
+	Name              string `json:"name"`
+	MaximumInProgress int    `json:"maximumInProgress"`
+	InUse             int    `json:"inUse"`
 }
 
 // FinishedShown is how many finished runs status lists.
@@ -83,11 +105,14 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 		Active:            []RunView{},
 		Finished:          []RunView{},
 		Problems:          []Problem{},
+		Queue:             []QueueView{},
+		Pools:             []PoolView{},
 	}
 	entries, err := st.ListActive()
 	if err != nil {
 		return nil, err
 	}
+	poolUse := map[string]int{}
 	for _, e := range entries {
 		if e.Finished {
 			continue // listed among the finished runs
@@ -107,11 +132,18 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 		v := d.view(e.Rec, true)
 		if v.HoldsSlot {
 			snap.SlotsInUse++
+			if v.Pool != "" {
+				poolUse[v.Pool]++
+			}
 		}
 		if taskFilter == "" || v.Task == taskFilter {
 			snap.Active = append(snap.Active, v)
 		}
 	}
+	for _, name := range cfg.PoolNames() {
+		snap.Pools = append(snap.Pools, PoolView{Name: name, MaximumInProgress: cfg.Pools[name], InUse: poolUse[name]})
+	}
+	snap.Queue = d.queueView(cfg, taskFilter)
 	var keep func(*runstore.Record) bool
 	if taskFilter != "" {
 		keep = func(r *runstore.Record) bool { return r.Task == taskFilter }
@@ -127,6 +159,33 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 		snap.Problems = append(snap.Problems, Problem{Error: b.Error()})
 	}
 	return snap, nil
+}
+
+// queueView lists the live tickets in arrival order with what each waits
+// for, as admission would decide right now.
+func (d *Dispatcher) queueView(cfg runstore.Config, taskFilter string) []QueueView {
+	out := []QueueView{}
+	live := liveTickets(d.scanQueue(false))
+	if len(live) == 0 {
+		return out
+	}
+	view, err := d.scanActive(false)
+	if err != nil {
+		return out
+	}
+	sim := newSimulation(cfg, view)
+	for i, t := range live {
+		reason, _, _ := sim.block(t.task, t.pool)
+		if reason == "" {
+			reason = WaitSlot // being handed a free slot right now
+		}
+		sim.visit(t)
+		if taskFilter != "" && t.task != taskFilter {
+			continue
+		}
+		out = append(out, QueueView{Position: i + 1, Task: t.task, RunID: t.id, Since: t.since, Pool: t.pool, WaitingFor: reason})
+	}
+	return out
 }
 
 // Run returns one run's view, active or finished.
@@ -145,7 +204,7 @@ func (d *Dispatcher) view(r *runstore.Record, probe bool) RunView {
 		RunID: r.RunID, Task: r.Task, State: r.State, Command: r.Command, Host: r.Host,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		ExitCode: r.ExitCode, Signal: r.Signal, Reason: r.Reason,
-		SupervisorPID: r.SupervisorPID, TaskPID: r.TaskPID, PGID: r.PGID, Forced: r.Forced,
+		SupervisorPID: r.SupervisorPID, TaskPID: r.TaskPID, PGID: r.PGID, Forced: r.Forced, Pool: r.Pool,
 		LogPath: d.Store.LogPath(r.RunID),
 	}
 	if _, err := os.Stat(v.LogPath); err != nil {

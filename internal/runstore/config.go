@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 )
 
 // ConfigVersion is the version of crew.json this crew reads and writes.
@@ -18,6 +20,27 @@ const DefaultMaximumInProgress = 4
 type Config struct {
 	Version           int `json:"version"`
 	MaximumInProgress int `json:"maximumInProgress"`
+	// Pools have caps of their own, all inside MaximumInProgress: a run
+	// started with --pool NAME needs a free slot in both.
+	Pools map[string]int `json:"pools,omitempty"`
+}
+
+// PoolNames lists the configured pools, sorted.
+func (c Config) PoolNames() []string {
+	names := make([]string, 0, len(c.Pools))
+	for n := range c.Pools {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ValidatePoolName checks a pool name: the same rules as task names.
+func ValidatePoolName(name string) error {
+	if err := ValidateTask(name); err != nil {
+		return fmt.Errorf("pool name: %s", strings.TrimPrefix(err.Error(), "task name "))
+	}
+	return nil
 }
 
 // ConfigError is a crew.json that cannot be used; it names the file.
@@ -77,6 +100,14 @@ func DecodeConfig(data []byte) (Config, error) {
 	}
 	if cfg.MaximumInProgress < 1 {
 		return Config{}, fmt.Errorf("maximumInProgress is %d; it must be at least 1", cfg.MaximumInProgress)
+	}
+	for _, name := range cfg.PoolNames() {
+		if err := ValidatePoolName(name); err != nil {
+			return Config{}, fmt.Errorf("pools: %w", err)
+		}
+		if cfg.Pools[name] < 1 {
+			return Config{}, fmt.Errorf("pool %q has cap %d; it must be at least 1", name, cfg.Pools[name])
+		}
 	}
 	return cfg, nil
 }

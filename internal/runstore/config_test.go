@@ -3,6 +3,7 @@ package runstore
 import (
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -60,7 +61,7 @@ func TestDecodeConfigErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("DecodeConfig(%s) = %q, want it to contain %q", tc.data, err, tc.wantErr)
 			}
-			if cfg != (Config{}) {
+			if !reflect.DeepEqual(cfg, Config{}) {
 				t.Errorf("DecodeConfig returned a config with its error: %+v", cfg)
 			}
 		})
@@ -73,7 +74,7 @@ func TestLoadConfigMissingIsDefault(t *testing.T) {
 	if err != nil || exists {
 		t.Fatalf("LoadConfig(no file) = %+v, %v, %v", cfg, exists, err)
 	}
-	if cfg != DefaultConfig() || cfg.MaximumInProgress != DefaultMaximumInProgress || cfg.Version != ConfigVersion {
+	if !reflect.DeepEqual(cfg, DefaultConfig()) || cfg.MaximumInProgress != DefaultMaximumInProgress || cfg.Version != ConfigVersion {
 		t.Errorf("LoadConfig(no file) = %+v, want %+v", cfg, DefaultConfig())
 	}
 	// Loading creates nothing.
@@ -82,7 +83,7 @@ func TestLoadConfigMissingIsDefault(t *testing.T) {
 	}
 	// Nor does it need the root to exist.
 	cfg, exists, err = LoadConfig(Layout{Root: l.Root + "/missing"})
-	if err != nil || exists || cfg != DefaultConfig() {
+	if err != nil || exists || !reflect.DeepEqual(cfg, DefaultConfig()) {
 		t.Errorf("LoadConfig(missing root) = %+v, %v, %v", cfg, exists, err)
 	}
 }
@@ -97,7 +98,7 @@ func TestSaveLoadConfigRoundTrip(t *testing.T) {
 	if err != nil || !exists {
 		t.Fatalf("LoadConfig = %+v, %v, %v", cfg, exists, err)
 	}
-	if cfg != (Config{Version: ConfigVersion, MaximumInProgress: 7}) {
+	if !reflect.DeepEqual(cfg, Config{Version: ConfigVersion, MaximumInProgress: 7}) {
 		t.Errorf("LoadConfig = %+v", cfg)
 	}
 	// Replacing works and leaves only crew.json.
@@ -169,7 +170,7 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 			if !exists {
 				t.Error("exists = false for a file that exists")
 			}
-			if cfg != (Config{}) {
+			if !reflect.DeepEqual(cfg, Config{}) {
 				t.Errorf("config returned with the error: %+v", cfg)
 			}
 		})

@@ -3,6 +3,7 @@ package runstore
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -82,7 +83,7 @@ func FuzzDecodeConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := DecodeConfig(data)
 		if err != nil {
-			if cfg != (Config{}) {
+			if !reflect.DeepEqual(cfg, Config{}) {
 				t.Fatalf("DecodeConfig returned %+v with error %v", cfg, err)
 			}
 			return
@@ -98,7 +99,7 @@ func FuzzDecodeConfig(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-decode of %s: %v", b, err)
 		}
-		if cfg2 != cfg {
+		if !reflect.DeepEqual(cfg2, cfg) {
 			t.Fatalf("round trip changed the config: %+v vs %+v", cfg, cfg2)
 		}
 	})

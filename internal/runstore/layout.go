@@ -13,6 +13,9 @@
 //	owners/<run-id>.supervisor.lock    held by the supervisor alone
 //	logs/<run-id>.log                  the command's output
 //	quarantine/                        unreadable records moved aside by recovery
+//	queue/<run-id>.json                tickets of waiting starts (--wait), in arrival order
+//	queue/<run-id>.lock                held by the waiting process: a dead waiter's ticket is void
+//	queue/<run-id>.bell                a FIFO the waiter sleeps on; rung when a slot may be its
 //
 // No file name is ever derived from a task name.
 package runstore
@@ -48,6 +51,13 @@ func (l Layout) DoneDir() string       { return filepath.Join(l.Root, "runs", "d
 func (l Layout) OwnersDir() string     { return filepath.Join(l.Root, "owners") }
 func (l Layout) LogsDir() string       { return filepath.Join(l.Root, "logs") }
 func (l Layout) QuarantineDir() string { return filepath.Join(l.Root, "quarantine") }
+func (l Layout) QueueDir() string      { return filepath.Join(l.Root, "queue") }
+
+func (l Layout) TicketPath(id RunID) string { return filepath.Join(l.QueueDir(), string(id)+".json") }
+func (l Layout) TicketLockPath(id RunID) string {
+	return filepath.Join(l.QueueDir(), string(id)+".lock")
+}
+func (l Layout) BellPath(id RunID) string { return filepath.Join(l.QueueDir(), string(id)+".bell") }
 
 func (l Layout) ActivePath(id RunID) string { return filepath.Join(l.ActiveDir(), string(id)+".json") }
 func (l Layout) DoneDayDir(id RunID) string { return filepath.Join(l.DoneDir(), id.Day()) }
@@ -63,7 +73,7 @@ func (l Layout) LogPath(id RunID) string { return filepath.Join(l.LogsDir(), str
 // Ensure creates the state root's directories if they are missing. It is
 // cheap when they exist: one stat for the deepest directory of each branch.
 func (l Layout) Ensure() error {
-	for _, dir := range []string{l.LocksDir(), l.ActiveDir(), l.DoneDir(), l.OwnersDir(), l.LogsDir()} {
+	for _, dir := range []string{l.LocksDir(), l.ActiveDir(), l.DoneDir(), l.OwnersDir(), l.LogsDir(), l.QueueDir()} {
 		if fi, err := os.Stat(dir); err == nil {
 			if !fi.IsDir() {
 				return fmt.Errorf("state root %s: %s is not a directory; move it out of the way", l.Root, dir)

@@ -56,6 +56,10 @@ type Record struct {
 	PGID          int `json:"pgid"`
 	// Forced runs were admitted past the cap with --force.
 	Forced bool `json:"forced"`
+	// Pool is the pool whose cap the run also counts against, if any.
+	Pool string `json:"pool,omitempty"`
+	// QueuedAt is when the run joined the queue, if it waited (--wait).
+	QueuedAt *time.Time `json:"queuedAt,omitempty"`
 	// SlotsInUse and MaximumInProgress are what admission saw, for the record.
 	SlotsInUse        int `json:"slotsInUseAtAdmission"`
 	MaximumInProgress int `json:"maximumInProgressAtAdmission"`

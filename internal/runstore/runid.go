@@ -60,3 +60,12 @@ func (id RunID) CreatedAt() (time.Time, error) {
 	}
 	return time.Parse(runIDTime, s[2:2+len(runIDTime)])
 }
+
+// NewRunIDAfter makes a run id for now that sorts after prev, even if the
+// clock stepped back: queue order is arrival order only if ids increase.
+func NewRunIDAfter(prev RunID, now time.Time) RunID {
+	if t, err := prev.CreatedAt(); err == nil && !now.After(t) {
+		now = t.Add(time.Nanosecond)
+	}
+	return NewRunID(now)
+}

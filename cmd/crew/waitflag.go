@@ -1,0 +1,40 @@
+package main
+
+import (
+	"fmt"
+	"time"
+)
+
+// waitFlag is --wait[=DURATION]: given alone it waits without a limit.
+type waitFlag struct {
+	set     bool
+	timeout time.Duration // 0: no limit
+}
+
+func (w *waitFlag) String() string {
+	if !w.set {
+		return ""
+	}
+	if w.timeout == 0 {
+		return "forever"
+	}
+	return w.timeout.String()
+}
+
+func (w *waitFlag) Set(s string) error {
+	if s == "forever" || s == "" {
+		w.set, w.timeout = true, 0
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("not a duration (use Go syntax such as 90s, 10m, 1h30m)")
+	}
+	if d <= 0 {
+		return fmt.Errorf("must be positive")
+	}
+	w.set, w.timeout = true, d
+	return nil
+}
+
+func (w *waitFlag) Type() string { return "duration" }
