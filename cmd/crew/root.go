@@ -76,7 +76,8 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 	root.SetErr(s.Err)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state root directory (default $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newRecoverCmd(g, s))
+	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newRecoverCmd(g, s),
+		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g))
 	return root
 }
 

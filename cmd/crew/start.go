@@ -16,6 +16,8 @@ type startOptions struct {
 	*globalOptions
 	wait        waitFlag
 	pool        string
+	detach      bool
+	json        bool
 	force       bool
 	lockTimeout time.Duration
 	grace       time.Duration
@@ -54,6 +56,8 @@ Any non-empty UTF-8 name up to 200 bytes without control characters is a task.
 	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D gives up after D (exit 75, or 76 if it was the task)")
 	f.Lookup("wait").NoOptDefVal = "forever"
 	f.StringVar(&o.pool, "pool", "", "also take a slot in this configured pool")
+	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only")
+	f.BoolVar(&o.json, "json", false, "with --detach, print {\"version\":1,\"runId\":...} instead of the bare run id")
 	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
 	f.DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between forwarding a stop signal and SIGKILL")
@@ -91,7 +95,11 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	}
 	view := newWaitView(s.Err, args[0])
 	defer view.close()
-	code, _, err := d.Start(dispatch.StartRequest{
+	stdin := s.In
+	if o.detach {
+		stdin = nil
+	}
+	code, runID, err := d.Start(dispatch.StartRequest{
 		AdmitRequest: dispatch.AdmitRequest{
 			Task:        args[0],
 			Command:     args[dash:],
@@ -104,7 +112,8 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			OnWait:      view.update,
 		},
 		Grace:   o.grace,
-		Stdin:   s.In,
+		Stdin:   stdin,
+		Detach:  o.detach,
 		Stdout:  s.Out,
 		Stderr:  s.Err,
 		Env:     os.Environ(),
@@ -112,5 +121,11 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: warning: %s\n", w) },
 	})
 	o.exitCode = code
+	if o.detach && err == nil {
+		if o.json {
+			return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})
+		}
+		fmt.Fprintln(s.Out, runID)
+	}
 	return err
 }

@@ -31,7 +31,8 @@ supervisor pid, command pid, whether its owner is alive), and the last 10
 finished runs. With TASK, only that task's runs; with RUN-ID, that one run.
 
 status never takes the admission lock and never creates or changes a file.`,
-		Args: cobra.MaximumNArgs(1),
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeRuns(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
 			return o.run(args, s)
@@ -124,6 +125,9 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 		}
 		tw.Flush()
 	}
+	if task != "" {
+		printTaskStory(w, snap, task)
+	}
 	if len(snap.Problems) > 0 {
 		fmt.Fprintln(w, "\nProblems (run `crew recover` to quarantine unreadable records):")
 		for _, p := range snap.Problems {
@@ -209,6 +213,13 @@ func humanAge(d time.Duration) string {
 	return d.Truncate(time.Second).String()
 }
 
+func ago(t time.Time) string {
+	if d := time.Since(t); d >= time.Second {
+		return d.Truncate(time.Second).String() + " ago"
+	}
+	return "just now"
+}
+
 func pidOrDash(pid int) string {
 	if pid == 0 {
 		return "-"
@@ -228,4 +239,21 @@ func dashIfEmpty(s string) string {
 		return "-"
 	}
 	return quoteTask(s)
+}
+
+// printTaskStory explains one task: its active run's history, its place in
+// the queue, and its last refused start if nothing ran since.
+func printTaskStory(w io.Writer, snap *dispatch.Snapshot, task string) {
+	for _, r := range snap.Active {
+		fmt.Fprintf(w, "\nHistory of %s:\n", r.RunID)
+		for _, ev := range r.Events {
+			fmt.Fprintf(w, "  %s  %s\n", humanTime(ev.At), ev.What)
+		}
+	}
+	for _, q := range snap.Queue {
+		fmt.Fprintf(w, "\n%s is waiting: %s in line for a %s since %s\n", quoteTask(task), ordinal(q.Position), q.WaitingFor, humanTime(q.Since))
+	}
+	if r := snap.LastRefusal; r != nil {
+		fmt.Fprintf(w, "\nLast start refused at %s (%s, exit %d): %s\n", humanTime(r.At), ago(r.At), r.ExitCode, r.Reason)
+	}
 }

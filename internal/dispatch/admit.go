@@ -192,6 +192,15 @@ func (d *Dispatcher) reserve(req AdmitRequest, cfg runstore.Config, view activeV
 	}
 	if queuedAt, err := id.CreatedAt(); err == nil && req.Wait {
 		rec.QueuedAt = &queuedAt
+		rec.AddEvent(queuedAt, "joined the queue")
+	}
+	switch {
+	case rec.Forced:
+		rec.AddEvent(now, "%s", rec.Reason)
+	case req.Pool != "":
+		rec.AddEvent(now, "admitted: %d/%d slots in use, pool %s %d/%d", view.inUse, cfg.MaximumInProgress, req.Pool, view.poolUse[req.Pool], cfg.Pools[req.Pool])
+	default:
+		rec.AddEvent(now, "admitted: %d/%d slots in use", view.inUse, cfg.MaximumInProgress)
 	}
 	if err := st.WriteActive(rec); err != nil {
 		// The write may have reached the directory before failing (on the

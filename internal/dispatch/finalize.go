@@ -167,6 +167,7 @@ func (d *Dispatcher) finalizeDead(id runstore.RunID) (ReapOutcome, *runstore.Rec
 		f.release()
 		return 0, nil, err
 	}
+	_ = os.Remove(st.StopRequestPath(id))
 	d.removeTemps(id)
 	if err := f.removeAndRelease(d, id); err != nil {
 		return 0, nil, fmt.Errorf("run %s: %w", id, err)
@@ -212,6 +213,7 @@ func markInterrupted(rec *runstore.Record, now time.Time, logExists bool) {
 	rec.State = runstore.Interrupted
 	rec.FinishedAt = &now
 	rec.ExitCode = nil
+	rec.AddEvent(now, "interrupted: finalized by crew process %d: %s", os.Getpid(), rec.Reason)
 }
 
 // idFromTempName extracts the run id from a temporary file name such as

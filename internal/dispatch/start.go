@@ -34,6 +34,9 @@ type StartRequest struct {
 	Signals <-chan os.Signal
 	// Warn receives warnings for the user (stderr).
 	Warn func(string)
+	// Detach hands the run to a supervisor process of its own and returns
+	// once the command is running.
+	Detach bool
 }
 
 // InternalError is crew failing after admission; the run is recorded as
@@ -80,6 +83,7 @@ func (d *Dispatcher) Start(req StartRequest) (code int, runID runstore.RunID, er
 		for _, w := range refused.Warnings {
 			warn(w)
 		}
+		d.recordRefusal(req.Task, refused)
 	}
 	if err != nil {
 		if sig != 0 && res == nil {
@@ -91,10 +95,18 @@ func (d *Dispatcher) Start(req StartRequest) (code int, runID runstore.RunID, er
 	failpoint.Hit("admitted")
 
 	s := &supervisor{d: d, req: req, res: res, rec: res.Rec, warn: warn}
-	defer s.recoverPanic(&code, &runID, &err)
 	if sig != 0 {
 		return s.stopBeforeLaunch(sig)
 	}
+	if req.Detach {
+		return d.detach(req, res)
+	}
+	return s.guarded()
+}
+
+// guarded runs the supervisor, turning a panic into a recorded failure.
+func (s *supervisor) guarded() (code int, runID runstore.RunID, err error) {
+	defer s.recoverPanic(&code, &runID, &err)
 	return s.run()
 }
 
@@ -136,6 +148,18 @@ type supervisor struct {
 	cmd  *exec.Cmd
 	pgid int
 	done bool // the record is final
+	// ready, for a detached supervisor, tells the parent the run's state.
+	ready *os.File
+}
+
+// signalReady tells a detached supervisor's parent how the launch went.
+func (s *supervisor) signalReady(line string) {
+	if s.ready == nil {
+		return
+	}
+	_, _ = s.ready.WriteString(line + "\n")
+	_ = s.ready.Close()
+	s.ready = nil
 }
 
 func (s *supervisor) run() (int, runstore.RunID, error) {
@@ -176,9 +200,11 @@ func (s *supervisor) run() (int, runstore.RunID, error) {
 	s.rec.StartedAt = &now
 	s.rec.TaskPID = cmd.Process.Pid
 	s.rec.PGID = s.pgid
+	s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d", s.rec.TaskPID, s.rec.SupervisorPID)
 	if err := st.UpdateActive(s.rec); err != nil {
 		return s.internalFailure(err)
 	}
+	s.signalReady("running")
 
 	ws, stop := s.wait()
 	out.drain()
@@ -192,6 +218,14 @@ func (s *supervisor) run() (int, runstore.RunID, error) {
 		return 125, id, &InternalError{RunID: id, Err: err}
 	}
 	return code, id, nil
+}
+
+// finalEvent is the last line of a run's history.
+func finalEvent(rec *runstore.Record) string {
+	if rec.Reason == "" {
+		return string(rec.State)
+	}
+	return string(rec.State) + ": " + rec.Reason
 }
 
 // stopRecord remembers a stop request and how it was carried out.
@@ -251,7 +285,12 @@ func (s *supervisor) describeExit(ws syscall.WaitStatus, stop *stopRecord) {
 	if ws.Signaled() {
 		how = "command was killed by " + signalName(ws.Signal())
 	}
+	req := s.d.readStopRequest(s.rec.RunID)
 	switch {
+	case stop == nil && req != nil:
+		s.rec.State = runstore.Stopped
+		s.rec.Signal = req.Signal
+		s.rec.Reason = fmt.Sprintf("%s; %s", req.describe(s.pgid), how)
 	case stop != nil:
 		s.rec.State = runstore.Stopped
 		s.rec.Signal = signalName(stop.sig)
@@ -277,6 +316,7 @@ func (s *supervisor) describeExit(ws syscall.WaitStatus, stop *stopRecord) {
 // owner lock last.
 func (s *supervisor) finish() error {
 	st := s.d.Store
+	s.rec.AddEvent(*s.rec.FinishedAt, "%s", finalEvent(s.rec))
 	if err := st.WriteDone(s.rec); err != nil {
 		return err
 	}
@@ -285,6 +325,7 @@ func (s *supervisor) finish() error {
 	if err := st.RemoveActive(s.rec.RunID); err != nil {
 		return err
 	}
+	_ = os.Remove(st.StopRequestPath(s.rec.RunID))
 	if err := s.res.Supervisor.RemoveAndRelease(); err != nil {
 		return err
 	}

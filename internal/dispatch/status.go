@@ -40,6 +40,8 @@ type RunView struct {
 	// HoldsSlot: the run counts against maximumInProgress right now.
 	HoldsSlot bool   `json:"holdsSlot"`
 	LogPath   string `json:"logPath"`
+	// Events is the run's history, oldest first.
+	Events []runstore.Event `json:"events"`
 }
 
 // Problem is a file in the active set that is not a readable record.
@@ -65,6 +67,9 @@ type Snapshot struct {
 	Queue []QueueView `json:"queue"`
 	// Pools shows each configured pool's usage.
 	Pools []PoolView `json:"pools"`
+	// LastRefusal, with a task filter, is the task's latest refused start,
+	// if it came after the task's latest run.
+	LastRefusal *Refusal `json:"lastRefusal,omitempty"`
 }
 
 // QueueView is a waiting start.
@@ -155,10 +160,25 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	for _, r := range recent {
 		snap.Finished = append(snap.Finished, d.view(r, false))
 	}
+	if taskFilter != "" {
+		if r := d.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
+			snap.LastRefusal = r
+		}
+	}
 	for _, b := range bad {
 		snap.Problems = append(snap.Problems, Problem{Error: b.Error()})
 	}
 	return snap, nil
+}
+
+// refusalIsNews: a refusal matters if no run of the task began after it.
+func refusalIsNews(r *Refusal, snap *Snapshot) bool {
+	for _, v := range append(append([]RunView{}, snap.Active...), snap.Finished...) {
+		if v.CreatedAt.After(r.At) {
+			return false
+		}
+	}
+	return true
 }
 
 // queueView lists the live tickets in arrival order with what each waits
@@ -205,7 +225,10 @@ func (d *Dispatcher) view(r *runstore.Record, probe bool) RunView {
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		ExitCode: r.ExitCode, Signal: r.Signal, Reason: r.Reason,
 		SupervisorPID: r.SupervisorPID, TaskPID: r.TaskPID, PGID: r.PGID, Forced: r.Forced, Pool: r.Pool,
-		LogPath: d.Store.LogPath(r.RunID),
+		LogPath: d.Store.LogPath(r.RunID), Events: r.Events,
+	}
+	if v.Events == nil {
+		v.Events = []runstore.Event{}
 	}
 	if _, err := os.Stat(v.LogPath); err != nil {
 		v.LogPath = ""

@@ -143,3 +143,13 @@ func (o *OwnerLock) RemoveAndRelease() error {
 	}
 	return relErr
 }
+
+// AdoptOwner wraps a lock descriptor this process inherited (a detached
+// supervisor's owner and supervisor locks). The lock is held already: it
+// belongs to the open file description, which the parent shared with us.
+func AdoptOwner(f *os.File, path string) (*OwnerLock, error) {
+	if same, err := samePath(f, path); err != nil || !same {
+		return nil, fmt.Errorf("inherited descriptor is not the lock %s", path)
+	}
+	return &OwnerLock{f: f, path: path}, nil
+}

@@ -11,6 +11,7 @@
 //	runs/done/<yyyy-mm-dd>/<run-id>.json  finished runs, by creation day (UTC)
 //	owners/<run-id>.lock               owner locks (held by supervisor and command)
 //	owners/<run-id>.supervisor.lock    held by the supervisor alone
+//	owners/<run-id>.stop               who asked `crew stop` to stop the run
 //	logs/<run-id>.log                  the command's output
 //	quarantine/                        unreadable records moved aside by recovery
 //	queue/<run-id>.json                tickets of waiting starts (--wait), in arrival order
@@ -68,6 +69,10 @@ func (l Layout) OwnerLockPath(id RunID) string {
 func (l Layout) SupervisorLockPath(id RunID) string {
 	return filepath.Join(l.OwnersDir(), string(id)+".supervisor.lock")
 }
+func (l Layout) StopRequestPath(id RunID) string {
+	return filepath.Join(l.OwnersDir(), string(id)+".stop")
+}
+func (l Layout) RefusalsPath() string    { return filepath.Join(l.Root, "refusals.log") }
 func (l Layout) LogPath(id RunID) string { return filepath.Join(l.LogsDir(), string(id)+".log") }
 
 // Ensure creates the state root's directories if they are missing. It is

@@ -60,9 +60,22 @@ type Record struct {
 	Pool string `json:"pool,omitempty"`
 	// QueuedAt is when the run joined the queue, if it waited (--wait).
 	QueuedAt *time.Time `json:"queuedAt,omitempty"`
+	// Events is the run's history, oldest first.
+	Events []Event `json:"events,omitempty"`
 	// SlotsInUse and MaximumInProgress are what admission saw, for the record.
 	SlotsInUse        int `json:"slotsInUseAtAdmission"`
 	MaximumInProgress int `json:"maximumInProgressAtAdmission"`
+}
+
+// Event is one step of a run's history.
+type Event struct {
+	At   time.Time `json:"at"`
+	What string    `json:"what"`
+}
+
+// AddEvent appends a step to the run's history.
+func (r *Record) AddEvent(at time.Time, format string, args ...any) {
+	r.Events = append(r.Events, Event{At: at, What: fmt.Sprintf(format, args...)})
 }
 
 // Encode renders the record as it is stored.

@@ -125,22 +125,29 @@ func (s Store) WriteDone(rec *Record) error {
 	if rec.State.Active() {
 		return fmt.Errorf("write finished record of run %s: state %s is not final", rec.RunID, rec.State)
 	}
-	day := s.DoneDayDir(rec.RunID)
-	if err := os.Mkdir(day, DirPerm); err == nil {
-		if err := SyncDir(s.DoneDir()); err != nil {
-			return err
-		}
-	} else if !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, unwrapPath(err))
-	}
 	b, err := rec.Encode()
 	if err != nil {
 		return err
 	}
-	if err := WriteDurable(s.DonePath(rec.RunID), b); err != nil {
-		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
+	day := s.DoneDayDir(rec.RunID)
+	// crew prune removes empty day directories; if it removes this one
+	// between our mkdir and our write, make it again.
+	for attempt := 0; ; attempt++ {
+		if err := os.Mkdir(day, DirPerm); err == nil {
+			if err := SyncDir(s.DoneDir()); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, unwrapPath(err))
+		}
+		err := WriteDurable(s.DonePath(rec.RunID), b)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
+			return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
+		}
 	}
-	return nil
 }
 
 // RemoveActive takes a finalized run out of the active set. No directory

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+type logsOptions struct {
+	*globalOptions
+	follow bool
+}
+
+func newLogsCmd(g *globalOptions, s streams) *cobra.Command {
+	o := &logsOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "logs RUN|TASK [-f]",
+		Short: "Print a run's output",
+		Long: `Print the output (stdout and stderr, interleaved as written) of a run, from its
+log in the state root. With -f, keep printing what the run writes until it ends,
+then exit with the same code as crew wait. Works for foreground and detached
+runs, and while the run is writing.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRuns(g),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			markRan(cmd)
+			return o.run(args[0], s)
+		},
+	}
+	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "follow the log until the run ends")
+	return cmd
+}
+
+func (o *logsOptions) run(arg string, s streams) error {
+	d, err := o.dispatcher()
+	if err != nil {
+		return err
+	}
+	id, err := d.Resolve(arg)
+	if err != nil {
+		return err
+	}
+	path := d.Store.LogPath(id)
+	if !o.follow {
+		f, err := os.Open(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return &noLogError{fmt.Sprintf("run %s has no log (it never started a command)", id)}
+		}
+		if err != nil {
+			return fmt.Errorf("read log of run %s: %w", id, err)
+		}
+		defer f.Close()
+		_, err = io.Copy(s.Out, f)
+		return err
+	}
+	return o.follow1(d, id, path, s)
+}
+
+// noLogError is a run without a log file: exit 1.
+type noLogError struct{ msg string }
+
+func (e *noLogError) Error() string { return e.msg }
+
+// follow1 copies the log as it grows until the run is final and the log
+// fully read.
+func (o *logsOptions) follow1(d *dispatch.Dispatcher, id runstore.RunID, path string, s streams) error {
+	done := make(chan *runstore.Record, 1)
+	errc := make(chan error, 1)
+	go func() {
+		rec, err := d.WaitRun(context.Background(), id)
+		if err != nil {
+			errc <- err
+			return
+		}
+		done <- rec
+	}()
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	var final *runstore.Record
+	for {
+		if f == nil {
+			if opened, err := os.Open(path); err == nil {
+				f = opened
+			}
+		}
+		if f != nil {
+			if _, err := io.Copy(s.Out, f); err != nil {
+				return err
+			}
+		}
+		if final != nil {
+			break // drained after the run ended
+		}
+		select {
+		case final = <-done:
+		case err := <-errc:
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if final.ExitCode == nil {
+		fmt.Fprintf(s.Err, "crew: run %s ended %s with no exit status: %s\n", final.RunID, final.State, final.Reason)
+	}
+	o.exitCode = dispatch.RunExitCode(final)
+	return nil
+}

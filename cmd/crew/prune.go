@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+)
+
+type pruneOptions struct {
+	*globalOptions
+	olderThan time.Duration
+	keep      int
+	dryRun    bool
+	json      bool
+}
+
+func newPruneCmd(g *globalOptions, s streams) *cobra.Command {
+	o := &pruneOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "prune [--older-than D] [--keep N] [--dry-run]",
+		Short: "Remove finished runs' records and logs",
+		Long: `Remove the records and logs of finished runs that finished longer than
+--older-than ago and are not among the --keep newest finished runs (give at
+least one of the two). Active and waiting runs are never touched, and it is safe
+to run while starts and recoveries run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			markRan(cmd)
+			if !cmd.Flags().Changed("older-than") && !cmd.Flags().Changed("keep") {
+				return &usageError{fmt.Errorf("say what to prune: --older-than D, --keep N, or both")}
+			}
+			return o.run(s, cmd.Flags().Changed("keep"))
+		},
+	}
+	cmd.Flags().DurationVar(&o.olderThan, "older-than", 0, "remove runs that finished longer ago than this")
+	cmd.Flags().IntVar(&o.keep, "keep", 0, "always keep this many of the newest finished runs")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "report what would be removed, remove nothing")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON (schema version 1)")
+	return cmd
+}
+
+func (o *pruneOptions) run(s streams, keepSet bool) error {
+	if o.olderThan < 0 || o.keep < 0 {
+		return &usageError{fmt.Errorf("--older-than and --keep must not be negative")}
+	}
+	d, err := o.dispatcher()
+	if err != nil {
+		return err
+	}
+	rep, err := d.Prune(dispatch.PruneOptions{OlderThan: o.olderThan, Keep: o.keep, KeepSet: keepSet, DryRun: o.dryRun})
+	if err != nil {
+		return err
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(s.Err, "crew: warning: %s\n", e)
+	}
+	if o.json {
+		return writeJSON(s.Out, rep)
+	}
+	var bytes int64
+	for _, r := range rep.Removed {
+		bytes += r.Bytes
+	}
+	verb := "removed"
+	if o.dryRun {
+		verb = "would remove"
+	}
+	fmt.Fprintf(s.Out, "%s %d finished run(s) (%d bytes of records and logs); kept %d\n", verb, len(rep.Removed), bytes, rep.Kept)
+	return nil
+}

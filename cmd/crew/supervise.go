@@ -1,0 +1,42 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// newSuperviseCmd is the hidden command a detached run's supervisor runs
+// as; `crew start --detach` starts it with the run's locks as fds 3 and 4.
+func newSuperviseCmd(g *globalOptions) *cobra.Command {
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:    dispatch.SuperviseCommand + " RUN-ID",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			markRan(cmd)
+			id, err := runstore.ParseRunID(args[0])
+			if err != nil {
+				return &usageError{err}
+			}
+			sigs := make(chan os.Signal, 4)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			d, err := g.dispatcher()
+			if err != nil {
+				return err
+			}
+			code, err := d.SuperviseDetached(id, grace, sigs)
+			g.exitCode = code
+			return err
+		},
+	}
+	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "")
+	return cmd
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+type waitOptions struct {
+	*globalOptions
+	timeout time.Duration
+	json    bool
+}
+
+func newWaitCmd(g *globalOptions, s streams) *cobra.Command {
+	o := &waitOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "wait RUN|TASK... [--timeout D]",
+		Short: "Wait for runs to finish and exit with their exit code",
+		Long: `Block until every given run has finished, then exit with the run's exit code
+(one run) or the first non-zero one (several, in argument order).
+
+A TASK means its active run, else its waiting start, else its latest run. A run
+that ended interrupted (its exit status is unknown) exits 125 and says why on
+stderr. With --timeout, exit 124 if the runs have not finished in time.`,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: completeRuns(g),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			markRan(cmd)
+			return o.run(args, s)
+		},
+	}
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 124); 0 waits forever")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the finished runs as JSON (schema version 1)")
+	return cmd
+}
+
+// waitTimeoutError maps to exit 124.
+type waitTimeoutError struct{ msg string }
+
+func (e *waitTimeoutError) Error() string { return e.msg }
+
+func (o *waitOptions) run(args []string, s streams) error {
+	if o.timeout < 0 {
+		return &usageError{fmt.Errorf("--timeout must not be negative, not %s", o.timeout)}
+	}
+	d, err := o.dispatcher()
+	if err != nil {
+		return err
+	}
+	ids := make([]runstore.RunID, len(args))
+	for i, a := range args {
+		if ids[i], err = d.Resolve(a); err != nil {
+			return err
+		}
+	}
+	ctx := context.Background()
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	var views []*dispatch.RunView
+	code := 0
+	for _, id := range ids {
+		rec, err := d.WaitRun(ctx, id)
+		if errors.Is(err, dispatch.ErrWaitTimeout) {
+			return &waitTimeoutError{fmt.Sprintf("timed out after %s waiting for run %s", o.timeout, id)}
+		}
+		if err != nil {
+			return err
+		}
+		c := dispatch.RunExitCode(rec)
+		if rec.ExitCode == nil {
+			fmt.Fprintf(s.Err, "crew: run %s (%s) ended %s with no exit status: %s\n", rec.RunID, quoteTask(rec.Task), rec.State, rec.Reason)
+		}
+		if code == 0 {
+			code = c
+		}
+		if v, err := d.Run(id); err == nil {
+			views = append(views, v)
+		}
+	}
+	if o.json {
+		if err := writeJSON(s.Out, map[string]any{"version": 1, "runs": views, "exitCode": code}); err != nil {
+			return err
+		}
+	}
+	o.exitCode = code
+	return nil
+}
