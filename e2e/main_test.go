@@ -360,3 +360,5 @@ func groupAlive(pgid int) bool {
 	}
 	return false
 }
+
+func jsonDecode(b []byte, v any) error { return json.Unmarshal(b, v) }

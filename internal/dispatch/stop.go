@@ -109,22 +109,33 @@ func (d *Dispatcher) Stop(id runstore.RunID, opts StopOptions) (*runstore.Record
 
 	graceOver := time.After(opts.Grace)
 	deadline := time.Now().Add(opts.Grace + 30*time.Second)
+	// The run is over when its record is final and no process of its group
+	// is left: a grandchild that ignored the signal gets SIGKILL after the
+	// grace period like the rest, even if the record was final before.
+	var final *runstore.Record
+	groupGone := func() bool { return target == 0 || syscall.Kill(-target, 0) == syscall.ESRCH }
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		if cur, err := st.ReadRun(id); err == nil && !cur.State.Active() {
-			return cur, nil
-		}
-		if held, _ := lockfs.Probe(st.OwnerLockPath(id)); !held {
-			// Every process of the run is gone. If a supervisor lived, it
-			// is finalizing right now; otherwise it is ours to record.
-			if cur, ok := d.finalizeStoppedOrphan(id, req); ok {
-				return cur, nil
+		if final == nil {
+			if cur, err := st.ReadRun(id); err == nil && !cur.State.Active() {
+				final = cur
+			} else if held, _ := lockfs.Probe(st.OwnerLockPath(id)); !held {
+				// Every process of the run is gone. If a supervisor lived,
+				// it is finalizing right now; otherwise it is ours to record.
+				if cur, ok := d.finalizeStoppedOrphan(id, req); ok {
+					final = cur
+				}
 			}
+		}
+		if final != nil && (groupGone() || graceOver == nil) {
+			return final, nil
 		}
 		select {
 		case <-graceOver:
 			graceOver = nil
 			req.Killed = true
-			_ = d.writeStopRequest(id, req)
+			if final == nil {
+				_ = d.writeStopRequest(id, req)
+			}
 			if target != 0 {
 				_ = syscall.Kill(-target, syscall.SIGKILL)
 			} else {
