@@ -45,6 +45,9 @@ func (g *globalOptions) stateRoot() (string, error) {
 	}
 	if root == "" {
 		base := g.getenv("XDG_STATE_HOME")
+		if !filepath.IsAbs(base) {
+			base = "" // the XDG spec: relative paths are invalid and ignored
+		}
 		if base == "" {
 			home := g.getenv("HOME")
 			if home == "" {

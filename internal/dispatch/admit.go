@@ -93,7 +93,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, tk *waitTick
 			return nil, nil, unknownPool(req.Pool, cfg)
 		}
 	}
-	view, err := d.scanActive(true)
+	view, err := d.scanActive(true, req.Task)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -243,7 +243,10 @@ func fits(cfg runstore.Config, v activeView, pool string) bool {
 // admission lock), records whose owners died are finalized on the spot, so
 // they stop counting without an operator. An unreadable record fails
 // closed while its lock is held.
-func (d *Dispatcher) scanActive(reap bool) (activeView, error) {
+//
+// Past maxReapsPerAdmission, a dead run is still finalized if it is of
+// task (the task being admitted), so a task never has two active records.
+func (d *Dispatcher) scanActive(reap bool, task string) (activeView, error) {
 	v := activeView{byTask: map[string]ActiveRun{}, poolUse: map[string]int{}}
 	reaped := 0
 	if !reap {
@@ -289,7 +292,7 @@ func (d *Dispatcher) scanActive(reap bool) (activeView, error) {
 			v.byTask[e.Rec.Task] = h
 		case held:
 			// Terminal record, owner still finishing up: holds no slot.
-		case reaped < maxReapsPerAdmission:
+		case reaped < maxReapsPerAdmission || (reap && e.Rec.Task == task):
 			// Dead: holds no slot. Finalize it now, so that a task never
 			// has two active records.
 			reaped++

@@ -30,6 +30,9 @@ type PoolChange struct {
 // config in the middle of a change and recovery can tell crew.json's
 // temporary files from live ones.
 func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lockTimeout time.Duration) (*InitResult, error) {
+	if setMax && maxInProgress < 1 {
+		return nil, &UsageError{Msg: fmt.Sprintf("maximumInProgress must be at least 1, not %d", maxInProgress)}
+	}
 	for _, p := range pools {
 		if err := runstore.ValidatePoolName(p.Name); err != nil {
 			return nil, &UsageError{Msg: err.Error()}

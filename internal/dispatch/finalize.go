@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -168,27 +167,10 @@ func (d *Dispatcher) finalizeDead(id runstore.RunID) (ReapOutcome, *runstore.Rec
 		return 0, nil, err
 	}
 	_ = os.Remove(st.StopRequestPath(id))
-	d.removeTemps(id)
 	if err := f.removeAndRelease(d, id); err != nil {
 		return 0, nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	return outcome, rec, nil
-}
-
-// removeTemps deletes temporary files of interrupted atomic writes of the
-// run's records. The caller holds the run's fence: every writer of those
-// files holds the run's owner lock, so they are provably unused.
-func (d *Dispatcher) removeTemps(id runstore.RunID) []string {
-	var removed []string
-	for _, dir := range []string{d.Store.ActiveDir(), d.Store.DoneDayDir(id)} {
-		matches, _ := filepath.Glob(filepath.Join(dir, "."+string(id)+".json*"))
-		for _, m := range matches {
-			if os.Remove(m) == nil {
-				removed = append(removed, m)
-			}
-		}
-	}
-	return removed
 }
 
 // markInterrupted turns an active record whose owner died into a final

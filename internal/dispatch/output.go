@@ -46,6 +46,10 @@ func (o *output) started() {
 		go func() {
 			defer o.wg.Done()
 			_, _ = io.Copy(o.tees[i], o.readers[i])
+			// If crew's own stream failed (a closed pipe, a full disk),
+			// stop reading too: the command then gets EPIPE or SIGPIPE as
+			// it would without crew, instead of blocking on a full pipe.
+			_ = o.readers[i].Close()
 		}()
 	}
 }

@@ -409,7 +409,7 @@ func (d *Dispatcher) evaluate(tk *waitTicket, req AdmitRequest) *attemptResult {
 	if err != nil {
 		return nil
 	}
-	view, err := d.scanActive(false)
+	view, err := d.scanActive(false, "")
 	if err != nil {
 		return nil
 	}
@@ -436,7 +436,7 @@ func (d *Dispatcher) RingWaiters() {
 	if err != nil {
 		return
 	}
-	view, err := d.scanActive(false)
+	view, err := d.scanActive(false, "")
 	if err != nil {
 		return
 	}

@@ -61,8 +61,8 @@ func (r *RecoverReport) Count(o Outcome) int {
 // RecoverOptions configures a recovery pass.
 type RecoverOptions struct {
 	DryRun bool
-	// Timeout bounds the whole pass; what it does not reach is reported
-	// as failed.
+	// Timeout bounds the whole pass (zero: no bound); what it does not
+	// reach is reported as failed.
 	Timeout time.Duration
 	// Workers finalize dead runs in parallel (their fsyncs share journal
 	// commits); 0 means a default.
@@ -80,6 +80,9 @@ func (d *Dispatcher) Recover(opts RecoverOptions) (*RecoverReport, error) {
 		return report, nil // nothing was ever run here
 	}
 	deadline := time.Now().Add(opts.Timeout)
+	if opts.Timeout <= 0 {
+		deadline = time.Now().Add(100 * 365 * 24 * time.Hour) // no limit
+	}
 	entries, err := d.Store.ListActive()
 	if err != nil {
 		return nil, err
@@ -234,7 +237,6 @@ func (d *Dispatcher) quarantineRun(item RecoverItem, e runstore.ActiveEntry) []R
 		item.Outcome, item.Reason = FailedItem, err.Error()
 		return []RecoverItem{item}
 	}
-	d.removeTemps(e.ID)
 	if err := f.removeAndRelease(d, e.ID); err != nil {
 		item.Outcome, item.Reason = FailedItem, fmt.Sprintf("moved to %s, but: %v", dest, err)
 		return []RecoverItem{item}

@@ -189,7 +189,7 @@ func (d *Dispatcher) queueView(cfg runstore.Config, taskFilter string) []QueueVi
 	if len(live) == 0 {
 		return out
 	}
-	view, err := d.scanActive(false)
+	view, err := d.scanActive(false, "")
 	if err != nil {
 		return out
 	}

@@ -183,7 +183,6 @@ func (d *Dispatcher) finalizeStoppedOrphan(id runstore.RunID, req *stopRequest) 
 	}
 	_ = st.RemoveActive(id)
 	_ = os.Remove(st.StopRequestPath(id))
-	d.removeTemps(id)
 	_ = f.removeAndRelease(d, id)
 	d.RingWaiters()
 	return rec, true

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,7 +35,16 @@ func CreateOwner(path string) (*OwnerLock, error) {
 	// Between our create and our flock another process may have opened
 	// and locked the file (a finalizer fencing a run), or removed it. Either
 	// way it is not ours to use or to delete.
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	// A prober (Probe's shared lock, held for microseconds) may have the
+	// new file for an instant; only a lock held longer means someone else
+	// has taken it.
+	for attempt := 0; attempt < 200; attempt++ {
+		if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+			break
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("lock new owner lock %s: %w", path, err)
 	}

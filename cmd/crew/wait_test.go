@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+)
+
+func TestWaitFlag(t *testing.T) {
+	var w waitFlag
+	assert.Equal(t, "", w.String())
+	assert.Equal(t, "duration", w.Type())
+
+	require.NoError(t, w.Set("forever"))
+	assert.True(t, w.set)
+	assert.Zero(t, w.timeout)
+	assert.Equal(t, "forever", w.String())
+
+	require.NoError(t, w.Set("90s"))
+	assert.Equal(t, 90*time.Second, w.timeout)
+	assert.Equal(t, "1m30s", w.String())
+
+	for _, bad := range []string{"soon", "0s", "-1m", "10"} {
+		var w waitFlag
+		assert.Error(t, w.Set(bad), bad)
+		assert.False(t, w.set, bad)
+	}
+}
+
+func TestQueueAndPoolUsageErrors(t *testing.T) {
+	root := newRoot(t)
+	require.Equal(t, 0, crew(t, "--root", root, "init", "--pool", "deploy=1").code)
+	cases := []struct {
+		name   string
+		args   []string
+		stderr string
+	}{
+		{"wait with force", []string{"start", "--wait", "--force", "x", "--", "true"}, "--wait and --force do not go together"},
+		{"bad wait", []string{"start", "--wait=soon", "x", "--", "true"}, "not a duration"},
+		{"zero wait", []string{"start", "--wait=0s", "x", "--", "true"}, "must be positive"},
+		{"unknown pool", []string{"start", "--pool", "nope", "x", "--", "true"}, `unknown pool "nope"; configured pools: deploy`},
+		{"pool without size", []string{"init", "--pool", "deploy"}, `--pool wants NAME=N (such as deploy=1), not "deploy"`},
+		{"pool size not a number", []string{"init", "--pool", "deploy=one"}, "--pool wants NAME=N"},
+		{"pool without name", []string{"init", "--pool", "=2"}, "--pool wants NAME=N"},
+		{"negative pool", []string{"init", "--pool", "deploy=-1"}, "cap must be at least 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := crew(t, append([]string{"--root", root}, c.args...)...)
+			assert.Equal(t, exitUsage, r.code, r.stderr)
+			assert.Contains(t, r.stderr, c.stderr)
+			assert.Empty(t, r.stdout)
+		})
+	}
+	s := statusOf(t, root)
+	assert.Empty(t, s.Active)
+	assert.Empty(t, s.Finished, "no usage error ran anything")
+}
+
+func TestStartWaitGivesUp(t *testing.T) {
+	root := newRoot(t)
+	require.Equal(t, 0, crew(t, "--root", root, "init", "--max", "1").code)
+	d := dispatch.New(root)
+	res, err := d.Admit(context.Background(), dispatch.AdmitRequest{Task: "busy", Command: []string{"true"}, LockTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = res.Supervisor.Release()
+		_ = res.Owner.Release()
+	})
+
+	r := crew(t, "--root", root, "start", "--wait=50ms", "other", "--", "echo", "never")
+	assert.Equal(t, 75, r.code, r.stderr)
+	assert.Empty(t, r.stdout)
+	assert.Contains(t, r.stderr, "crew: waiting for a slot: 1st in line, 1/1 slots busy")
+	assert.Contains(t, r.stderr, "gave up after waiting 50ms")
+
+	r = crew(t, "--root", root, "start", "--wait=50ms", "busy", "--", "echo", "never")
+	assert.Equal(t, 76, r.code, r.stderr)
+	assert.Contains(t, r.stderr, `waiting for task busy: already running as `+string(res.Rec.RunID))
+}
+
+func TestStartWaitThenRun(t *testing.T) {
+	root := newRoot(t)
+	r := crew(t, "--root", root, "start", "--wait", "now", "--", "echo", "ran")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "ran\n", r.stdout)
+}
+
+func TestDescribeWait(t *testing.T) {
+	since := time.Now().Add(-time.Minute)
+	run := &dispatch.ActiveRun{RunID: "r-x", Task: "build", Since: since}
+	cases := []struct {
+		p    dispatch.WaitProgress
+		want string
+	}{
+		{dispatch.WaitProgress{Position: 3, Reason: dispatch.WaitSlot, InUse: 4, Maximum: 4, Oldest: run},
+			"waiting for a slot: 3rd in line, 4/4 slots busy (oldest: build r-x for 1m0s)"},
+		{dispatch.WaitProgress{Position: 1, Reason: dispatch.WaitPool, Pool: "deploy", PoolInUse: 1, PoolMax: 1, InUse: 2, Maximum: 4},
+			"waiting for a slot in pool deploy: 1st in line, 1/1 pool slots busy (2/4 in all)"},
+		{dispatch.WaitProgress{Position: 2, Reason: dispatch.WaitTask, BlockingRun: run},
+			"waiting for task my task: already running as r-x for 1m0s, 2nd in line"},
+		{dispatch.WaitProgress{Position: 12, Reason: dispatch.WaitTask},
+			"an older waiting start of it goes first, 12th in line"},
+	}
+	for _, c := range cases {
+		got := describeWait(c.p, "my task")
+		assert.Contains(t, strings.ReplaceAll(got, `"my task"`, "my task"), c.want)
+	}
+	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 22: "22nd", 101: "101st", 111: "111th"} {
+		assert.Equal(t, want, ordinal(n))
+	}
+}
+
+// Off a terminal, the wait view prints one line when the wait starts and
+// one when the run is admitted.
+func TestWaitViewOffTerminal(t *testing.T) {
+	var buf bytes.Buffer
+	v := newWaitView(&buf, "t")
+	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: dispatch.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
+	v.update(p)
+	p.Position = 1
+	v.update(p)
+	v.update(dispatch.WaitProgress{RunID: "r-1", Admitted: true, Since: p.Since})
+	v.close()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 2, buf.String())
+	assert.Equal(t, "crew: waiting for a slot: 1st in line, 1/1 slots busy", lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], "crew: admitted r-1 after waiting "), lines[1])
+	assert.NotContains(t, buf.String(), "\x1b[", "no terminal escapes off a terminal")
+}

@@ -1,0 +1,189 @@
+package dispatch_test
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// newDispatcher returns a dispatcher on a state root that does not exist
+// yet (a fresh directory under t.TempDir()).
+func newDispatcher(t *testing.T) *dispatch.Dispatcher {
+	t.Helper()
+	return dispatch.New(filepath.Join(t.TempDir(), "state"))
+}
+
+// setCap writes crew.json with maximumInProgress n.
+func setCap(t *testing.T, d *dispatch.Dispatcher, n int) {
+	t.Helper()
+	res, err := d.Init(n, true, nil, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, n, res.New)
+}
+
+func admitReq(task string) dispatch.AdmitRequest {
+	return dispatch.AdmitRequest{Task: task, Command: []string{"true"}, LockTimeout: 5 * time.Second}
+}
+
+// admit reserves a slot for task and fails the test if it is refused. The
+// reservation's locks are released when the test ends.
+func admit(t *testing.T, d *dispatch.Dispatcher, task string) *dispatch.Reservation {
+	t.Helper()
+	res, err := d.Admit(context.Background(), admitReq(task))
+	require.NoError(t, err, "admit %q", task)
+	t.Cleanup(func() { releaseAll(res) })
+	return res
+}
+
+// releaseAll lets go of a reservation's locks without finalizing the run,
+// as if every process of the run had died. Releasing twice is harmless.
+func releaseAll(res *dispatch.Reservation) {
+	_ = res.Supervisor.Release()
+	_ = res.Owner.Release()
+}
+
+// holdOwner takes the owner lock at path on a file description of its own,
+// as another process would; the lock is released when the test ends.
+func holdOwner(t *testing.T, path string) *lockfs.OwnerLock {
+	t.Helper()
+	l, err := lockfs.CreateOwner(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Release() })
+	return l
+}
+
+// writeCorruptActive puts an unreadable record under a well-formed run id
+// file name in runs/active and returns its id and path.
+func writeCorruptActive(t *testing.T, d *dispatch.Dispatcher, content string) (runstore.RunID, string) {
+	t.Helper()
+	require.NoError(t, d.Store.Ensure())
+	id := runstore.NewRunID(time.Now())
+	path := d.Store.ActivePath(id)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	return id, path
+}
+
+func activeNames(t *testing.T, d *dispatch.Dispatcher) []string {
+	t.Helper()
+	ents, err := os.ReadDir(d.Store.ActiveDir())
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func readDone(t *testing.T, d *dispatch.Dispatcher, id runstore.RunID) *runstore.Record {
+	t.Helper()
+	rec, err := d.Store.ReadRecord(d.Store.DonePath(id))
+	require.NoError(t, err, "finished record of %s", id)
+	return rec
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// treeSnapshot describes every file and directory under root: its mode and,
+// for regular files, its content. skip names relative paths whose content
+// is not compared (only their presence).
+func treeSnapshot(t *testing.T, root string, skip ...string) map[string]string {
+	t.Helper()
+	snap := map[string]string{}
+	if !exists(root) {
+		return snap
+	}
+	err := filepath.WalkDir(root, func(path string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		fi, err := de.Info()
+		if err != nil {
+			return err
+		}
+		desc := fi.Mode().String()
+		if fi.Mode().IsRegular() && !contains(skip, rel) {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(b)
+		}
+		snap[rel] = desc
+		return nil
+	})
+	require.NoError(t, err)
+	return snap
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// startRequest is a StartRequest with buffers for the command's output.
+func startRequest(task string, command ...string) (dispatch.StartRequest, *bytes.Buffer, *bytes.Buffer) {
+	var stdout, stderr bytes.Buffer
+	return dispatch.StartRequest{
+		AdmitRequest: dispatch.AdmitRequest{Task: task, Command: command, LockTimeout: 5 * time.Second},
+		Grace:        200 * time.Millisecond,
+		Stdout:       &stdout,
+		Stderr:       &stderr,
+		Env:          testEnv(),
+	}, &stdout, &stderr
+}
+
+// testEnv is this process's environment without CREW_ variables, so that the
+// test's expectations about them do not depend on who runs the tests.
+func testEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CREW_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

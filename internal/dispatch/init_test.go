@@ -1,0 +1,111 @@
+package dispatch_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+func TestInitWritesAndKeepsTheCap(t *testing.T) {
+	d := newDispatcher(t)
+
+	// First run without --max: the default cap, written.
+	res, err := d.Init(99, false, nil, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, d.Store.ConfigPath(), res.Path)
+	assert.False(t, res.Existed)
+	assert.Equal(t, runstore.DefaultMaximumInProgress, res.New)
+	cfg, exists, err := runstore.LoadConfig(d.Store.Layout)
+	require.NoError(t, err)
+	assert.True(t, exists)
+	assert.Equal(t, runstore.DefaultMaximumInProgress, cfg.MaximumInProgress)
+	fi, err := os.Stat(d.Store.ConfigPath())
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	for _, dir := range []string{d.Store.Root, d.Store.ActiveDir(), d.Store.OwnersDir()} {
+		fi, err := os.Stat(dir)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), dir)
+	}
+
+	// With --max: changed.
+	res, err = d.Init(2, true, nil, time.Second)
+	require.NoError(t, err)
+	assert.True(t, res.Existed)
+	assert.Equal(t, runstore.DefaultMaximumInProgress, res.Old)
+	assert.Equal(t, 2, res.New)
+
+	// Again without --max: kept, and the file is not rewritten.
+	before, err := os.ReadFile(d.Store.ConfigPath())
+	require.NoError(t, err)
+	res, err = d.Init(7, false, nil, time.Second)
+	require.NoError(t, err)
+	assert.True(t, res.Existed)
+	assert.Equal(t, 2, res.Old)
+	assert.Equal(t, 2, res.New)
+	after, err := os.ReadFile(d.Store.ConfigPath())
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+
+	snap, err := d.Status("")
+	require.NoError(t, err)
+	assert.Equal(t, 2, snap.MaximumInProgress)
+	assert.True(t, snap.ConfigExists)
+}
+
+// The new cap applies to the next admission, also while runs are active.
+func TestInitChangesTheCapForTheNextAdmission(t *testing.T) {
+	d := newDispatcher(t)
+	setCap(t, d, 1)
+	admit(t, d, "a")
+	_, err := d.Admit(context.Background(), admitReq("b"))
+	var refused *dispatch.RefusedError
+	require.ErrorAs(t, err, &refused)
+
+	setCap(t, d, 2)
+	b := admit(t, d, "b")
+	assert.Equal(t, 2, b.Rec.MaximumInProgress)
+	assert.Equal(t, 1, b.Rec.SlotsInUse)
+}
+
+func TestInitCorruptConfig(t *testing.T) {
+	d := newDispatcher(t)
+	require.NoError(t, d.Store.Ensure())
+	require.NoError(t, os.WriteFile(d.Store.ConfigPath(), []byte("{oops"), 0o600))
+
+	_, err := d.Init(3, false, nil, time.Second)
+	var cfgErr *runstore.ConfigError
+	require.ErrorAs(t, err, &cfgErr, "without --max there is nothing to put in its place")
+	b, err := os.ReadFile(d.Store.ConfigPath())
+	require.NoError(t, err)
+	assert.Equal(t, "{oops", string(b), "and the file is left as it was")
+
+	res, err := d.Init(3, true, nil, time.Second)
+	require.NoError(t, err, "--max repairs it")
+	assert.False(t, res.Existed)
+	assert.Equal(t, 3, res.New)
+	cfg, _, err := runstore.LoadConfig(d.Store.Layout)
+	require.NoError(t, err)
+	assert.Equal(t, 3, cfg.MaximumInProgress)
+}
+
+func TestInitWaitsForTheAdmissionLock(t *testing.T) {
+	d := newDispatcher(t)
+	require.NoError(t, d.Store.Ensure())
+	lock, err := lockfs.AcquireAdmission(context.Background(), d.Store.AdmissionLockPath(), d.Store.AdmissionHolderPath(), time.Second)
+	require.NoError(t, err)
+	defer lock.Release()
+
+	_, err = d.Init(3, true, nil, 50*time.Millisecond)
+	var timeout *lockfs.TimeoutError
+	require.ErrorAs(t, err, &timeout)
+	assert.NoFileExists(t, d.Store.ConfigPath())
+}

@@ -1,0 +1,105 @@
+package dispatch_test
+
+// Regression tests for bugs found while writing the unit tests: a failing
+// output stream that hung the run, a task admitted beside its own dead
+// record, and a dry-run recovery that broke concurrent admissions.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+)
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// When crew's own stdout fails (a full disk, a closed pipe), the copy
+// goroutine in output.go stops reading the command's pipe but keeps it
+// open, so a command with more than a pipe buffer of output blocks in
+// write(2) forever, holding its slot; Start never returns. From a shell:
+// `crew start x -- head -c 1000000 /dev/zero > /dev/full` hangs.
+func TestRegressionFailingOutputHangsTheRun(t *testing.T) {
+	d := newDispatcher(t)
+	req, _, _ := startRequest("writer", "head", "-c", "1000000", "/dev/zero")
+	req.Stdout = failingWriter{}
+	done := make(chan startResult, 1)
+	go func() {
+		code, id, err := d.Start(req)
+		done <- startResult{code, id, err}
+	}()
+	select {
+	case r := <-done:
+		assert.NotEqual(t, 0, r.code, "the command saw its output fail")
+	case <-time.After(10 * time.Second):
+		killActive(d)
+		<-done
+		t.Fatal("Start did not return: the command blocked on a pipe nobody reads")
+	}
+}
+
+// Admission finalizes at most maxReapsPerAdmission dead runs; a dead
+// record past that bound is left active and is not in byTask, so a new run
+// of its task is admitted next to it: two active records for one task
+// (DESIGN.md invariant 5; the comment in scanActive says finalizing is
+// there "so that a task never has two active records").
+func TestRegressionTwoActiveRecordsForOneTask(t *testing.T) {
+	d := newDispatcher(t)
+	setCap(t, d, 10)
+	var dead []*dispatch.Reservation
+	for i := range 5 {
+		dead = append(dead, admit(t, d, fmt.Sprintf("task-%d", i)))
+	}
+	for _, r := range dead {
+		releaseAll(r)
+	}
+	admit(t, d, "task-4")
+	snap, err := d.Status("task-4")
+	require.NoError(t, err)
+	assert.Len(t, snap.Active, 1, "one active record per task")
+}
+
+// `crew recover --dry-run` probes (flock LOCK_SH) every lock file in
+// owners/ without an active record, outside the admission lock. A new
+// run's lock file is exactly that between its O_EXCL create and its
+// LOCK_EX|LOCK_NB in lockfs.CreateOwner, so a concurrent dry run makes
+// the reservation fail with EWOULDBLOCK ("lock new owner lock ...:
+// resource temporarily unavailable"): crew start exits 125. Probabilistic:
+// the window is microseconds wide; with 8 dry runs looping, a few
+// admissions in a thousand failed here, so this runs for 20 s.
+func TestRegressionDryRunRecoverBreaksConcurrentAdmission(t *testing.T) {
+	d := newDispatcher(t)
+	setCap(t, d, 1000)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				_, _ = d.Recover(dispatch.RecoverOptions{DryRun: true, Timeout: time.Minute})
+			}
+		}()
+	}
+	var failures []error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		res, err := d.Admit(context.Background(), admitReq("t"))
+		if err != nil {
+			failures = append(failures, err)
+			continue
+		}
+		releaseAll(res)
+	}
+	stop.Store(true)
+	wg.Wait()
+	assert.Empty(t, failures)
+}

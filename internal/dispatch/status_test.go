@@ -1,0 +1,194 @@
+package dispatch_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+func TestStatusOnMissingRootCreatesNothing(t *testing.T) {
+	d := newDispatcher(t)
+	snap, err := d.Status("")
+	require.NoError(t, err)
+	assert.Equal(t, dispatch.StatusVersion, snap.Version)
+	assert.Equal(t, 1, snap.Version)
+	assert.Equal(t, d.Store.Root, snap.Root)
+	assert.Equal(t, d.Store.ConfigPath(), snap.ConfigPath)
+	assert.False(t, snap.ConfigExists)
+	assert.Equal(t, runstore.DefaultMaximumInProgress, snap.MaximumInProgress)
+	assert.Equal(t, 0, snap.SlotsInUse)
+	assert.NotNil(t, snap.Active, "empty lists, not null, in JSON")
+	assert.Empty(t, snap.Active)
+	assert.NotNil(t, snap.Finished)
+	assert.Empty(t, snap.Finished)
+	assert.NotNil(t, snap.Problems)
+	assert.Empty(t, snap.Problems)
+	assert.NoDirExists(t, d.Store.Root)
+
+	_, err = d.Run(runstore.NewRunID(time.Now()))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	assert.NoDirExists(t, d.Store.Root)
+}
+
+func TestStatusActiveRuns(t *testing.T) {
+	d := newDispatcher(t)
+	setCap(t, d, 5)
+	alive := admit(t, d, "alive")
+	orphan := admit(t, d, "orphan")
+	require.NoError(t, orphan.Supervisor.Release())
+	dead := admit(t, d, "dead")
+	releaseAll(dead)
+
+	before := treeSnapshot(t, d.Store.Root)
+	snap, err := d.Status("")
+	require.NoError(t, err)
+	assert.Equal(t, before, treeSnapshot(t, d.Store.Root), "status changes nothing")
+
+	assert.True(t, snap.ConfigExists)
+	assert.Equal(t, 5, snap.MaximumInProgress)
+	assert.Equal(t, 2, snap.SlotsInUse, "the live run and the orphan hold slots; the dead run does not")
+	require.Len(t, snap.Active, 3)
+	byTask := map[string]dispatch.RunView{}
+	for _, v := range snap.Active {
+		byTask[v.Task] = v
+	}
+
+	a := byTask["alive"]
+	assert.Equal(t, alive.Rec.RunID, a.RunID)
+	assert.Equal(t, runstore.Provisioning, a.State)
+	assert.True(t, a.OwnerAlive)
+	assert.True(t, a.SupervisorAlive)
+	assert.False(t, a.Orphaned)
+	assert.True(t, a.HoldsSlot)
+	assert.Equal(t, os.Getpid(), a.SupervisorPID)
+	assert.Empty(t, a.LogPath, "no log before the command starts")
+
+	o := byTask["orphan"]
+	assert.True(t, o.OwnerAlive)
+	assert.False(t, o.SupervisorAlive)
+	assert.True(t, o.Orphaned)
+	assert.True(t, o.HoldsSlot)
+
+	x := byTask["dead"]
+	assert.False(t, x.OwnerAlive)
+	assert.False(t, x.SupervisorAlive)
+	assert.False(t, x.Orphaned)
+	assert.False(t, x.HoldsSlot)
+	assert.Contains(t, x.Reason, fmt.Sprintf("owner process %d is gone", os.Getpid()))
+
+	// A task filter keeps that task's runs; the count stays global.
+	snap, err = d.Status("orphan")
+	require.NoError(t, err)
+	require.Len(t, snap.Active, 1)
+	assert.Equal(t, orphan.Rec.RunID, snap.Active[0].RunID)
+	assert.Equal(t, 2, snap.SlotsInUse)
+
+	// One run by id.
+	v, err := d.Run(alive.Rec.RunID)
+	require.NoError(t, err)
+	assert.Equal(t, "alive", v.Task)
+	assert.True(t, v.HoldsSlot)
+}
+
+func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
+	d := newDispatcher(t)
+	var ids []runstore.RunID
+	for i := range dispatch.FinishedShown + 2 {
+		task := "even"
+		if i%2 == 1 {
+			task = "odd"
+		}
+		req, _, _ := startRequest(task, "sh", "-c", fmt.Sprintf("exit %d", i%2))
+		_, id, err := d.Start(req)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+
+	snap, err := d.Status("")
+	require.NoError(t, err)
+	require.Len(t, snap.Finished, dispatch.FinishedShown)
+	for i, v := range snap.Finished {
+		assert.Equal(t, ids[len(ids)-1-i], v.RunID, "finished[%d]", i)
+		assert.False(t, v.HoldsSlot)
+		assert.False(t, v.OwnerAlive)
+		assert.Equal(t, d.Store.LogPath(v.RunID), v.LogPath)
+		require.NotNil(t, v.ExitCode)
+	}
+	assert.Equal(t, runstore.Failed, snap.Finished[0].State)
+	assert.Equal(t, runstore.Succeeded, snap.Finished[1].State)
+	assert.Empty(t, snap.Active)
+	assert.Equal(t, 0, snap.SlotsInUse)
+
+	snap, err = d.Status("even")
+	require.NoError(t, err)
+	require.Len(t, snap.Finished, (dispatch.FinishedShown+2)/2)
+	for _, v := range snap.Finished {
+		assert.Equal(t, "even", v.Task)
+	}
+
+	v, err := d.Run(ids[0])
+	require.NoError(t, err, "a run older than the listing is still found by id")
+	assert.Equal(t, runstore.Succeeded, v.State)
+}
+
+func TestStatusReportsProblems(t *testing.T) {
+	d := newDispatcher(t)
+	setCap(t, d, 3)
+	_, freePath := writeCorruptActive(t, d, "{")
+	heldID, heldPath := writeCorruptActive(t, d, `{"version": 99}`)
+	holdOwner(t, d.Store.OwnerLockPath(heldID))
+	foreign := filepath.Join(d.Store.ActiveDir(), "README")
+	require.NoError(t, os.WriteFile(foreign, []byte("hi"), 0o600))
+	// A temporary file of an interrupted write is not a problem.
+	require.NoError(t, os.WriteFile(filepath.Join(d.Store.ActiveDir(), ".r-tmp.json123"), nil, 0o600))
+
+	// A corrupt finished record.
+	req, _, _ := startRequest("done", "true")
+	_, doneID, err := d.Start(req)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(d.Store.DonePath(doneID), []byte("torn"), 0o600))
+
+	snap, err := d.Status("")
+	require.NoError(t, err)
+	assert.Equal(t, 1, snap.SlotsInUse, "only the record whose owner is alive counts")
+	assert.Empty(t, snap.Active)
+	assert.Empty(t, snap.Finished)
+	byPath := map[string]dispatch.Problem{}
+	var unnamed []dispatch.Problem
+	for _, p := range snap.Problems {
+		if p.Path == "" {
+			unnamed = append(unnamed, p)
+			continue
+		}
+		byPath[p.Path] = p
+	}
+	require.Len(t, snap.Problems, 4)
+	assert.False(t, byPath[freePath].HoldsSlot)
+	assert.False(t, byPath[freePath].OwnerAlive)
+	assert.NotEmpty(t, byPath[freePath].Error)
+	assert.True(t, byPath[heldPath].HoldsSlot)
+	assert.True(t, byPath[heldPath].OwnerAlive)
+	assert.Contains(t, byPath[heldPath].Error, "unknown record version 99")
+	assert.Contains(t, byPath[foreign].Error, "foreign file")
+	assert.False(t, byPath[foreign].HoldsSlot)
+	require.Len(t, unnamed, 1)
+	assert.Contains(t, unnamed[0].Error, d.Store.DonePath(doneID))
+}
+
+func TestStatusCorruptConfig(t *testing.T) {
+	d := newDispatcher(t)
+	require.NoError(t, d.Store.Ensure())
+	require.NoError(t, os.WriteFile(d.Store.ConfigPath(), []byte("{"), 0o600))
+	_, err := d.Status("")
+	var cfgErr *runstore.ConfigError
+	require.ErrorAs(t, err, &cfgErr)
+	assert.Equal(t, d.Store.ConfigPath(), cfgErr.Path)
+}
