@@ -39,7 +39,7 @@ told to leave the queue. Stopping a run that already finished does nothing.`,
 	}
 	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "time between the signal and SIGKILL")
 	cmd.Flags().StringVar(&o.signal, "signal", "SIGTERM", "signal to send first (name such as TERM, INT, HUP, or number)")
-	cmd.Flags().BoolVar(&o.json, "json", false, "print the run's final record as JSON")
+	cmd.Flags().BoolVar(&o.json, "json", false, `print {"version": 1, "run": RUN} with the run's final record`)
 	return cmd
 }
 
@@ -95,7 +95,7 @@ func (o *stopOptions) run(arg string, s streams) error {
 		if err != nil {
 			return err
 		}
-		return writeJSON(s.Out, v)
+		return writeJSON(s.Out, map[string]any{"version": 1, "run": v})
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ stderr. With --timeout, exit 124 if the runs have not finished in time.`,
 		},
 	}
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 124); 0 waits forever")
-	cmd.Flags().BoolVar(&o.json, "json", false, "print the finished runs as JSON (schema version 1)")
+	cmd.Flags().BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "exitCode": N}`)
 	return cmd
 }
 
