@@ -147,7 +147,9 @@ type supervisor struct {
 	warn func(string)
 	cmd  *exec.Cmd
 	pgid int
-	done bool // the record is final
+	// ownsTTY: the command's group is its terminal's foreground group.
+	ownsTTY bool
+	done    bool // the record is final
 	// ready, for a detached supervisor, tells the parent the run's state.
 	ready *os.File
 }
@@ -186,6 +188,12 @@ func (s *supervisor) run() (int, runstore.RunID, error) {
 	// process of the run lives, even if this supervisor dies.
 	cmd.ExtraFiles = []*os.File{s.res.Owner.File()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if fd, ok := foregroundTTY(s.req.Stdin); ok {
+		cmd.SysProcAttr.Foreground = true
+		cmd.SysProcAttr.Ctty = fd
+		s.ownsTTY = true
+		defer reclaimTTY(fd)
+	}
 	if err := cmd.Start(); err != nil {
 		out.closeAll()
 		return s.launchFailure(err)
@@ -299,6 +307,12 @@ func (s *supervisor) describeExit(ws syscall.WaitStatus, stop *stopRecord) {
 		if stop.killed {
 			s.rec.Reason += fmt.Sprintf(" (sent SIGKILL after the %s grace period)", s.req.Grace)
 		}
+	case s.ownsTTY && ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGQUIT):
+		// The command owned the terminal, so Ctrl-C (or Ctrl-\) went to it
+		// directly rather than through crew.
+		s.rec.State = runstore.Stopped
+		s.rec.Signal = signalName(ws.Signal())
+		s.rec.Reason = fmt.Sprintf("interrupted from the terminal (%s); %s", signalName(ws.Signal()), how)
 	case code == 0:
 		s.rec.State = runstore.Succeeded
 		s.rec.Reason = ""

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// onTTY runs crew inside a pseudo-terminal (util-linux script), feeding
+// input to the terminal, and returns what the terminal showed.
+func (e *env) onTTY(t *testing.T, input func(w io.Writer), args ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("script(1) from util-linux is needed to run crew on a terminal")
+	}
+	quoted := []string{crewBin}
+	for _, a := range args {
+		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "script", "-qec", strings.Join(quoted, " "), "/dev/null")
+	cmd.Env = e.environ()
+	cmd.Dir = e.dir
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	input(stdin)
+	err = cmd.Wait()
+	require.NoError(t, ctx.Err(), "crew on a terminal hung; output:\n%s", out.String())
+	_ = err // script's own exit status is not crew's on every util-linux version
+	_ = stdin.Close()
+	return out.String()
+}
+
+// TestTerminalCommandOwnsTheTerminal: on a terminal, the command's process
+// group is the terminal's foreground group, so it can read from the
+// terminal (instead of being stopped by SIGTTIN) and Ctrl-C reaches it.
+func TestTerminalCommandOwnsTheTerminal(t *testing.T) {
+	e := newEnv(t)
+	out := e.onTTY(t, func(w io.Writer) {
+		_, _ = io.WriteString(w, "hello\n")
+		time.Sleep(500 * time.Millisecond)
+	}, "start", "reader", "--", "sh", "-c", `read x; echo "got:$x"`)
+	assert.Contains(t, out, "got:hello")
+	s := e.status("reader")
+	require.Len(t, s.Finished, 1)
+	assert.Equal(t, "succeeded", s.Finished[0].State)
+
+	gate, _ := e.gate("never")
+	e.onTTY(t, func(w io.Writer) {
+		// Wait until the command runs, then press Ctrl-C.
+		eventually(t, 10*time.Second, "the command to run", func() bool {
+			for _, r := range e.status().Active {
+				if r.Task == "interrupted" && r.State == "running" {
+					return true
+				}
+			}
+			return false
+		})
+		_, _ = io.WriteString(w, "\x03")
+		time.Sleep(500 * time.Millisecond)
+	}, append([]string{"start", "interrupted", "--"}, waitCmd(gate)...)...)
+	s = e.status("interrupted")
+	require.Len(t, s.Finished, 1)
+	assert.Equal(t, "stopped", s.Finished[0].State)
+	assert.Equal(t, "SIGINT", s.Finished[0].Signal)
+	assert.Contains(t, s.Finished[0].Reason, "interrupted from the terminal (SIGINT)")
+}
