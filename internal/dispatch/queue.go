@@ -356,8 +356,15 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reser
 			}
 			return res, nil
 		}
+		joined := tk == nil
 		tk = ar.ticket
 		report(ar.progress(tk, req))
+		if joined && d.evaluate(tk, req) == nil {
+			// Capacity freed between our decision and our ticket becoming
+			// visible was announced to nobody: whoever freed it looked
+			// at a queue without us. Look once more before sleeping.
+			continue
+		}
 		if err := d.sleepUntilWorthTrying(ctx, tk, req, deadline, report); err != nil {
 			if errors.Is(err, errWaitTimeout) {
 				r := ar.refusal(req)
@@ -392,6 +399,13 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, tk *waitTicket, 
 			poll.Stop()
 			return nil
 		case <-poll.C:
+			// Cheap first: as long as every slot is held by a living run,
+			// nothing can have changed unannounced. Only free capacity
+			// (a run that died without a word frees its slot) makes it
+			// worth reading the whole queue.
+			if !d.capacityLeft(req) {
+				continue
+			}
 			ar := d.evaluate(tk, req)
 			if ar == nil {
 				return nil // admissible, or cannot tell: try under the lock
@@ -419,6 +433,23 @@ func (d *Dispatcher) evaluate(tk *waitTicket, req AdmitRequest) *attemptResult {
 	}
 	return &attemptResult{verdict: vd, inUse: view.inUse, maximum: cfg.MaximumInProgress,
 		poolUse: view.poolUse[req.Pool], poolMax: cfg.Pools[req.Pool], holders: view.holders}
+}
+
+// capacityLeft reports whether a run of req's pool would fit under the
+// caps right now, ignoring the queue; it reads only the active set.
+func (d *Dispatcher) capacityLeft(req AdmitRequest) bool {
+	cfg, _, err := runstore.LoadConfig(d.Store.Layout)
+	if err != nil {
+		return true // cannot tell: let the full evaluation decide
+	}
+	view, err := d.scanActive(false, "")
+	if err != nil {
+		return true
+	}
+	if _, busy := view.byTask[req.Task]; busy {
+		return false // our task's run is alive; its end is announced
+	}
+	return fits(cfg, view, req.Pool)
 }
 
 // RingWaiters wakes the waiters that may be admitted now. Whoever frees
