@@ -2,6 +2,7 @@
 
 GO ?= go
 PKGS := ./...
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build test vet unit e2e cross fuzz bench clean
 
@@ -18,6 +19,8 @@ vet:
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed on:"; gofmt -l .; exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags failpoints $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+	$(GO) run $(STATICCHECK) -tags failpoints $(PKGS)
 
 cross:
 	GOOS=darwin GOARCH=arm64 $(GO) build ./...

@@ -91,7 +91,6 @@ func (d *Dispatcher) Start(req StartRequest) (code int, runID runstore.RunID, er
 		}
 		return 0, "", err
 	}
-	runID = res.Rec.RunID
 	failpoint.Hit("admitted")
 
 	s := &supervisor{d: d, req: req, res: res, rec: res.Rec, warn: warn}
