@@ -112,7 +112,12 @@ func describeWait(p dispatch.WaitProgress, task string) string {
 	return why
 }
 
-func since(t time.Time) string { return time.Since(t).Truncate(time.Second).String() }
+func since(t time.Time) string {
+	if d := time.Since(t); d >= time.Second {
+		return d.Truncate(time.Second).String()
+	}
+	return "under a second"
+}
 
 func ordinal(n int) string {
 	suffix := "th"
