@@ -133,7 +133,10 @@ func (s Store) WriteDone(rec *Record) error {
 	// crew prune removes empty day directories; if it removes this one
 	// between our mkdir and our write, make it again.
 	for attempt := 0; ; attempt++ {
-		if err := os.Mkdir(day, DirPerm); err == nil {
+		if _, err := os.Stat(day); err == nil {
+			// Exists: the common case, and a stat is cheaper than a
+			// failing mkdir, which takes the directory's lock.
+		} else if err := os.Mkdir(day, DirPerm); err == nil {
 			if err := SyncDir(s.DoneDir()); err != nil {
 				return err
 			}
