@@ -7,18 +7,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofrs/flock"
 
 	"github.com/crew-dev/crew/internal/failpoint"
 )
-
-// retryDelay is how often a waiter retries the admission lock. The critical
-// section lasts a few milliseconds, so a short delay keeps handoff close to a
-// blocking flock while still letting the wait be bounded by a timeout
-// (a blocking flock(2) cannot be cancelled).
-const retryDelay = 2 * time.Millisecond
 
 // holderSize is the fixed width of the holder note, so a rewrite with
 // pwrite never leaves a longer older note's tail behind.
@@ -62,6 +57,12 @@ type AdmissionLock struct {
 // timeout. The lock file is created if missing and never deleted. Once the
 // lock is held, a note naming this process is written to holderPath so that
 // a waiter who times out can say who is in the way.
+//
+// A contended wait blocks in the kernel (flock without LOCK_NB), so dozens
+// of waiters cost no CPU and the lock passes on as soon as it is released;
+// polling with LOCK_NB made 64 contenders on 2 cores spend the machine on
+// retries. A blocking flock cannot be cancelled, so on timeout the waiting
+// goroutine is abandoned and releases the lock itself if it ever gets it.
 func AcquireAdmission(ctx context.Context, lockPath, holderPath string, timeout time.Duration) (*AdmissionLock, error) {
 	fl := flock.New(lockPath)
 	ok, err := fl.TryLock()
@@ -70,20 +71,16 @@ func AcquireAdmission(ctx context.Context, lockPath, holderPath string, timeout 
 	}
 	if !ok {
 		failpoint.Hit("admission-contended")
-		wctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
 		start := time.Now()
-		ok, err = fl.TryLockContext(wctx, retryDelay)
-		if !ok {
-			_ = fl.Close()
+		if err := waitLock(ctx, fl, timeout); err != nil {
+			if errors.Is(err, errLockTimeout) {
+				h, herr := ReadHolder(holderPath)
+				return nil, &TimeoutError{Path: lockPath, Waited: time.Since(start).Round(time.Millisecond), Holder: h, HoldErr: herr}
+			}
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("waiting for the admission lock %s: %w", lockPath, ctx.Err())
 			}
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return nil, fmt.Errorf("lock %s: %w", lockPath, err)
-			}
-			h, herr := ReadHolder(holderPath)
-			return nil, &TimeoutError{Path: lockPath, Waited: time.Since(start).Round(time.Millisecond), Holder: h, HoldErr: herr}
+			return nil, fmt.Errorf("lock %s: %w", lockPath, err)
 		}
 	}
 	l := &AdmissionLock{fl: fl, holderPath: holderPath}
@@ -92,6 +89,53 @@ func AcquireAdmission(ctx context.Context, lockPath, holderPath string, timeout 
 		return nil, err
 	}
 	return l, nil
+}
+
+var errLockTimeout = errors.New("timed out")
+
+// waitLock blocks until fl is locked, the timeout passes, or ctx ends.
+func waitLock(ctx context.Context, fl *flock.Flock, timeout time.Duration) error {
+	var (
+		mu        sync.Mutex
+		abandoned bool
+		got       = make(chan error, 1)
+	)
+	go func() {
+		err := fl.Lock() // blocking; retries on EINTR
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			_ = fl.Close() // releases the lock if we got it after all
+			return
+		}
+		got <- err
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var why error
+	select {
+	case err := <-got:
+		if err != nil {
+			_ = fl.Close()
+		}
+		return err
+	case <-timer.C:
+		why = errLockTimeout
+	case <-ctx.Done():
+		why = ctx.Err()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	abandoned = true
+	select {
+	case err := <-got:
+		// Acquired just as we gave up: let it go again.
+		if err == nil {
+			_ = fl.Close()
+		}
+	default:
+	}
+	return why
 }
 
 // Release unlocks. The lock file stays: deleting it would let a second

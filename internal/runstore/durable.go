@@ -41,6 +41,30 @@ func WriteAtomic(path string, data []byte) error {
 	return nil
 }
 
+// WriteVolatile replaces path atomically but makes nothing durable: for
+// files that mean nothing after a crash (a queue ticket is void once its
+// waiter is gone, and a power loss takes every waiter with it). Readers
+// still never see a torn file while the machine runs.
+func WriteVolatile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
+	}
+	return nil
+}
+
 // SyncDir makes the directory's entries (creations, renames, removals)
 // durable.
 func SyncDir(dir string) error {
