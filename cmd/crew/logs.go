@@ -24,7 +24,7 @@ func newLogsCmd(g *globalOptions, s streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs RUN|TASK [-f]",
 		Short: "Print a run's output",
-		Long: `Print the output (stdout and stderr, interleaved as written) of a run, from its
+		Long: `Print the output (stdout and stderr, each in the order written) of a run, from its
 log in the state root. With -f, keep printing what the run writes until it ends,
 then exit with the same code as crew wait. Works for foreground and detached
 runs, and while the run is writing.`,
