@@ -208,9 +208,16 @@ func (s Store) RecentFinished(n int, keep func(*Record) bool) (recs []*Record, b
 		if err != nil {
 			return recs, bad, err
 		}
-		slices.Sort(names)
-		for j := len(names) - 1; j >= 0 && len(recs) < n; j-- {
-			rec, err := s.ReadRecord(filepath.Join(dir, names[j]))
+		// Most calls want the newest few of a large directory: take those
+		// without sorting it all, and sort it all only if they fall short.
+		order := newestN(names, n+8)
+		for j := 0; j < len(names) && len(recs) < n; j++ {
+			if j == len(order) {
+				slices.Sort(names)
+				slices.Reverse(names)
+				order = names
+			}
+			rec, err := s.ReadRecord(filepath.Join(dir, order[j]))
 			if err != nil {
 				bad = append(bad, err)
 				continue
@@ -221,6 +228,29 @@ func (s Store) RecentFinished(n int, keep func(*Record) bool) (recs []*Record, b
 		}
 	}
 	return recs, bad, nil
+}
+
+// newestN returns the k largest names (run ids sort by creation time),
+// largest first, in O(len(names)·k) comparisons with k small.
+func newestN(names []string, k int) []string {
+	if k >= len(names) {
+		out := slices.Clone(names)
+		slices.Sort(out)
+		slices.Reverse(out)
+		return out
+	}
+	top := make([]string, 0, k+1) // kept sorted, largest first
+	for _, name := range names {
+		if len(top) == k && name <= top[k-1] {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(top, name, func(a, b string) int { return strings.Compare(b, a) })
+		top = slices.Insert(top, i, name)
+		if len(top) > k {
+			top = top[:k]
+		}
+	}
+	return top
 }
 
 func readNames(dir string) ([]string, error) {
