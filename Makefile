@@ -2,6 +2,7 @@
 
 GO ?= go
 PKGS := ./...
+BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build test vet unit e2e cross fuzz bench clean
@@ -37,8 +38,11 @@ fuzz:
 	$(GO) test ./internal/runstore/ -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 20s
 	$(GO) test ./internal/runstore/ -run '^$$' -fuzz FuzzDecodeConfig -fuzztime 20s
 
+# Go benchmarks, then the whole-process comparison with flock, sem, tsp and nq
+# (bench/README.md; results in docs/benchmarks.md). Smoke run: make bench BENCHFLAGS=-quick
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./bench/cmd/crewbench $(BENCHFLAGS)
 
 clean:
 	rm -rf bin
