@@ -27,7 +27,7 @@ func BenchmarkListActive(b *testing.B) {
 					b.Fatal(err)
 				}
 				if i < 100 { // first pass over the 100 days
-					if err := os.MkdirAll(s.DoneDayDir(id), DirPerm); err != nil {
+					if err := os.MkdirAll(s.DoneShardDir(id), DirPerm); err != nil {
 						b.Fatal(err)
 					}
 				}

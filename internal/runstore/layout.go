@@ -8,7 +8,7 @@
 //	.locks/dispatch-admission.lock     the admission lock; never deleted
 //	.locks/dispatch-admission.holder   who holds it (pid, host, since)
 //	runs/active/<run-id>.json          records of runs that may hold a slot
-//	runs/done/<yyyy-mm-dd>/<run-id>.json  finished runs, by creation day (UTC)
+//	runs/done/<yyyy-mm-ddThh>/<run-id>.json  finished runs, by creation hour (UTC)
 //	owners/<run-id>.lock               owner locks (held by supervisor and command)
 //	owners/<run-id>.supervisor.lock    held by the supervisor alone
 //	owners/<run-id>.stop               who asked `crew stop` to stop the run
@@ -60,9 +60,11 @@ func (l Layout) TicketLockPath(id RunID) string {
 }
 func (l Layout) BellPath(id RunID) string { return filepath.Join(l.QueueDir(), string(id)+".bell") }
 
-func (l Layout) ActivePath(id RunID) string { return filepath.Join(l.ActiveDir(), string(id)+".json") }
-func (l Layout) DoneDayDir(id RunID) string { return filepath.Join(l.DoneDir(), id.Day()) }
-func (l Layout) DonePath(id RunID) string   { return filepath.Join(l.DoneDayDir(id), string(id)+".json") }
+func (l Layout) ActivePath(id RunID) string   { return filepath.Join(l.ActiveDir(), string(id)+".json") }
+func (l Layout) DoneShardDir(id RunID) string { return filepath.Join(l.DoneDir(), id.Shard()) }
+func (l Layout) DonePath(id RunID) string {
+	return filepath.Join(l.DoneShardDir(id), string(id)+".json")
+}
 func (l Layout) OwnerLockPath(id RunID) string {
 	return filepath.Join(l.OwnersDir(), string(id)+".lock")
 }

@@ -43,13 +43,16 @@ func LooksLikeRunID(s string) bool {
 	return err == nil
 }
 
-// Day is the creation day (UTC), the shard of the finished-runs directory.
-func (id RunID) Day() string {
+// Shard is the creation hour (UTC) as YYYY-MM-DDTHH: the directory of
+// runs/done the finished run lives in. Hours, not days, so that listing
+// the newest shard (what status does) stays small even at thousands of
+// runs an hour; the names sort in time order.
+func (id RunID) Shard() string {
 	s := string(id)
-	if len(s) < 10 {
+	if len(s) < 13 {
 		return "unknown"
 	}
-	return s[2:6] + "-" + s[6:8] + "-" + s[8:10]
+	return s[2:6] + "-" + s[6:8] + "-" + s[8:10] + "T" + s[11:13]
 }
 
 // CreatedAt is the creation time encoded in the id.

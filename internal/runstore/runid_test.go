@@ -21,8 +21,8 @@ func TestNewRunIDFormat(t *testing.T) {
 	if !LooksLikeRunID(string(id)) {
 		t.Fatal("LooksLikeRunID(NewRunID()) = false")
 	}
-	if got := id.Day(); got != "2024-03-09" {
-		t.Errorf("Day() = %q, want 2024-03-09", got)
+	if got := id.Shard(); got != "2024-03-09T17" {
+		t.Errorf("Shard() = %q, want 2024-03-09T17", got)
 	}
 	at, err := id.CreatedAt()
 	if err != nil {
@@ -45,8 +45,8 @@ func TestNewRunIDUsesUTC(t *testing.T) {
 	if !strings.HasPrefix(string(id), "r-20240102T043000.000000000Z-") {
 		t.Fatalf("NewRunID(local) = %q, want the UTC time", id)
 	}
-	if id.Day() != "2024-01-02" {
-		t.Errorf("Day() = %q, want 2024-01-02", id.Day())
+	if id.Shard() != "2024-01-02T04" {
+		t.Errorf("Shard() = %q, want 2024-01-02T04", id.Shard())
 	}
 	at, err := id.CreatedAt()
 	if err != nil || !at.Equal(local) {
@@ -179,12 +179,12 @@ func TestRunIDDayAndCreatedAtOnMalformedIDs(t *testing.T) {
 	// Never panics, whatever the string.
 	for _, s := range []string{"", "r", "r-2024", "r-20240102", "r-20240102T", "r-99999999T999999.999999999Z-x"} {
 		id := RunID(s)
-		_ = id.Day()
+		_ = id.Shard()
 		if _, err := id.CreatedAt(); err == nil {
 			t.Errorf("CreatedAt(%q) succeeded", s)
 		}
 	}
-	if d := RunID("r-2024").Day(); d != "unknown" {
+	if d := RunID("r-2024").Shard(); d != "unknown" {
 		t.Errorf("Day of a short id = %q, want unknown", d)
 	}
 }

@@ -129,7 +129,7 @@ func (s Store) WriteDone(rec *Record) error {
 	if err != nil {
 		return err
 	}
-	day := s.DoneDayDir(rec.RunID)
+	day := s.DoneShardDir(rec.RunID)
 	// crew prune removes empty day directories; if it removes this one
 	// between our mkdir and our write, make it again.
 	for attempt := 0; ; attempt++ {

@@ -47,8 +47,8 @@ func TestLayoutPaths(t *testing.T) {
 		"LogsDir":             "/state/logs",
 		"QuarantineDir":       "/state/quarantine",
 		"ActivePath":          "/state/runs/active/" + string(id) + ".json",
-		"DoneDayDir":          "/state/runs/done/2024-01-02",
-		"DonePath":            "/state/runs/done/2024-01-02/" + string(id) + ".json",
+		"DoneShardDir":        "/state/runs/done/2024-01-02T03",
+		"DonePath":            "/state/runs/done/2024-01-02T03/" + string(id) + ".json",
 		"OwnerLockPath":       "/state/owners/" + string(id) + ".lock",
 		"SupervisorLockPath":  "/state/owners/" + string(id) + ".supervisor.lock",
 		"LogPath":             "/state/logs/" + string(id) + ".log",
@@ -64,7 +64,7 @@ func TestLayoutPaths(t *testing.T) {
 		"LogsDir":             l.LogsDir(),
 		"QuarantineDir":       l.QuarantineDir(),
 		"ActivePath":          l.ActivePath(id),
-		"DoneDayDir":          l.DoneDayDir(id),
+		"DoneShardDir":        l.DoneShardDir(id),
 		"DonePath":            l.DonePath(id),
 		"OwnerLockPath":       l.OwnerLockPath(id),
 		"SupervisorLockPath":  l.SupervisorLockPath(id),
@@ -198,7 +198,7 @@ func TestWriteDoneRejectsActiveStates(t *testing.T) {
 func TestWriteDoneRemoveActiveIsDone(t *testing.T) {
 	s := newStore(t)
 	day := time.Date(2024, 1, 2, 12, 0, 0, 0, time.UTC)
-	a, b := idAt(day, 1), idAt(day.Add(time.Hour), 2)
+	a, b := idAt(day, 1), idAt(day.Add(time.Minute), 2)
 	for _, id := range []RunID{a, b} {
 		if err := s.WriteActive(testRecord(id, Running)); err != nil {
 			t.Fatal(err)
@@ -215,9 +215,9 @@ func TestWriteDoneRemoveActiveIsDone(t *testing.T) {
 			t.Fatalf("IsDone(%s) = false after WriteDone", id)
 		}
 	}
-	assertOnlyFiles(t, s.DoneDir(), "2024-01-02")
-	assertOnlyFiles(t, s.DoneDayDir(a), string(a)+".json", string(b)+".json")
-	assertMode(t, s.DoneDayDir(a), DirPerm)
+	assertOnlyFiles(t, s.DoneDir(), "2024-01-02T12")
+	assertOnlyFiles(t, s.DoneShardDir(a), string(a)+".json", string(b)+".json")
+	assertMode(t, s.DoneShardDir(a), DirPerm)
 	assertMode(t, s.DonePath(a), FilePerm)
 
 	if err := s.RemoveActive(a); err != nil {
@@ -463,7 +463,7 @@ func TestReadRunCorruptDoneIsAnError(t *testing.T) {
 	if err := s.WriteActive(testRecord(id, Running)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(s.DoneDayDir(id), 0o700); err != nil {
+	if err := os.MkdirAll(s.DoneShardDir(id), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, s.DonePath(id), "{trunc")
@@ -534,7 +534,7 @@ func TestRecentFinishedNewestFirstAcrossDays(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(s.DoneDir(), ".9999-12-31", string(idAt(time.Now(), 1))+".json"), "{}")
-	newestDay := s.DoneDayDir(want[0])
+	newestDay := s.DoneShardDir(want[0])
 	writeFile(t, filepath.Join(newestDay, "."+string(want[0])+".json987654"), "{torn")
 	writeFile(t, filepath.Join(newestDay, "notes.txt"), "hello")
 

@@ -126,7 +126,7 @@ func TestRunIDFormat(t *testing.T) {
 	if len(id) != len("r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69") || id[:29] != "r-20261129T100211.123456789Z-" {
 		t.Fatalf("run id %q", id)
 	}
-	if d := dayOf(id); d != "2026-11-29" {
-		t.Fatalf("day %q", d)
+	if d := shardOf(id); d != "2026-11-29T10" {
+		t.Fatalf("shard %q", d)
 	}
 }

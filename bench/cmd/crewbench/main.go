@@ -90,7 +90,7 @@ func run() int {
 	flag.StringVar(&c.out, "o", "", "also write the Markdown report to this file")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (state roots, observer files) for inspection")
 	flag.StringVar(&c.makeDead, "make-dead", "", "only write -dead dead runs into this new state root (for profiling crew recover by hand), then exit")
-	flag.StringVar(&c.makeHistory, "make-history", "", "only write -history finished runs (all in today's day directory) into this new state root, then exit")
+	flag.StringVar(&c.makeHistory, "make-history", "", "only write -history finished runs (spread over today's hours) into this new state root, then exit")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: crewbench [flags]\n\nBuilds crew and compares it, whole process against whole process, with flock(1),\nGNU parallel's sem, task-spooler and nq. Markdown report on stdout.\n\n")
 		flag.PrintDefaults()

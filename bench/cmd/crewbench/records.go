@@ -147,8 +147,9 @@ func newRunID(t time.Time, rnd *rand.Rand) string {
 	return "r-" + t.UTC().Format(runIDLayout) + fmt.Sprintf("-%016x", rnd.Uint64())
 }
 
-// dayOf is the finished-runs shard of a run id: its UTC creation date.
-func dayOf(id string) string { return id[2:6] + "-" + id[6:8] + "-" + id[8:10] }
+// shardOf is the finished-runs shard of a run id: its UTC creation hour,
+// YYYY-MM-DDTHH (runstore.RunID.Shard).
+func shardOf(id string) string { return id[2:6] + "-" + id[6:8] + "-" + id[8:10] + "T" + id[11:13] }
 
 // instance fills the template for a run created at t. Times present in
 // the template (not null) move with t; null ones stay null.
@@ -245,18 +246,18 @@ func (h *harness) templates() (done, active *template, err error) {
 	return done, active, nil
 }
 
-// writeHistory writes n finished runs into root's runs/done/<day>/, ids
+// writeHistory writes n finished runs into root's runs/done/<shard>/, ids
 // created at times from times(i), without fsync (it is set-up, not a run).
 func writeHistory(root string, tp *template, n int, times func(i int) time.Time) error {
 	rnd := rand.New(rand.NewPCG(uint64(n), uint64(time.Now().UnixNano())))
 	ids := make([]string, n)
-	days := map[string]bool{}
+	shards := map[string]bool{}
 	for i := range n {
 		ids[i] = newRunID(times(i), rnd)
-		days[dayOf(ids[i])] = true
+		shards[shardOf(ids[i])] = true
 	}
 	doneDir := filepath.Join(root, "runs", "done")
-	for d := range days {
+	for d := range shards {
 		if err := os.MkdirAll(filepath.Join(doneDir, d), 0o700); err != nil {
 			return err
 		}
@@ -267,7 +268,7 @@ func writeHistory(root string, tp *template, n int, times func(i int) time.Time)
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(doneDir, dayOf(id), id+".json"), b, 0o600)
+		return os.WriteFile(filepath.Join(doneDir, shardOf(id), id+".json"), b, 0o600)
 	})
 }
 

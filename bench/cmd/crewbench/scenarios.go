@@ -156,18 +156,20 @@ func (h *harness) scenarioHistory() error {
 		return err
 	}
 	now := time.Now()
-	midnight := now.UTC().Truncate(24 * time.Hour)
-	span := now.Sub(midnight)
+	// The worst case for status: every run in the shard it reads first,
+	// the current hour's (crew shards finished runs by creation hour).
+	hourStart := now.UTC().Truncate(time.Hour)
+	span := now.Sub(hourStart)
 	if span < time.Duration(n)*time.Microsecond {
-		span = 24 * time.Hour // just after midnight: spill into yesterday
+		span = time.Duration(n) * time.Microsecond // just after the hour: keep ids distinct, spill back
 	}
 	layouts := []struct {
 		name, desc string
 		times      func(i int) time.Time
 	}{
-		{"one-day", fmt.Sprintf("all %d in today's day directory (the one crew writes into, and the first `status` reads)", n),
+		{"one-hour", fmt.Sprintf("all %d in the current hour's shard directory (the one crew writes into, and the first `status` reads)", n),
 			func(i int) time.Time { return now.Add(-time.Duration(i+1) * (span / time.Duration(n+1))) }},
-		{"spread", fmt.Sprintf("spread evenly over the last 100 days (%d per day directory)", n/100),
+		{"spread", fmt.Sprintf("spread evenly over the last 100 days (%d per day, %d per hour shard)", n/100, n/2400),
 			func(i int) time.Time { return now.Add(-time.Duration(i+1) * (100 * 24 * time.Hour / time.Duration(n))) }},
 	}
 	empty := h.path("roots", "history-none")
@@ -209,10 +211,10 @@ func (h *harness) scenarioHistory() error {
 		roots = append(roots, root)
 	}
 	r.para(fmt.Sprintf("History is written by the harness, not by %d crew runs: each file is a copy of a finished record crew wrote (`%s`), with a new run id (`r-YYYYMMDDTHHMMSS.NNNNNNNNNZ-<16 hex>`), task and times, rendered byte for byte as crew renders it (checked), in `runs/done/<the id's UTC day>/`. `crew status --json` on each root lists 10 finished runs and no problems, so crew reads them as its own.", n, filepath.Base(doneT.path)))
-	r.table([]string{"layout", "history", "files", "day directories", "written in"}, genRows)
+	r.table([]string{"layout", "history", "files", "shard directories", "written in"}, genRows)
 
 	ok := []int{0}
-	names := []string{"none", "one-day", "spread"}
+	names := []string{"none", "one-hour", "spread"}
 	var adm []contender
 	for i, root := range roots {
 		adm = append(adm, contender{name: names[i], what: "crew --root R start t -- true",
@@ -265,7 +267,7 @@ func (h *harness) scenarioHistory() error {
 	}
 	r.heading(3, "`crew status` with and without history")
 	r.table([]string{"finished runs in the root", "command", "runs", "median", "p90", "CPU median", "target", "result"}, rows)
-	r.para("Page cache warm (the history was just written); `status` lists the 10 most recent finished runs, so it reads the newest day directory's names and 10 records.")
+	r.para("Page cache warm (the history was just written); `status` lists the 10 most recent finished runs, so it reads the newest hour shard's names and 10 records.")
 	if n != 100000 {
 		r.note(fmt.Sprintf("This run used %d finished runs, not the 100,000 of the targets.", n))
 	}
