@@ -76,3 +76,26 @@ func TestTerminalCommandOwnsTheTerminal(t *testing.T) {
 	assert.Equal(t, "SIGINT", s.Finished[0].Signal)
 	assert.Contains(t, s.Finished[0].Reason, "interrupted from the terminal (SIGINT)")
 }
+
+// TestWaitLineOnTerminal: on a terminal a waiting start keeps one line up
+// to date (carriage return, clear line) instead of printing a line per
+// update.
+func TestWaitLineOnTerminal(t *testing.T) {
+	e := newEnv(t)
+	e.initMax(1)
+	release, holder := e.holdSlot("holder")
+	done := make(chan string, 1)
+	go func() {
+		done <- e.onTTY(t, func(w io.Writer) { time.Sleep(2500 * time.Millisecond) }, "start", "--wait", "waiter", "--", "true")
+	}()
+	e.waitQueued("waiter")
+	time.Sleep(1500 * time.Millisecond) // let the line refresh at least once
+	release()
+	holder.wait(t, 10*time.Second)
+	out := <-done
+	assert.Contains(t, out, "\r\x1b[Kcrew: waiting for a slot: 1st in line, 1/1 slots busy (oldest: holder r-")
+	assert.GreaterOrEqual(t, strings.Count(out, "\r\x1b[K"), 2, "the line was redrawn in place")
+	assert.Contains(t, out, "crew: admitted r-")
+	assert.Equal(t, strings.Count(out, "crew: waiting"), strings.Count(out, "\r\x1b[Kcrew: waiting"),
+		"every waiting line was drawn over the previous one")
+}
