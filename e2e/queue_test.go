@@ -80,6 +80,15 @@ func TestQueueIsFIFO(t *testing.T) {
 	}
 	q := e.queue().Queue
 	require.Len(t, q, n)
+	// A waiting start's id is already its run id; status shows its place.
+	var one map[string]any
+	r := e.run("status", "--json", q[2].RunID)
+	require.Equal(t, 0, r.Code, r.Stderr)
+	require.NoError(t, jsonDecode([]byte(r.Stdout), &one))
+	assert.Equal(t, "queued", one["state"])
+	assert.Equal(t, float64(3), one["position"])
+	assert.Equal(t, "w2", one["task"])
+	assert.Contains(t, e.run("status", q[2].RunID).Stdout, "queued, 3rd in line, waiting for a slot")
 	for i, item := range q {
 		assert.Equal(t, i+1, item.Position)
 		assert.Equal(t, fmt.Sprintf("w%d", i), item.Task)

@@ -50,6 +50,9 @@ func (o *statusOptions) run(args []string, s streams) error {
 	if len(args) == 1 && runstore.LooksLikeRunID(args[0]) {
 		v, err := d.Run(runstore.RunID(args[0]))
 		if errors.Is(err, os.ErrNotExist) {
+			if q := o.findWaiting(d, runstore.RunID(args[0])); q != nil {
+				return o.printWaiting(s, q)
+			}
 			return &usageError{fmt.Errorf("no run %s in the state root %s", args[0], d.Store.Root)}
 		}
 		if err != nil {
@@ -256,4 +259,38 @@ func printTaskStory(w io.Writer, snap *dispatch.Snapshot, task string) {
 	if r := snap.LastRefusal; r != nil {
 		fmt.Fprintf(w, "\nLast start refused at %s (%s, exit %d): %s\n", humanTime(r.At), ago(r.At), r.ExitCode, r.Reason)
 	}
+}
+
+// findWaiting looks for a waiting start (a queue ticket) with this id.
+func (o *statusOptions) findWaiting(d *dispatch.Dispatcher, id runstore.RunID) *dispatch.QueueView {
+	snap, err := d.Status("")
+	if err != nil {
+		return nil
+	}
+	for i := range snap.Queue {
+		if snap.Queue[i].RunID == id {
+			return &snap.Queue[i]
+		}
+	}
+	return nil
+}
+
+// printWaiting shows a start that is still in the queue: its run id is
+// already known, its run record is not written yet.
+func (o *statusOptions) printWaiting(s streams, q *dispatch.QueueView) error {
+	if o.json {
+		return writeJSON(s.Out, map[string]any{
+			"runId": q.RunID, "task": q.Task, "state": "queued", "createdAt": q.Since,
+			"pool": q.Pool, "position": q.Position, "waitingFor": q.WaitingFor,
+		})
+	}
+	tw := tabwriter.NewWriter(s.Out, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Run:\t%s\n", q.RunID)
+	fmt.Fprintf(tw, "Task:\t%s\n", quoteTask(q.Task))
+	fmt.Fprintf(tw, "State:\tqueued, %s in line, waiting for a %s\n", ordinal(q.Position), q.WaitingFor)
+	fmt.Fprintf(tw, "Since:\t%s (%s)\n", humanTime(q.Since), ago(q.Since))
+	if q.Pool != "" {
+		fmt.Fprintf(tw, "Pool:\t%s\n", quoteTask(q.Pool))
+	}
+	return tw.Flush()
 }
