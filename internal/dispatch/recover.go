@@ -231,6 +231,11 @@ func (d *Dispatcher) quarantineRun(item RecoverItem, e runstore.ActiveEntry) []R
 		item.Outcome, item.Reason = FailedItem, err.Error()
 		return []RecoverItem{item}
 	}
+	if _, err := os.Lstat(e.Path); errors.Is(err, os.ErrNotExist) {
+		// Finalized by someone else since it was listed.
+		f.release()
+		return nil
+	}
 	dest, err := d.quarantine(e.Path, e.Err.Error())
 	if err != nil {
 		f.release()

@@ -66,6 +66,12 @@ func (s Store) readActive(name string) ActiveEntry {
 		return ent
 	}
 	rec, err := s.ReadRecord(path)
+	if errors.Is(err, os.ErrNotExist) {
+		// Finalized (moved out) since the directory was read: it is no
+		// longer part of the active set.
+		ent.Finished = true
+		return ent
+	}
 	if err != nil {
 		ent.Err = err
 		return ent
