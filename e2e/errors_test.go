@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,8 +122,10 @@ func TestCorruptActiveRecord(t *testing.T) {
 		e, path := setup(t)
 		lock := filepath.Join(e.root, "owners", id+".lock")
 		holder := exec.Command("flock", lock, "sleep", "60")
+		// flock runs sleep as its child: kill the whole group at the end.
+		holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		require.NoError(t, holder.Start())
-		t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+		t.Cleanup(func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() })
 		eventually(t, 5*time.Second, "flock to hold the owner lock", func() bool {
 			s := e.status()
 			return len(s.Problems) == 1 && s.Problems[0].HoldsSlot
