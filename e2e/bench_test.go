@@ -18,8 +18,6 @@ import (
 )
 
 func benchEnv(b *testing.B) *env {
-	t := &testing.T{}
-	_ = t
 	base := b.TempDir()
 	e := &env{root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
 	if err := os.MkdirAll(e.dir, 0o700); err != nil {

@@ -354,5 +354,3 @@ func groupAlive(pgid int) bool {
 	}
 	return false
 }
-
-func jsonDecode(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -25,7 +26,7 @@ func (e *env) killDetachedAtCleanup(id string) {
 	e.t.Cleanup(func() {
 		r := e.run("status", "--json", id)
 		var v runJSON
-		if r.Code == 0 && jsonUnmarshal(r.Stdout, &v) == nil {
+		if r.Code == 0 && json.Unmarshal([]byte(r.Stdout), &v) == nil {
 			if v.PGID > 0 {
 				_ = syscall.Kill(-v.PGID, syscall.SIGKILL)
 			}
@@ -316,5 +317,3 @@ func TestCompletion(t *testing.T) {
 	assert.Contains(t, r.Stdout, "deploy:prod")
 	assert.Regexp(t, `r-\d{8}T`, r.Stdout)
 }
-
-func jsonUnmarshal(s string, v any) error { return jsonDecode([]byte(s), v) }

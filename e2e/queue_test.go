@@ -84,7 +84,7 @@ func TestQueueIsFIFO(t *testing.T) {
 	var one map[string]any
 	r := e.run("status", "--json", q[2].RunID)
 	require.Equal(t, 0, r.Code, r.Stderr)
-	require.NoError(t, jsonDecode([]byte(r.Stdout), &one))
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &one))
 	assert.Equal(t, "queued", one["state"])
 	assert.Equal(t, float64(3), one["position"])
 	assert.Equal(t, "w2", one["task"])

@@ -40,6 +40,19 @@ func newRoot(t *testing.T) string {
 	return filepath.Join(t.TempDir(), "state")
 }
 
+// holdSlot reserves a slot for task as a living run would (this process
+// holds its locks) until the test ends.
+func holdSlot(t *testing.T, root, task string) runstore.RunID {
+	t.Helper()
+	res, err := dispatch.New(root).Admit(context.Background(), dispatch.AdmitRequest{Task: task, Command: []string{"true"}, LockTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = res.Supervisor.Release()
+		_ = res.Owner.Release()
+	})
+	return res.Rec.RunID
+}
+
 func TestUsageErrors(t *testing.T) {
 	root := newRoot(t)
 	cases := []struct {
@@ -309,13 +322,7 @@ func TestStartThroughTheCLI(t *testing.T) {
 func TestStartRefusalsAndLaunchErrors(t *testing.T) {
 	root := newRoot(t)
 	require.Equal(t, 0, crew(t, "--root", root, "init", "--max", "1").code)
-	d := dispatch.New(root)
-	res, err := d.Admit(context.Background(), dispatch.AdmitRequest{Task: "busy", Command: []string{"true"}, LockTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = res.Supervisor.Release()
-		_ = res.Owner.Release()
-	})
+	busyID := holdSlot(t, root, "busy")
 
 	r := crew(t, "--root", root, "start", "other", "--", "echo", "never")
 	assert.Equal(t, 75, r.code)
@@ -326,7 +333,7 @@ func TestStartRefusalsAndLaunchErrors(t *testing.T) {
 	r = crew(t, "--root", root, "start", "busy", "--", "echo", "never")
 	assert.Equal(t, 76, r.code)
 	assert.Empty(t, r.stdout)
-	assert.Contains(t, r.stderr, `crew: not admitted: task "busy" is already running as `+string(res.Rec.RunID))
+	assert.Contains(t, r.stderr, `crew: not admitted: task "busy" is already running as `+string(busyID))
 
 	r = crew(t, "--root", root, "start", "--force", "forced", "--", "echo", "forced")
 	assert.Equal(t, 0, r.code, r.stderr)
@@ -348,7 +355,7 @@ func TestStartRefusalsAndLaunchErrors(t *testing.T) {
 	r = crew(t, "--root", root, "status")
 	assert.Equal(t, 0, r.code)
 	assert.Contains(t, r.stdout, "Slots: 1/1 in use")
-	assert.Contains(t, r.stdout, string(res.Rec.RunID))
+	assert.Contains(t, r.stdout, string(busyID))
 	assert.Contains(t, r.stdout, "busy")
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -67,13 +66,7 @@ func TestQueueAndPoolUsageErrors(t *testing.T) {
 func TestStartWaitGivesUp(t *testing.T) {
 	root := newRoot(t)
 	require.Equal(t, 0, crew(t, "--root", root, "init", "--max", "1").code)
-	d := dispatch.New(root)
-	res, err := d.Admit(context.Background(), dispatch.AdmitRequest{Task: "busy", Command: []string{"true"}, LockTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = res.Supervisor.Release()
-		_ = res.Owner.Release()
-	})
+	busyID := holdSlot(t, root, "busy")
 
 	r := crew(t, "--root", root, "start", "--wait=50ms", "other", "--", "echo", "never")
 	assert.Equal(t, 75, r.code, r.stderr)
@@ -83,7 +76,7 @@ func TestStartWaitGivesUp(t *testing.T) {
 
 	r = crew(t, "--root", root, "start", "--wait=50ms", "busy", "--", "echo", "never")
 	assert.Equal(t, 76, r.code, r.stderr)
-	assert.Contains(t, r.stderr, `waiting for task busy: already running as `+string(res.Rec.RunID))
+	assert.Contains(t, r.stderr, `waiting for task busy: already running as `+string(busyID))
 }
 
 func TestStartWaitThenRun(t *testing.T) {

@@ -76,7 +76,13 @@ func writeCorruptActive(t *testing.T, d *dispatch.Dispatcher, content string) (r
 
 func activeNames(t *testing.T, d *dispatch.Dispatcher) []string {
 	t.Helper()
-	ents, err := os.ReadDir(d.Store.ActiveDir())
+	return dirNames(t, d.Store.ActiveDir())
+}
+
+// dirNames lists a directory of the state root, sorted; nil if missing.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return nil
 	}

@@ -66,7 +66,7 @@ func (d *Dispatcher) Prune(opts PruneOptions) (*PruneReport, error) {
 			continue
 		}
 		dir := filepath.Join(st.DoneDir(), day.Name())
-		names, err := readDirNames(dir)
+		names, err := runstore.ReadDirNames(dir)
 		if err != nil {
 			report.Errors = append(report.Errors, err.Error())
 			continue

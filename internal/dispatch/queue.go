@@ -57,16 +57,7 @@ func (d *Dispatcher) scanQueue(clean bool) []queuedTicket {
 		held, err := lockfs.Probe(st.TicketLockPath(e.ID))
 		alive := held || err != nil
 		if !alive && clean {
-			// A waiter removes its own ticket before its lock; a free lock
-			// means the waiter is gone. Take the lock so that nobody else
-			// removes the files under us.
-			if l, err := lockfs.TryOwner(st.TicketLockPath(e.ID)); err == nil {
-				_ = os.Remove(st.TicketPath(e.ID))
-				_ = os.Remove(st.BellPath(e.ID))
-				_ = l.RemoveAndRelease()
-			} else if errors.Is(err, lockfs.ErrGone) {
-				st.RemoveTicket(e.ID)
-			}
+			d.removeDeadTicket(e.ID)
 			continue
 		}
 		if e.Err != nil {
@@ -76,6 +67,27 @@ func (d *Dispatcher) scanQueue(clean bool) []queuedTicket {
 		out = append(out, queuedTicket{id: e.ID, task: t.Task, pool: t.Pool, since: t.CreatedAt, alive: alive})
 	}
 	return out
+}
+
+// removeDeadTicket removes the files of a ticket whose waiter is gone, and
+// reports whether it did. A waiter removes its own ticket before its lock,
+// so a free lock means the waiter is gone; taking that lock first keeps
+// two cleaners from removing files under each other.
+func (d *Dispatcher) removeDeadTicket(id runstore.RunID) bool {
+	st := d.Store
+	l, err := lockfs.TryOwner(st.TicketLockPath(id))
+	switch {
+	case err == nil:
+		_ = os.Remove(st.TicketPath(id))
+		_ = os.Remove(st.BellPath(id))
+		_ = l.RemoveAndRelease()
+		return true
+	case errors.Is(err, lockfs.ErrGone):
+		st.RemoveTicket(id)
+		return true
+	default:
+		return false // a living waiter holds it
+	}
 }
 
 // verdict is admission's decision for one candidate.

@@ -104,16 +104,7 @@ func queueLen(t *testing.T, d *dispatch.Dispatcher) int {
 
 func queueFiles(t *testing.T, d *dispatch.Dispatcher) []string {
 	t.Helper()
-	ents, err := os.ReadDir(d.Store.QueueDir())
-	if os.IsNotExist(err) {
-		return nil
-	}
-	require.NoError(t, err)
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	return names
+	return dirNames(t, d.Store.QueueDir())
 }
 
 // Slots go to waiters in arrival order; a newcomer without --wait does not

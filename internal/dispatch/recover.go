@@ -311,7 +311,7 @@ func (d *Dispatcher) sweepLeftovers(opts RecoverOptions, deadline time.Time) []R
 
 func (d *Dispatcher) sweepOwnerLocks(dry bool) []RecoverItem {
 	st := d.Store
-	names, _ := readDirNames(st.OwnersDir())
+	names, _ := runstore.ReadDirNames(st.OwnersDir())
 	var items []RecoverItem
 	for _, name := range names {
 		base, ok := strings.CutSuffix(name, ".lock")
@@ -357,7 +357,7 @@ func (d *Dispatcher) sweepOwnerLocks(dry bool) []RecoverItem {
 // that run's owner lock is provably free; others (crew.json's) are written
 // under the admission lock, which the sweep holds.
 func (d *Dispatcher) sweepTemps(dir string, dry bool) []RecoverItem {
-	names, _ := readDirNames(dir)
+	names, _ := runstore.ReadDirNames(dir)
 	var items []RecoverItem
 	for _, name := range names {
 		if !runstore.IsTempName(name) || name == ".locks" {
@@ -417,22 +417,13 @@ func (d *Dispatcher) sweepTickets(dry bool) []RecoverItem {
 			items = append(items, item)
 			continue
 		}
-		l, err := lockfs.TryOwner(st.TicketLockPath(e.ID))
-		switch {
-		case err == nil:
-			_ = os.Remove(st.TicketPath(e.ID))
-			_ = os.Remove(st.BellPath(e.ID))
-			_ = l.RemoveAndRelease()
-		case errors.Is(err, lockfs.ErrGone):
-			st.RemoveTicket(e.ID)
-		default:
-			continue
+		if d.removeDeadTicket(e.ID) {
+			items = append(items, item)
 		}
-		items = append(items, item)
 	}
 	// Locks and bells whose ticket is gone (a waiter killed while joining
 	// or leaving the queue).
-	names, _ := readDirNames(st.QueueDir())
+	names, _ := runstore.ReadDirNames(st.QueueDir())
 	for _, name := range names {
 		base, ok := strings.CutSuffix(name, ".lock")
 		if !ok || !runstore.LooksLikeRunID(base) {
@@ -464,13 +455,4 @@ func (d *Dispatcher) sweepTickets(dry bool) []RecoverItem {
 		items = append(items, item)
 	}
 	return items
-}
-
-func readDirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.Readdirnames(-1)
 }

@@ -260,14 +260,9 @@ func newestN(names []string, k int) []string {
 }
 
 func readNames(dir string) ([]string, error) {
-	d, err := os.Open(dir)
+	names, err := ReadDirNames(dir)
 	if err != nil {
 		return nil, fmt.Errorf("list finished runs: %w", unwrapPath(err))
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("list finished runs in %s: %w", dir, err)
 	}
 	return slices.DeleteFunc(names, func(n string) bool {
 		return IsTempName(n) || !strings.HasSuffix(n, ".json")
