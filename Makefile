@@ -35,8 +35,8 @@ e2e:
 	$(GO) test -race -count=1 -v ./e2e/
 
 fuzz:
-	$(GO) test ./internal/runstore/ -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 20s
-	$(GO) test ./internal/runstore/ -run '^$$' -fuzz FuzzDecodeConfig -fuzztime 20s
+	$(GO) test ./internal/record/ -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 20s
+	$(GO) test ./internal/record/ -run '^$$' -fuzz FuzzDecodeConfig -fuzztime 20s
 
 # Go benchmarks, then the whole-process comparison with flock, sem, tsp and nq
 # (bench/README.md; results in docs/benchmarks.md). Smoke run: make bench BENCHFLAGS=-quick

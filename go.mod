@@ -3,8 +3,6 @@ module github.com/crew-dev/crew
 go 1.26.8
 
 require (
-	github.com/gofrs/flock v0.13.2
-	github.com/google/renameio/v2 v2.0.2
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.50.0

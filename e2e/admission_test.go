@@ -232,13 +232,13 @@ func TestSupervisorKilledCommandKeepsSlot(t *testing.T) {
 }
 
 // TestTaskNamesAreIndependent: names that a lossy slug would merge are
-// different tasks, and none of them touches the admission lock file.
+// different tasks, and none of them touches the admission lock's files.
 func TestTaskNamesAreIndependent(t *testing.T) {
 	e := newEnv(t)
 	e.initMax(10)
-	lockPath := filepath.Join(e.root, ".locks", "dispatch-admission.lock")
+	lockPath := filepath.Join(e.root, ".locks", "dispatch-admission.holder")
 	gate, openGate := e.gate("release")
-	names := []string{"dispatch:admission", "dispatch-admission", "Dispatch Admission", "a/b", "a_b", "../../.locks/dispatch-admission.lock"}
+	names := []string{"dispatch:admission", "dispatch-admission", "Dispatch Admission", "a/b", "a_b", "../../.locks/dispatch-admission.holder"}
 	var procs []*proc
 	for _, name := range names {
 		procs = append(procs, e.start(nil, append([]string{"start", name, "--"}, waitCmd(gate)...)...))
@@ -260,8 +260,8 @@ func TestTaskNamesAreIndependent(t *testing.T) {
 	}
 	after, err := os.Stat(lockPath)
 	require.NoError(t, err)
-	assert.True(t, os.SameFile(before, after), "the admission lock file was never replaced")
-	assert.Equal(t, int64(0), after.Size(), "no task wrote into the admission lock file")
+	assert.True(t, os.SameFile(before, after), "the admission holder note was never replaced")
+	assert.Equal(t, int64(256), after.Size(), "no task wrote into the admission holder note")
 }
 
 // TestForceAdmitsPastTheCap records that it did.

@@ -153,7 +153,7 @@ func TestLockTimeoutNamesTheHolder(t *testing.T) {
 	assert.Equal(t, 125, r.Code, r.Stderr)
 	assert.GreaterOrEqual(t, time.Since(begin), 300*time.Millisecond)
 	assert.Contains(t, r.Stderr, "crew: timed out after")
-	assert.Contains(t, r.Stderr, "waiting for the admission lock "+filepath.Join(e.root, ".locks", "dispatch-admission.lock"))
+	assert.Contains(t, r.Stderr, "waiting for the admission lock on the state root "+e.root+",")
 	assert.Contains(t, r.Stderr, fmt.Sprintf("held by pid %d on host %s since ", stuck.cmd.Process.Pid, host))
 	openGate()
 	assert.Equal(t, 0, stuck.wait(t, 10*time.Second).Code)

@@ -4,9 +4,12 @@ import (
 	"errors"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
-// Exit codes. Everything a script can branch on is here, in one place.
+// Exit codes. Everything a script can branch on is here, in one place:
+// libraries return typed errors, and exitCodeFor alone turns them into
+// numbers.
 const (
 	exitOK            = 0
 	exitFailed        = 1   // crew recover: an item failed; crew logs: no log
@@ -35,21 +38,34 @@ type usageError struct{ err error }
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
+// exitStatus is an exit code a command chose on purpose without an error
+// to report (crew wait: the run's own exit code).
+type exitStatus struct{ code int }
+
+func (e *exitStatus) Error() string { return "" }
+
 // exitCodeFor maps an error returned by a command to crew's exit code.
 func exitCodeFor(err error) int {
 	var (
 		refused  *dispatch.RefusedError
 		usage    *dispatch.UsageError
 		cliUsage *usageError
-		launch   *dispatch.LaunchError
-		signal   *dispatch.SignalledError
 		notFound *dispatch.NotFoundError
+		exited   *supervise.ExitError
+		launch   *supervise.LaunchError
+		signal   *supervise.SignalledError
 		timeout  *waitTimeoutError
 		noLog    *noLogError
+		failed   *itemsFailedError
+		status   *exitStatus
 	)
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &status):
+		return status.code
+	case errors.As(err, &exited):
+		return exited.Code
 	case errors.As(err, &refused):
 		if refused.Kind == dispatch.TaskActive {
 			return exitTaskActive
@@ -59,13 +75,24 @@ func exitCodeFor(err error) int {
 		return exitUsage
 	case errors.As(err, &timeout):
 		return exitWaitTimeout
-	case errors.As(err, &noLog):
+	case errors.As(err, &noLog), errors.As(err, &failed):
 		return exitFailed
 	case errors.As(err, &launch):
-		return launch.Code
+		if launch.NotFound {
+			return exitNotFound
+		}
+		return exitNotExecutable
 	case errors.As(err, &signal):
 		return 128 + int(signal.Signal)
 	default:
 		return exitCrewFailure
 	}
+}
+
+// silent reports whether err is an outcome to exit with, not a message
+// for the user: the command's own exit status says it all.
+func silent(err error) bool {
+	var exited *supervise.ExitError
+	var status *exitStatus
+	return errors.As(err, &exited) || errors.As(err, &status)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 type initOptions struct {
@@ -31,7 +31,7 @@ func newInitCmd(g *globalOptions, s streams) *cobra.Command {
 
 Running it again is safe: without --max it keeps the current cap; with --max it
 changes the cap, also while runs are active (admissions read the config inside
-the admission lock). Without any config the cap is %d.`, runstore.DefaultMaximumInProgress),
+the admission lock). Without any config the cap is %d.`, record.DefaultMaximumInProgress),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			markRan(cmd)
@@ -39,7 +39,7 @@ the admission lock). Without any config the cap is %d.`, runstore.DefaultMaximum
 			return o.run(s)
 		},
 	}
-	cmd.Flags().IntVar(&o.max, "max", runstore.DefaultMaximumInProgress, "maximumInProgress: how many runs may be active at once")
+	cmd.Flags().IntVar(&o.max, "max", record.DefaultMaximumInProgress, "maximumInProgress: how many runs may be active at once")
 	cmd.Flags().StringArrayVar(&o.pools, "pool", nil, "NAME=N: give pool NAME a cap of N (inside the global cap); N=0 removes it; repeatable")
 	cmd.Flags().DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
 	return cmd

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 type logsOptions struct {
@@ -48,20 +48,19 @@ func (o *logsOptions) run(arg string, s streams) error {
 	if err != nil {
 		return err
 	}
-	path := d.Store.LogPath(id)
 	if !o.follow {
-		f, err := os.Open(path)
+		f, err := d.Store.OpenLog(id)
 		if errors.Is(err, os.ErrNotExist) {
 			return &noLogError{fmt.Sprintf("run %s has no log (it never started a command)", id)}
 		}
 		if err != nil {
-			return fmt.Errorf("read log of run %s: %w", id, err)
+			return err
 		}
 		defer f.Close()
 		_, err = io.Copy(s.Out, f)
 		return err
 	}
-	return o.follow1(d, id, path, s)
+	return o.follow1(d, id, s)
 }
 
 // noLogError is a run without a log file: exit 1.
@@ -71,8 +70,8 @@ func (e *noLogError) Error() string { return e.msg }
 
 // follow1 copies the log as it grows until the run is final and the log
 // fully read.
-func (o *logsOptions) follow1(d *dispatch.Dispatcher, id runstore.RunID, path string, s streams) error {
-	done := make(chan *runstore.Record, 1)
+func (o *logsOptions) follow1(d *dispatch.Dispatcher, id record.RunID, s streams) error {
+	done := make(chan *record.Run, 1)
 	errc := make(chan error, 1)
 	go func() {
 		rec, err := d.WaitRun(context.Background(), id)
@@ -88,10 +87,10 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, id runstore.RunID, path st
 			f.Close()
 		}
 	}()
-	var final *runstore.Record
+	var final *record.Run
 	for {
 		if f == nil {
-			if opened, err := os.Open(path); err == nil {
+			if opened, err := d.Store.OpenLog(id); err == nil {
 				f = opened
 			}
 		}
@@ -110,9 +109,5 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, id runstore.RunID, path st
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if final.ExitCode == nil {
-		fmt.Fprintf(s.Err, "crew: run %s ended %s with no exit status: %s\n", final.RunID, final.State, final.Reason)
-	}
-	o.exitCode = dispatch.RunExitCode(final)
-	return nil
+	return runOutcome(s, final)
 }

@@ -16,9 +16,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
 type result struct {
@@ -42,14 +44,11 @@ func newRoot(t *testing.T) string {
 
 // holdSlot reserves a slot for task as a living run would (this process
 // holds its locks) until the test ends.
-func holdSlot(t *testing.T, root, task string) runstore.RunID {
+func holdSlot(t *testing.T, root, task string) record.RunID {
 	t.Helper()
 	res, err := dispatch.New(root).Admit(context.Background(), dispatch.AdmitRequest{Task: task, Command: []string{"true"}, LockTimeout: time.Second})
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = res.Supervisor.Release()
-		_ = res.Owner.Release()
-	})
+	t.Cleanup(res.Locks.Release)
 	return res.Rec.RunID
 }
 
@@ -105,19 +104,25 @@ func TestExitCodeFor(t *testing.T) {
 	}{
 		{"nil", nil, 0},
 		{"slots busy", &dispatch.RefusedError{Kind: dispatch.SlotsBusy}, 75},
-		{"task active", &dispatch.RefusedError{Kind: dispatch.TaskActive, Holders: []dispatch.ActiveRun{{}}}, 76},
+		{"task active", &dispatch.RefusedError{Kind: dispatch.TaskActive, Holders: []admission.Holder{{}}}, 76},
 		{"wrapped slots busy", wrap(&dispatch.RefusedError{Kind: dispatch.SlotsBusy}), 75},
-		{"wrapped task active", wrap(&dispatch.RefusedError{Kind: dispatch.TaskActive, Holders: []dispatch.ActiveRun{{}}}), 76},
-		{"dispatch usage", &dispatch.UsageError{Msg: "bad"}, 64},
+		{"wrapped task active", wrap(&dispatch.RefusedError{Kind: dispatch.TaskActive, Holders: []admission.Holder{{}}}), 76},
+		{"dispatch usage", &dispatch.UsageError{Err: errors.New("bad")}, 64},
 		{"cli usage", &usageError{errors.New("bad flag")}, 64},
-		{"wrapped usage", wrap(&dispatch.UsageError{Msg: "bad"}), 64},
-		{"not found", &dispatch.LaunchError{Code: 127}, 127},
-		{"not executable", &dispatch.LaunchError{Code: 126}, 126},
-		{"signalled INT", &dispatch.SignalledError{Signal: syscall.SIGINT}, 130},
-		{"signalled TERM", &dispatch.SignalledError{Signal: syscall.SIGTERM}, 143},
-		{"signalled HUP", &dispatch.SignalledError{Signal: syscall.SIGHUP}, 129},
-		{"internal", &dispatch.InternalError{Err: errors.New("disk full")}, 125},
-		{"lock timeout", &lockfs.TimeoutError{}, 125},
+		{"wrapped usage", wrap(&dispatch.UsageError{Err: errors.New("bad")}), 64},
+		{"not found", &supervise.LaunchError{NotFound: true}, 127},
+		{"not executable", &supervise.LaunchError{}, 126},
+		{"command's own exit status", &supervise.ExitError{Code: 3}, 3},
+		{"command killed by SIGKILL", wrap(&supervise.ExitError{Code: 137}), 137},
+		{"unknown run", &dispatch.NotFoundError{Err: errors.New("x")}, 64},
+		{"recover items failed", &itemsFailedError{2}, 1},
+		{"no log", &noLogError{"x"}, 1},
+		{"wait timeout", &waitTimeoutError{"x"}, 124},
+		{"signalled INT", &supervise.SignalledError{Signal: syscall.SIGINT}, 130},
+		{"signalled TERM", &supervise.SignalledError{Signal: syscall.SIGTERM}, 143},
+		{"signalled HUP", &supervise.SignalledError{Signal: syscall.SIGHUP}, 129},
+		{"internal", &supervise.InternalError{Err: errors.New("disk full")}, 125},
+		{"lock timeout", &runstore.LockTimeoutError{}, 125},
 		{"config", &runstore.ConfigError{Path: "crew.json", Err: errors.New("bad")}, 125},
 		{"other", errors.New("something else"), 125},
 	}
@@ -159,7 +164,7 @@ func TestStateRootPrecedence(t *testing.T) {
 			assert.Equal(t, c.want, got)
 			d, err := g.dispatcher()
 			require.NoError(t, err)
-			assert.Equal(t, c.want, d.Store.Root)
+			assert.Equal(t, c.want, d.Store.Root())
 		})
 	}
 
@@ -300,7 +305,7 @@ func TestStartThroughTheCLI(t *testing.T) {
 		assert.Contains(t, run, field)
 	}
 	id, _ := run["runId"].(string)
-	require.True(t, runstore.LooksLikeRunID(id), id)
+	require.True(t, record.LooksLikeRunID(id), id)
 
 	// One run, by id, as JSON and as text.
 	r = crew(t, "--root", root, "status", id, "--json")
@@ -363,7 +368,7 @@ func TestLockTimeoutIsCrewFailure(t *testing.T) {
 	root := newRoot(t)
 	d := dispatch.New(root)
 	require.NoError(t, d.Store.Ensure())
-	lock, err := lockfs.AcquireAdmission(context.Background(), d.Store.AdmissionLockPath(), d.Store.AdmissionHolderPath(), time.Second)
+	lock, err := d.Store.LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 
@@ -399,8 +404,7 @@ func TestRecoverThroughTheCLI(t *testing.T) {
 	d := dispatch.New(root)
 	res, err := d.Admit(context.Background(), dispatch.AdmitRequest{Task: "dead", Command: []string{"true"}, LockTimeout: time.Second})
 	require.NoError(t, err)
-	require.NoError(t, res.Supervisor.Release())
-	require.NoError(t, res.Owner.Release())
+	res.Locks.Release()
 
 	r = crew(t, "--root", root, "recover", "--dry-run", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -428,7 +432,7 @@ func TestRecoverThroughTheCLI(t *testing.T) {
 	assert.Contains(t, r.stdout, "finalized 1")
 	rec, err := d.Store.ReadRun(res.Rec.RunID)
 	require.NoError(t, err)
-	assert.Equal(t, runstore.Interrupted, rec.State)
+	assert.Equal(t, record.Interrupted, rec.State)
 
 	r = crew(t, "--root", root, "recover")
 	require.Equal(t, 0, r.code, r.stderr)

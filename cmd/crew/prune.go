@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/recovery"
 )
 
 type pruneOptions struct {
@@ -50,7 +50,7 @@ func (o *pruneOptions) run(s streams, keepSet bool) error {
 	if err != nil {
 		return err
 	}
-	rep, err := d.Prune(dispatch.PruneOptions{OlderThan: o.olderThan, Keep: o.keep, KeepSet: keepSet, DryRun: o.dryRun})
+	rep, err := d.Prune(recovery.PruneOptions{OlderThan: o.olderThan, Keep: o.keep, KeepSet: keepSet, DryRun: o.dryRun})
 	if err != nil {
 		return err
 	}

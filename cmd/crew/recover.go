@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/recovery"
 )
 
 type recoverOptions struct {
@@ -57,7 +57,7 @@ func (o *recoverOptions) run(s streams) error {
 	if err != nil {
 		return err
 	}
-	report, err := d.Recover(dispatch.RecoverOptions{DryRun: o.dryRun, Timeout: o.timeout})
+	report, err := d.Recover(recovery.Options{DryRun: o.dryRun, Timeout: o.timeout})
 	if err != nil {
 		return err
 	}
@@ -68,16 +68,15 @@ func (o *recoverOptions) run(s streams) error {
 	} else {
 		printRecover(s.Out, report)
 	}
-	if n := report.Count(dispatch.FailedItem); n > 0 {
-		o.exitCode = 1
-		fmt.Fprintf(s.Err, "crew: recover: %d item(s) failed\n", n)
+	if n := report.Count(recovery.FailedItem); n > 0 {
+		return &itemsFailedError{n}
 	}
 	return nil
 }
 
-func printRecover(w io.Writer, r *dispatch.RecoverReport) {
+func printRecover(w io.Writer, r *recovery.Report) {
 	changed := 0
-	for _, o := range []dispatch.Outcome{dispatch.Finalized, dispatch.Quarantined, dispatch.Cleaned, dispatch.FailedItem} {
+	for _, o := range []recovery.Outcome{recovery.Finalized, recovery.Quarantined, recovery.Cleaned, recovery.FailedItem} {
 		changed += r.Count(o)
 	}
 	if len(r.Items) > 0 {
@@ -97,10 +96,15 @@ func printRecover(w io.Writer, r *dispatch.RecoverReport) {
 		prefix = "dry run: "
 	}
 	if changed == 0 {
-		fmt.Fprintf(w, "%snothing to do (%d alive, %d orphaned)\n", prefix, r.Count(dispatch.Alive), r.Count(dispatch.Orphaned))
+		fmt.Fprintf(w, "%snothing to do (%d alive, %d orphaned)\n", prefix, r.Count(recovery.Alive), r.Count(recovery.Orphaned))
 		return
 	}
 	fmt.Fprintf(w, "%sfinalized %d, orphaned %d, alive %d, quarantined %d, cleaned %d, failed %d\n", prefix,
-		r.Count(dispatch.Finalized), r.Count(dispatch.Orphaned), r.Count(dispatch.Alive),
-		r.Count(dispatch.Quarantined), r.Count(dispatch.Cleaned), r.Count(dispatch.FailedItem))
+		r.Count(recovery.Finalized), r.Count(recovery.Orphaned), r.Count(recovery.Alive),
+		r.Count(recovery.Quarantined), r.Count(recovery.Cleaned), r.Count(recovery.FailedItem))
 }
+
+// itemsFailedError is a recovery pass in which some items failed: exit 1.
+type itemsFailedError struct{ n int }
+
+func (e *itemsFailedError) Error() string { return fmt.Sprintf("recover: %d item(s) failed", e.n) }

@@ -23,9 +23,6 @@ type globalOptions struct {
 	root string
 	// getenv is os.Getenv, replaceable in tests.
 	getenv func(string) string
-	// exitCode is set by commands whose exit code is not an error's
-	// (crew start returns the command's own).
-	exitCode int
 }
 
 // dispatcher resolves the state root: --root, else CREW_ROOT, else
@@ -90,18 +87,21 @@ func run(args []string, s streams) int {
 	root := newRootCmd(g, s)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
-	if err != nil {
-		if cmd == nil || !cmdRan(cmd) {
-			// cobra's own errors: unknown command, bad arguments.
-			err = &usageError{err}
-		}
-		fmt.Fprintf(s.Err, "crew: %v\n", err)
-		if code := exitCodeFor(err); code == exitUsage && cmd != nil {
-			fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
-		}
-		return exitCodeFor(err)
+	if err == nil {
+		return exitOK
 	}
-	return g.exitCode
+	if cmd == nil || !cmdRan(cmd) {
+		// cobra's own errors: unknown command, bad arguments.
+		err = &usageError{err}
+	}
+	code := exitCodeFor(err)
+	if !silent(err) {
+		fmt.Fprintf(s.Err, "crew: %v\n", err)
+	}
+	if code == exitUsage && cmd != nil {
+		fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return code
 }
 
 // ranKey marks, in a command's annotations, that its RunE started: errors

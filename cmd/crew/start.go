@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -99,7 +100,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if o.detach {
 		stdin = nil
 	}
-	code, runID, err := d.Start(dispatch.StartRequest{
+	runID, err := d.Start(dispatch.StartRequest{
 		AdmitRequest: dispatch.AdmitRequest{
 			Task:        args[0],
 			Command:     args[dash:],
@@ -120,7 +121,10 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Signals: sigs,
 		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: warning: %s\n", w) },
 	})
-	o.exitCode = code
+	var refused *dispatch.RefusedError
+	if errors.As(err, &refused) {
+		d.RecordRefusal(args[0], refused, exitCodeFor(err))
+	}
 	if o.detach && err == nil {
 		if o.json {
 			return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 type statusOptions struct {
@@ -47,13 +47,13 @@ func (o *statusOptions) run(args []string, s streams) error {
 	if err != nil {
 		return err
 	}
-	if len(args) == 1 && runstore.LooksLikeRunID(args[0]) {
-		v, err := d.Run(runstore.RunID(args[0]))
+	if len(args) == 1 && record.LooksLikeRunID(args[0]) {
+		v, err := d.Run(record.RunID(args[0]))
 		if errors.Is(err, os.ErrNotExist) {
-			if q := o.findWaiting(d, runstore.RunID(args[0])); q != nil {
+			if q := o.findWaiting(d, record.RunID(args[0])); q != nil {
 				return o.printWaiting(s, q)
 			}
-			return &usageError{fmt.Errorf("no run %s in the state root %s", args[0], d.Store.Root)}
+			return &usageError{fmt.Errorf("no run %s in the state root %s", args[0], d.Store.Root())}
 		}
 		if err != nil {
 			return err
@@ -67,7 +67,7 @@ func (o *statusOptions) run(args []string, s streams) error {
 	task := ""
 	if len(args) == 1 {
 		task = args[0]
-		if err := runstore.ValidateTask(task); err != nil {
+		if err := record.ValidateTask(task); err != nil {
 			return &usageError{fmt.Errorf("invalid task name: %w", err)}
 		}
 	}
@@ -262,7 +262,7 @@ func printTaskStory(w io.Writer, snap *dispatch.Snapshot, task string) {
 }
 
 // findWaiting looks for a waiting start (a queue ticket) with this id.
-func (o *statusOptions) findWaiting(d *dispatch.Dispatcher, id runstore.RunID) *dispatch.QueueView {
+func (o *statusOptions) findWaiting(d *dispatch.Dispatcher, id record.RunID) *dispatch.QueueView {
 	snap, err := d.Status("")
 	if err != nil {
 		return nil

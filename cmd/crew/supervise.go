@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
 // newSuperviseCmd is the hidden command a detached run's supervisor runs
@@ -17,12 +17,12 @@ import (
 func newSuperviseCmd(g *globalOptions) *cobra.Command {
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:    dispatch.SuperviseCommand + " RUN-ID",
+		Use:    supervise.Command + " RUN-ID",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
-			id, err := runstore.ParseRunID(args[0])
+			id, err := record.ParseRunID(args[0])
 			if err != nil {
 				return &usageError{err}
 			}
@@ -32,9 +32,7 @@ func newSuperviseCmd(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			code, err := d.SuperviseDetached(id, grace, sigs)
-			g.exitCode = code
-			return err
+			return supervise.RunDetached(d.Store, id, grace, sigs, d.RingWaiters)
 		},
 	}
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "")

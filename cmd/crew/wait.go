@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 type waitOptions struct {
@@ -54,7 +54,7 @@ func (o *waitOptions) run(args []string, s streams) error {
 	if err != nil {
 		return err
 	}
-	ids := make([]runstore.RunID, len(args))
+	ids := make([]record.RunID, len(args))
 	for i, a := range args {
 		if ids[i], err = d.Resolve(a); err != nil {
 			return err
@@ -76,10 +76,7 @@ func (o *waitOptions) run(args []string, s streams) error {
 		if err != nil {
 			return err
 		}
-		c := dispatch.RunExitCode(rec)
-		if rec.ExitCode == nil {
-			fmt.Fprintf(s.Err, "crew: run %s (%s) ended %s with no exit status: %s\n", rec.RunID, quoteTask(rec.Task), rec.State, rec.Reason)
-		}
+		c := exitCodeFor(runOutcome(s, rec))
 		if code == 0 {
 			code = c
 		}
@@ -92,6 +89,22 @@ func (o *waitOptions) run(args []string, s streams) error {
 			return err
 		}
 	}
-	o.exitCode = code
+	if code != 0 {
+		return &exitStatus{code}
+	}
+	return nil
+}
+
+// runOutcome is a finished run's exit status as crew wait and crew logs -f
+// report it: the command's own, or crew's failure (said on stderr) for a
+// run whose exit status is unknown.
+func runOutcome(s streams, rec *record.Run) error {
+	switch {
+	case rec.ExitCode == nil:
+		fmt.Fprintf(s.Err, "crew: run %s (%s) ended %s with no exit status: %s\n", rec.RunID, quoteTask(rec.Task), rec.State, rec.Reason)
+		return &exitStatus{exitCrewFailure}
+	case *rec.ExitCode != 0:
+		return &exitStatus{*rec.ExitCode}
+	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/dispatch"
 )
 
@@ -88,18 +89,18 @@ func TestStartWaitThenRun(t *testing.T) {
 
 func TestDescribeWait(t *testing.T) {
 	since := time.Now().Add(-time.Minute)
-	run := &dispatch.ActiveRun{RunID: "r-x", Task: "build", Since: since}
+	run := &admission.Holder{RunID: "r-x", Task: "build", Since: since}
 	cases := []struct {
 		p    dispatch.WaitProgress
 		want string
 	}{
-		{dispatch.WaitProgress{Position: 3, Reason: dispatch.WaitSlot, InUse: 4, Maximum: 4, Oldest: run},
+		{dispatch.WaitProgress{Position: 3, Reason: admission.WaitSlot, InUse: 4, Maximum: 4, Oldest: run},
 			"waiting for a slot: 3rd in line, 4/4 slots busy (oldest: build r-x for 1m0s)"},
-		{dispatch.WaitProgress{Position: 1, Reason: dispatch.WaitPool, Pool: "deploy", PoolInUse: 1, PoolMax: 1, InUse: 2, Maximum: 4},
+		{dispatch.WaitProgress{Position: 1, Reason: admission.WaitPool, Pool: "deploy", PoolInUse: 1, PoolMax: 1, InUse: 2, Maximum: 4},
 			"waiting for a slot in pool deploy: 1st in line, 1/1 pool slots busy (2/4 in all)"},
-		{dispatch.WaitProgress{Position: 2, Reason: dispatch.WaitTask, BlockingRun: run},
+		{dispatch.WaitProgress{Position: 2, Reason: admission.WaitTask, BlockingRun: run},
 			"waiting for task my task: already running as r-x for 1m0s, 2nd in line"},
-		{dispatch.WaitProgress{Position: 12, Reason: dispatch.WaitTask},
+		{dispatch.WaitProgress{Position: 12, Reason: admission.WaitTask},
 			"an older waiting start of it goes first, 12th in line"},
 	}
 	for _, c := range cases {
@@ -116,7 +117,7 @@ func TestDescribeWait(t *testing.T) {
 func TestWaitViewOffTerminal(t *testing.T) {
 	var buf bytes.Buffer
 	v := newWaitView(&buf, "t")
-	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: dispatch.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
+	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
 	v.update(p)
 	p.Position = 1
 	v.update(p)

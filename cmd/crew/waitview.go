@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/dispatch"
 )
 
@@ -94,14 +95,14 @@ func describeWait(p dispatch.WaitProgress, task string) string {
 	pos := ordinal(p.Position) + " in line"
 	var why string
 	switch p.Reason {
-	case dispatch.WaitTask:
+	case admission.WaitTask:
 		if p.BlockingRun != nil {
 			why = fmt.Sprintf("waiting for task %s: already running as %s for %s", quoteTask(task), p.BlockingRun.RunID, since(p.BlockingRun.Since))
 		} else {
 			why = fmt.Sprintf("waiting for task %s: an older waiting start of it goes first", quoteTask(task))
 		}
 		return fmt.Sprintf("%s, %s", why, pos)
-	case dispatch.WaitPool:
+	case admission.WaitPool:
 		why = fmt.Sprintf("waiting for a slot in pool %s: %s, %d/%d pool slots busy (%d/%d in all)", p.Pool, pos, p.PoolInUse, p.PoolMax, p.InUse, p.Maximum)
 	default:
 		why = fmt.Sprintf("waiting for a slot: %s, %d/%d slots busy", pos, p.InUse, p.Maximum)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
 )
 
@@ -25,7 +25,7 @@ func TestAdmitNeverOverAdmits(t *testing.T) {
 		t.Run(fmt.Sprintf("cap %d", n), func(t *testing.T) {
 			d := newDispatcher(t)
 			setCap(t, d, n)
-			held := map[runstore.RunID]string{}
+			held := map[record.RunID]string{}
 			for i := range n {
 				task := fmt.Sprintf("task-%d", i)
 				res := admit(t, d, task)
@@ -47,7 +47,7 @@ func TestAdmitNeverOverAdmits(t *testing.T) {
 			require.Len(t, refused.Holders, n)
 			for _, h := range refused.Holders {
 				assert.Equal(t, held[h.RunID], h.Task)
-				assert.Equal(t, runstore.Provisioning, h.State)
+				assert.Equal(t, record.Provisioning, h.State)
 				assert.Equal(t, os.Getpid(), h.PID)
 			}
 			assert.Contains(t, err.Error(), fmt.Sprintf("all slots are busy (%d/%d in use)", n, n))
@@ -66,7 +66,7 @@ func TestAdmitConcurrentNeverOverAdmits(t *testing.T) {
 
 	// Hold the admission lock while the callers line up behind it, so
 	// that they contend for it when it is released.
-	lock, err := lockfs.AcquireAdmission(context.Background(), d.Store.AdmissionLockPath(), d.Store.AdmissionHolderPath(), time.Second)
+	lock, err := runstore.New(d.Store.Root()).LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 
 	var (
@@ -99,7 +99,7 @@ func TestAdmitConcurrentNeverOverAdmits(t *testing.T) {
 	}
 	ready.Wait()
 	time.Sleep(50 * time.Millisecond) // let them reach the lock
-	require.NoError(t, lock.Release())
+	lock.Release()
 	wg.Wait()
 	t.Cleanup(func() {
 		for _, res := range admitted {
@@ -167,7 +167,7 @@ func TestAdmitForcePastTheCap(t *testing.T) {
 	assert.Equal(t, 1, res.Rec.SlotsInUse)
 	assert.Contains(t, res.Rec.Reason, "--force")
 
-	onDisk, err := d.Store.ReadRecord(d.Store.ActivePath(res.Rec.RunID))
+	onDisk, err := readRecordAt(lay(d).active(res.Rec.RunID))
 	require.NoError(t, err)
 	assert.True(t, onDisk.Forced, "the forced admission is recorded")
 
@@ -202,17 +202,17 @@ func TestAdmitSelfHealsDeadRuns(t *testing.T) {
 
 	rec, err := d.Store.ReadRun(id)
 	require.NoError(t, err)
-	assert.Equal(t, runstore.Interrupted, rec.State)
+	assert.Equal(t, record.Interrupted, rec.State)
 	assert.Nil(t, rec.ExitCode, "exit status unknown")
 	require.NotNil(t, rec.FinishedAt)
 	assert.Contains(t, rec.Reason, fmt.Sprintf("owner process %d", os.Getpid()))
 	assert.Contains(t, rec.Reason, "exited without finalizing the run")
 	assert.Contains(t, rec.Reason, "never started")
 	assert.Contains(t, rec.Reason, "exit status unknown")
-	assert.True(t, exists(d.Store.DonePath(id)), "the final record is in runs/done")
-	assert.False(t, exists(d.Store.ActivePath(id)), "and out of the active set")
-	assert.False(t, exists(d.Store.OwnerLockPath(id)), "its owner lock file is removed")
-	assert.False(t, exists(d.Store.SupervisorLockPath(id)), "its supervisor lock file is removed")
+	assert.True(t, exists(lay(d).done(id)), "the final record is in runs/done")
+	assert.False(t, exists(lay(d).active(id)), "and out of the active set")
+	assert.False(t, exists(lay(d).ownerLock(id)), "its owner lock file is removed")
+	assert.False(t, exists(lay(d).supervisorLock(id)), "its supervisor lock file is removed")
 	assert.Equal(t, []string{string(next.Rec.RunID) + ".json"}, activeNames(t, d))
 }
 
@@ -222,13 +222,13 @@ func TestAdmitCountsOrphans(t *testing.T) {
 	d := newDispatcher(t)
 	setCap(t, d, 1)
 	orphan := admit(t, d, "orphan")
-	require.NoError(t, orphan.Supervisor.Release())
+	orphanize(t, d, orphan)
 
 	_, err := d.Admit(context.Background(), admitReq("other"))
 	var refused *dispatch.RefusedError
 	require.ErrorAs(t, err, &refused)
 	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
-	assert.True(t, exists(d.Store.ActivePath(orphan.Rec.RunID)))
+	assert.True(t, exists(lay(d).active(orphan.Rec.RunID)))
 }
 
 // An active file whose finished record exists (a crash between the two
@@ -240,22 +240,22 @@ func TestAdmitIgnoresFinalizedLeftovers(t *testing.T) {
 	rec := *res.Rec
 	now := time.Now().UTC()
 	code := 0
-	rec.State, rec.FinishedAt, rec.ExitCode = runstore.Succeeded, &now, &code
-	require.NoError(t, d.Store.WriteDone(&rec))
+	rec.State, rec.FinishedAt, rec.ExitCode = record.Succeeded, &now, &code
+	writeRecordFile(t, lay(d).done(rec.RunID), &rec)
 	releaseAll(res)
-	require.True(t, exists(d.Store.ActivePath(rec.RunID)))
+	require.True(t, exists(lay(d).active(rec.RunID)))
 
 	admit(t, d, "b")
-	assert.False(t, exists(d.Store.ActivePath(rec.RunID)), "the leftover active file was removed")
+	assert.False(t, exists(lay(d).active(rec.RunID)), "the leftover active file was removed")
 	done := readDone(t, d, rec.RunID)
-	assert.Equal(t, runstore.Succeeded, done.State, "the finished record is not rewritten")
+	assert.Equal(t, record.Succeeded, done.State, "the finished record is not rewritten")
 }
 
 func TestAdmitBadInputCreatesNothing(t *testing.T) {
 	cases := map[string]dispatch.AdmitRequest{
 		"empty task":        {Task: "", Command: []string{"true"}},
 		"control character": {Task: "bad\nname", Command: []string{"true"}},
-		"too long":          {Task: strings.Repeat("x", runstore.MaxTaskBytes+1), Command: []string{"true"}},
+		"too long":          {Task: strings.Repeat("x", record.MaxTaskBytes+1), Command: []string{"true"}},
 		"invalid utf-8":     {Task: "bad\xffname", Command: []string{"true"}},
 		"no command":        {Task: "ok", Command: nil},
 		"empty command":     {Task: "ok", Command: []string{}},
@@ -268,8 +268,8 @@ func TestAdmitBadInputCreatesNothing(t *testing.T) {
 			assert.Nil(t, res)
 			var usage *dispatch.UsageError
 			require.ErrorAs(t, err, &usage)
-			assert.NotEmpty(t, usage.Msg)
-			assert.NoDirExists(t, d.Store.Root, "a usage error creates nothing")
+			assert.NotEmpty(t, usage.Error())
+			assert.NoDirExists(t, d.Store.Root(), "a usage error creates nothing")
 		})
 	}
 }
@@ -280,7 +280,7 @@ func TestAdmitCorruptRecordWithFreeOwner(t *testing.T) {
 	d := newDispatcher(t)
 	setCap(t, d, 1)
 	_, path := writeCorruptActive(t, d, "{not json")
-	foreign := d.Store.ActiveDir() + "/notes.txt"
+	foreign := lay(d).activeDir() + "/notes.txt"
 	require.NoError(t, os.WriteFile(foreign, []byte("hello"), 0o600))
 
 	res := admit(t, d, "a")
@@ -300,7 +300,7 @@ func TestAdmitCorruptRecordWithLiveOwnerFailsClosed(t *testing.T) {
 	d := newDispatcher(t)
 	setCap(t, d, 1)
 	id, path := writeCorruptActive(t, d, "")
-	holdOwner(t, d.Store.OwnerLockPath(id))
+	holdOwner(t, lay(d).ownerLock(id))
 
 	res, err := d.Admit(context.Background(), admitReq("a"))
 	assert.Nil(t, res)
@@ -332,32 +332,31 @@ func TestAdmitProvisioningRecordIsOnDisk(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { releaseAll(res) })
 	id := res.Rec.RunID
-	assert.True(t, runstore.LooksLikeRunID(string(id)))
+	assert.True(t, record.LooksLikeRunID(string(id)))
 
-	path := d.Store.ActivePath(id)
+	path := lay(d).active(id)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	rec, err := d.Store.ReadRecord(path)
+	rec, err := readRecordAt(path)
 	require.NoError(t, err)
-	assert.Equal(t, runstore.Provisioning, rec.State)
+	assert.Equal(t, record.Provisioning, rec.State)
 	assert.Equal(t, id, rec.RunID)
 	assert.Equal(t, "build", rec.Task)
 	assert.Equal(t, []string{"make", "-j2"}, rec.Command)
 	assert.Equal(t, "/some/dir", rec.Dir)
 	assert.Equal(t, os.Getpid(), rec.SupervisorPID)
 	assert.Equal(t, d.Host, rec.Host)
-	assert.Equal(t, runstore.DefaultMaximumInProgress, rec.MaximumInProgress, "no crew.json: the default cap")
+	assert.Equal(t, record.DefaultMaximumInProgress, rec.MaximumInProgress, "no crew.json: the default cap")
 	assert.Nil(t, rec.ExitCode)
 	assert.Nil(t, rec.FinishedAt)
 
-	for _, p := range []string{d.Store.OwnerLockPath(id), d.Store.SupervisorLockPath(id)} {
-		held, err := lockfs.Probe(p)
-		require.NoError(t, err)
-		assert.True(t, held, "%s is held", p)
+	for _, p := range []string{lay(d).ownerLock(id), lay(d).supervisorLock(id)} {
+		assert.True(t, probeAt(t, p), "%s is held", p)
 	}
-	assert.Equal(t, d.Store.OwnerLockPath(id), res.Owner.Path())
-	assert.Equal(t, d.Store.SupervisorLockPath(id), res.Supervisor.Path())
+	assert.Equal(t, id, res.Locks.ID())
+	assert.True(t, sameFile(t, res.Locks.OwnerFile(), lay(d).ownerLock(id)), "the owner lock descriptor is the owner lock file")
+	assert.True(t, sameFile(t, res.Locks.SupervisorFile(), lay(d).supervisorLock(id)), "the supervisor lock descriptor is the supervisor lock file")
 	assert.Empty(t, res.Warnings)
 
 	// Nothing but the record: no temporary files left in the active set.
@@ -368,7 +367,7 @@ func TestAdmitProvisioningRecordIsOnDisk(t *testing.T) {
 func TestAdmitLockTimeoutNamesTheHolder(t *testing.T) {
 	d := newDispatcher(t)
 	require.NoError(t, d.Store.Ensure())
-	lock, err := lockfs.AcquireAdmission(context.Background(), d.Store.AdmissionLockPath(), d.Store.AdmissionHolderPath(), time.Second)
+	lock, err := runstore.New(d.Store.Root()).LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 
@@ -377,7 +376,7 @@ func TestAdmitLockTimeoutNamesTheHolder(t *testing.T) {
 	start := time.Now()
 	res, err := d.Admit(context.Background(), req)
 	assert.Nil(t, res)
-	var timeout *lockfs.TimeoutError
+	var timeout *runstore.LockTimeoutError
 	require.ErrorAs(t, err, &timeout)
 	assert.Equal(t, os.Getpid(), timeout.Holder.PID)
 	assert.Less(t, time.Since(start), 3*time.Second)
@@ -387,13 +386,13 @@ func TestAdmitLockTimeoutNamesTheHolder(t *testing.T) {
 func TestAdmitCorruptConfig(t *testing.T) {
 	d := newDispatcher(t)
 	require.NoError(t, d.Store.Ensure())
-	require.NoError(t, os.WriteFile(d.Store.ConfigPath(), []byte(`{"version":1,"maximumInProgress":0}`), 0o600))
+	require.NoError(t, os.WriteFile(lay(d).config(), []byte(`{"version":1,"maximumInProgress":0}`), 0o600))
 	res, err := d.Admit(context.Background(), admitReq("a"))
 	assert.Nil(t, res)
 	var cfgErr *runstore.ConfigError
 	require.ErrorAs(t, err, &cfgErr)
 	assert.Empty(t, activeNames(t, d))
-	ents, err := os.ReadDir(d.Store.OwnersDir())
+	ents, err := os.ReadDir(lay(d).ownersDir())
 	require.NoError(t, err)
 	assert.Empty(t, ents, "no lock files left behind")
 }
@@ -422,6 +421,6 @@ func TestAdmitBoundsReapingButNeverCountsTheDead(t *testing.T) {
 		releaseAll(admit(t, d, "again"))
 	}
 	for _, r := range dead {
-		assert.Equal(t, runstore.Interrupted, readDone(t, d, r.Rec.RunID).State)
+		assert.Equal(t, record.Interrupted, readDone(t, d, r.Rec.RunID).State)
 	}
 }

@@ -1,3 +1,8 @@
+// Package dispatch orchestrates crew's commands on one state root: it
+// admits runs (asking package admission to decide, inside the admission
+// critical section of package runstore), waits in the queue, hands
+// admitted runs to package supervise, reports status, stops and waits for
+// runs, and asks package recovery to finalize the dead.
 package dispatch
 
 import (
@@ -9,7 +14,7 @@ import (
 
 // Dispatcher works on one state root.
 type Dispatcher struct {
-	Store runstore.Store
+	Store *runstore.Store
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 	// Host names this machine in records.

@@ -1,5 +1,3 @@
-// Package dispatch decides admissions, launches and supervises commands,
-// reports status and finalizes runs whose owners died.
 package dispatch
 
 import (
@@ -7,28 +5,38 @@ import (
 	"strings"
 	"time"
 
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/record"
 )
+
+// UsageError is a bad argument; nothing was changed.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usagef(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// NotFoundError is a RUN|TASK argument that names nothing in the state
+// root.
+type NotFoundError struct{ Err error }
+
+func (e *NotFoundError) Error() string { return e.Err.Error() }
+func (e *NotFoundError) Unwrap() error { return e.Err }
 
 // RefusalKind says why a run was not admitted.
 type RefusalKind int
 
 const (
-	// SlotsBusy: every slot is held by a living run.
+	// SlotsBusy: every slot (or its pool's) is held by a living run, or
+	// older waiting starts are owed the free ones.
 	SlotsBusy RefusalKind = iota + 1
-	// TaskActive: the task already has a living active run.
+	// TaskActive: the task already has a living active run, or an older
+	// waiting start.
 	TaskActive
 )
-
-// ActiveRun names a run that stands in the way of an admission.
-type ActiveRun struct {
-	RunID runstore.RunID
-	Task  string
-	State runstore.State
-	Since time.Time
-	PID   int
-	Pool  string
-}
 
 // RefusedError is a run that was not admitted; nothing was recorded.
 type RefusedError struct {
@@ -36,9 +44,9 @@ type RefusedError struct {
 	Task    string
 	InUse   int
 	Maximum int
-	Holders []ActiveRun // for TaskActive, the task's run; for SlotsBusy, the runs holding slots
+	Holders []admission.Holder // for TaskActive, the task's run; for SlotsBusy, the runs holding slots
 	// OlderTicket is an older waiting start of the same task (TaskActive).
-	OlderTicket runstore.RunID
+	OlderTicket record.RunID
 	// Pool, with PoolFull, says the run's pool was the cap that was hit.
 	Pool               string
 	PoolInUse, PoolMax int
@@ -91,18 +99,3 @@ func (e *RefusedError) Error() string {
 	}
 	return b.String()
 }
-
-// UsageError is a bad argument; nothing was changed.
-type UsageError struct{ Msg string }
-
-func (e *UsageError) Error() string { return e.Msg }
-
-// LaunchError is a command that could not be started; the run is recorded
-// as failed with Reason.
-type LaunchError struct {
-	RunID  runstore.RunID
-	Code   int // 126 not executable, 127 not found
-	Reason string
-}
-
-func (e *LaunchError) Error() string { return e.Reason }

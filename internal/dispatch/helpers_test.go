@@ -14,7 +14,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/lockfs"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 // newDispatcher returns a dispatcher on a state root that does not exist
@@ -48,35 +48,26 @@ func admit(t *testing.T, d *dispatch.Dispatcher, task string) *dispatch.Reservat
 
 // releaseAll lets go of a reservation's locks without finalizing the run,
 // as if every process of the run had died. Releasing twice is harmless.
-func releaseAll(res *dispatch.Reservation) {
-	_ = res.Supervisor.Release()
-	_ = res.Owner.Release()
-}
+func releaseAll(res *dispatch.Reservation) { res.Locks.Release() }
 
 // holdOwner takes the owner lock at path on a file description of its own,
 // as another process would; the lock is released when the test ends.
-func holdOwner(t *testing.T, path string) *lockfs.OwnerLock {
-	t.Helper()
-	l, err := lockfs.CreateOwner(path)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Release() })
-	return l
-}
+func holdOwner(t *testing.T, path string) *lockfs.Lock { return lockAt(t, path) }
 
 // writeCorruptActive puts an unreadable record under a well-formed run id
 // file name in runs/active and returns its id and path.
-func writeCorruptActive(t *testing.T, d *dispatch.Dispatcher, content string) (runstore.RunID, string) {
+func writeCorruptActive(t *testing.T, d *dispatch.Dispatcher, content string) (record.RunID, string) {
 	t.Helper()
 	require.NoError(t, d.Store.Ensure())
-	id := runstore.NewRunID(time.Now())
-	path := d.Store.ActivePath(id)
+	id := record.NewRunID(time.Now())
+	path := lay(d).active(id)
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
 	return id, path
 }
 
 func activeNames(t *testing.T, d *dispatch.Dispatcher) []string {
 	t.Helper()
-	return dirNames(t, d.Store.ActiveDir())
+	return dirNames(t, lay(d).activeDir())
 }
 
 // dirNames lists a directory of the state root, sorted; nil if missing.
@@ -94,9 +85,9 @@ func dirNames(t *testing.T, dir string) []string {
 	return names
 }
 
-func readDone(t *testing.T, d *dispatch.Dispatcher, id runstore.RunID) *runstore.Record {
+func readDone(t *testing.T, d *dispatch.Dispatcher, id record.RunID) *record.Run {
 	t.Helper()
-	rec, err := d.Store.ReadRecord(d.Store.DonePath(id))
+	rec, err := d.Store.ReadDone(id)
 	require.NoError(t, err, "finished record of %s", id)
 	return rec
 }
@@ -183,3 +174,19 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// soak reports whether soak tests run at length (`make soak` sets
+// CREW_SOAK=1); every CI pass runs them short.
+func soak() bool { return os.Getenv("CREW_SOAK") == "1" }
+
+// soakFor is how long a soak loop runs at least: d under `make soak`,
+// nothing otherwise (soakRounds then bounds it).
+func soakFor(d time.Duration) time.Duration {
+	if soak() {
+		return d
+	}
+	return 0
+}
+
+// soakRounds is how many rounds a soak loop runs at least.
+func soakRounds(n int) int { return n }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
 )
 
@@ -20,17 +20,17 @@ func TestInitWritesAndKeepsTheCap(t *testing.T) {
 	// First run without --max: the default cap, written.
 	res, err := d.Init(99, false, nil, time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, d.Store.ConfigPath(), res.Path)
+	assert.Equal(t, lay(d).config(), res.Path)
 	assert.False(t, res.Existed)
-	assert.Equal(t, runstore.DefaultMaximumInProgress, res.New)
-	cfg, exists, err := runstore.LoadConfig(d.Store.Layout)
+	assert.Equal(t, record.DefaultMaximumInProgress, res.New)
+	cfg, exists, err := d.Store.LoadConfig()
 	require.NoError(t, err)
 	assert.True(t, exists)
-	assert.Equal(t, runstore.DefaultMaximumInProgress, cfg.MaximumInProgress)
-	fi, err := os.Stat(d.Store.ConfigPath())
+	assert.Equal(t, record.DefaultMaximumInProgress, cfg.MaximumInProgress)
+	fi, err := os.Stat(lay(d).config())
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	for _, dir := range []string{d.Store.Root, d.Store.ActiveDir(), d.Store.OwnersDir()} {
+	for _, dir := range []string{d.Store.Root(), lay(d).activeDir(), lay(d).ownersDir()} {
 		fi, err := os.Stat(dir)
 		require.NoError(t, err)
 		assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), dir)
@@ -40,18 +40,18 @@ func TestInitWritesAndKeepsTheCap(t *testing.T) {
 	res, err = d.Init(2, true, nil, time.Second)
 	require.NoError(t, err)
 	assert.True(t, res.Existed)
-	assert.Equal(t, runstore.DefaultMaximumInProgress, res.Old)
+	assert.Equal(t, record.DefaultMaximumInProgress, res.Old)
 	assert.Equal(t, 2, res.New)
 
 	// Again without --max: kept, and the file is not rewritten.
-	before, err := os.ReadFile(d.Store.ConfigPath())
+	before, err := os.ReadFile(lay(d).config())
 	require.NoError(t, err)
 	res, err = d.Init(7, false, nil, time.Second)
 	require.NoError(t, err)
 	assert.True(t, res.Existed)
 	assert.Equal(t, 2, res.Old)
 	assert.Equal(t, 2, res.New)
-	after, err := os.ReadFile(d.Store.ConfigPath())
+	after, err := os.ReadFile(lay(d).config())
 	require.NoError(t, err)
 	assert.Equal(t, before, after)
 
@@ -79,12 +79,12 @@ func TestInitChangesTheCapForTheNextAdmission(t *testing.T) {
 func TestInitCorruptConfig(t *testing.T) {
 	d := newDispatcher(t)
 	require.NoError(t, d.Store.Ensure())
-	require.NoError(t, os.WriteFile(d.Store.ConfigPath(), []byte("{oops"), 0o600))
+	require.NoError(t, os.WriteFile(lay(d).config(), []byte("{oops"), 0o600))
 
 	_, err := d.Init(3, false, nil, time.Second)
 	var cfgErr *runstore.ConfigError
 	require.ErrorAs(t, err, &cfgErr, "without --max there is nothing to put in its place")
-	b, err := os.ReadFile(d.Store.ConfigPath())
+	b, err := os.ReadFile(lay(d).config())
 	require.NoError(t, err)
 	assert.Equal(t, "{oops", string(b), "and the file is left as it was")
 
@@ -92,7 +92,7 @@ func TestInitCorruptConfig(t *testing.T) {
 	require.NoError(t, err, "--max repairs it")
 	assert.False(t, res.Existed)
 	assert.Equal(t, 3, res.New)
-	cfg, _, err := runstore.LoadConfig(d.Store.Layout)
+	cfg, _, err := d.Store.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, 3, cfg.MaximumInProgress)
 }
@@ -100,12 +100,12 @@ func TestInitCorruptConfig(t *testing.T) {
 func TestInitWaitsForTheAdmissionLock(t *testing.T) {
 	d := newDispatcher(t)
 	require.NoError(t, d.Store.Ensure())
-	lock, err := lockfs.AcquireAdmission(context.Background(), d.Store.AdmissionLockPath(), d.Store.AdmissionHolderPath(), time.Second)
+	lock, err := runstore.New(d.Store.Root()).LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 
 	_, err = d.Init(3, true, nil, 50*time.Millisecond)
-	var timeout *lockfs.TimeoutError
+	var timeout *runstore.LockTimeoutError
 	require.ErrorAs(t, err, &timeout)
-	assert.NoFileExists(t, d.Store.ConfigPath())
+	assert.NoFileExists(t, lay(d).config())
 }

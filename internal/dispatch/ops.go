@@ -4,36 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"time"
 
-	"github.com/crew-dev/crew/internal/lockfs"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/recovery"
 )
-
-// NotFoundError is a RUN|TASK argument that names nothing in the state
-// root.
-type NotFoundError struct{ Msg string }
-
-func (e *NotFoundError) Error() string { return e.Msg }
 
 // Resolve turns a RUN|TASK argument into a run id: a run id as given (a
 // run, or a waiting start's ticket); a task name means the task's active
 // run, else its oldest waiting start, else its latest finished run.
-func (d *Dispatcher) Resolve(arg string) (runstore.RunID, error) {
+func (d *Dispatcher) Resolve(arg string) (record.RunID, error) {
 	st := d.Store
-	if runstore.LooksLikeRunID(arg) {
-		id := runstore.RunID(arg)
-		if _, err := st.ReadRun(id); err == nil {
+	if record.LooksLikeRunID(arg) {
+		id := record.RunID(arg)
+		if _, err := st.ReadRun(id); err == nil || st.HasTicket(id) {
 			return id, nil
 		}
-		if _, err := os.Stat(st.TicketPath(id)); err == nil {
-			return id, nil
-		}
-		return "", &NotFoundError{Msg: fmt.Sprintf("no run %s in the state root %s", arg, st.Root)}
+		return "", &NotFoundError{Err: fmt.Errorf("no run %s in the state root %s", arg, st.Root())}
 	}
-	if err := runstore.ValidateTask(arg); err != nil {
-		return "", &UsageError{Msg: "invalid task name: " + err.Error()}
+	if err := record.ValidateTask(arg); err != nil {
+		return "", usagef("invalid task name: %w", err)
 	}
 	entries, err := st.ListActive()
 	if err != nil {
@@ -44,19 +35,19 @@ func (d *Dispatcher) Resolve(arg string) (runstore.RunID, error) {
 			return e.ID, nil
 		}
 	}
-	for _, t := range liveTickets(d.scanQueue(false)) {
-		if t.task == arg {
-			return t.id, nil
+	for _, t := range d.liveQueue(nil) {
+		if t.Task == arg {
+			return t.ID, nil
 		}
 	}
-	recent, _, err := st.RecentFinished(1, func(r *runstore.Record) bool { return r.Task == arg })
+	recent, _, err := st.RecentFinished(1, func(r *record.Run) bool { return r.Task == arg })
 	if err != nil {
 		return "", err
 	}
 	if len(recent) == 1 {
 		return recent[0].RunID, nil
 	}
-	return "", &NotFoundError{Msg: fmt.Sprintf("task %q has no runs in the state root %s", arg, st.Root)}
+	return "", &NotFoundError{Err: fmt.Errorf("task %q has no runs in the state root %s", arg, st.Root())}
 }
 
 // ErrWaitTimeout is a wait that ran out of time.
@@ -66,7 +57,7 @@ var ErrWaitTimeout = errors.New("timed out")
 // whose processes are all gone without finalizing it is finalized here (as
 // interrupted), so waiting on a crashed run ends with the truth instead of
 // hanging. A waiting start's ticket is waited on until it becomes a run.
-func (d *Dispatcher) WaitRun(ctx context.Context, id runstore.RunID) (*runstore.Record, error) {
+func (d *Dispatcher) WaitRun(ctx context.Context, id record.RunID) (*record.Run, error) {
 	st := d.Store
 	for delay := time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
 		rec, err := st.ReadRun(id)
@@ -74,14 +65,14 @@ func (d *Dispatcher) WaitRun(ctx context.Context, id runstore.RunID) (*runstore.
 		case err == nil && !rec.State.Active():
 			return rec, nil
 		case err == nil:
-			if held, _ := lockfs.Probe(st.OwnerLockPath(id)); !held {
-				if _, _, err := d.finalizeDead(id); err != nil {
+			if st.OwnerState(id).Owner == record.Dead {
+				if _, _, err := recovery.FinalizeDead(st, id, d.now()); err != nil {
 					return nil, err
 				}
 				continue
 			}
-		case errors.Is(err, os.ErrNotExist):
-			if _, terr := os.Stat(st.TicketPath(id)); terr != nil {
+		case errors.Is(err, fs.ErrNotExist):
+			if !st.HasTicket(id) {
 				// Neither a run nor a waiting start: it may be between the
 				// two (admitted a moment ago); look once more.
 				if rec, err := st.ReadRun(id); err == nil {
@@ -90,8 +81,8 @@ func (d *Dispatcher) WaitRun(ctx context.Context, id runstore.RunID) (*runstore.
 					}
 					continue
 				}
-				if held, _ := lockfs.Probe(st.TicketLockPath(id)); !held {
-					return nil, &NotFoundError{Msg: fmt.Sprintf("run %s left the queue without being admitted", id)}
+				if st.WaiterState(id) == record.Dead {
+					return nil, &NotFoundError{Err: fmt.Errorf("run %s left the queue without being admitted", id)}
 				}
 			}
 		default:
@@ -103,13 +94,4 @@ func (d *Dispatcher) WaitRun(ctx context.Context, id runstore.RunID) (*runstore.
 		case <-time.After(delay):
 		}
 	}
-}
-
-// RunExitCode is the exit code `crew wait` reports for a final record:
-// the command's own, 125 for a run whose exit status is unknown.
-func RunExitCode(rec *runstore.Record) int {
-	if rec.ExitCode != nil {
-		return *rec.ExitCode
-	}
-	return 125
 }

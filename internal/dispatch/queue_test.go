@@ -12,8 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
 // waiter is a waiting Admit running in the background.
@@ -104,7 +107,7 @@ func queueLen(t *testing.T, d *dispatch.Dispatcher) int {
 
 func queueFiles(t *testing.T, d *dispatch.Dispatcher) []string {
 	t.Helper()
-	return dirNames(t, d.Store.QueueDir())
+	return dirNames(t, lay(d).queueDir())
 }
 
 // Slots go to waiters in arrival order; a newcomer without --wait does not
@@ -124,12 +127,12 @@ func TestQueueIsFIFOAndNewcomersDoNotJump(t *testing.T) {
 	require.Len(t, snap.Queue, 2)
 	assert.Equal(t, 1, snap.Queue[0].Position)
 	assert.Equal(t, "first", snap.Queue[0].Task)
-	assert.Equal(t, dispatch.WaitSlot, snap.Queue[0].WaitingFor)
+	assert.Equal(t, admission.WaitSlot, snap.Queue[0].WaitingFor)
 	assert.Equal(t, 2, snap.Queue[1].Position)
 	assert.Equal(t, "second", snap.Queue[1].Task)
 	assert.Less(t, string(snap.Queue[0].RunID), string(snap.Queue[1].RunID))
 	assert.Equal(t, 1, w1.lastProgress().Position)
-	assert.Equal(t, dispatch.WaitSlot, w1.lastProgress().Reason)
+	assert.Equal(t, admission.WaitSlot, w1.lastProgress().Reason)
 	assert.Equal(t, 2, w2.lastProgress().Position)
 
 	// The slot frees (the holder died) but nobody rang yet: a newcomer is
@@ -198,14 +201,14 @@ func TestQueueSignalWhileWaiting(t *testing.T) {
 	req.Signals = sigs
 	done := make(chan startResult, 1)
 	go func() {
-		code, id, err := d.Start(req)
+		code, id, err := startCode(d, req)
 		done <- startResult{code, id, err}
 	}()
 	waitFor(t, "the start to queue", 10*time.Second, func() bool { return queueLen(t, d) == 1 })
 	sigs <- syscall.SIGTERM
 	r := awaitStart(t, done, 10*time.Second)
 	assert.Equal(t, 143, r.code)
-	var sig *dispatch.SignalledError
+	var sig *supervise.SignalledError
 	require.ErrorAs(t, r.err, &sig)
 	assert.Empty(t, sig.RunID)
 	assert.Empty(t, queueFiles(t, d))
@@ -217,10 +220,10 @@ func TestQueueDeadWaiterDoesNotBlock(t *testing.T) {
 	d := newDispatcher(t)
 	setCap(t, d, 1)
 	require.NoError(t, d.Store.Ensure())
-	id := runstore.NewRunID(time.Now())
-	require.NoError(t, d.Store.WriteTicket(&runstore.Ticket{Version: runstore.TicketVersion, RunID: id, Task: "ghost",
+	id := record.NewRunID(time.Now())
+	writeTicketFile(t, lay(d), (&record.Ticket{Version: record.TicketVersion, RunID: id, Task: "ghost",
 		Command: []string{"true"}, Host: "h", PID: 1, CreatedAt: time.Now().UTC()}))
-	require.NoError(t, os.WriteFile(d.Store.TicketLockPath(id), nil, 0o600))
+	require.NoError(t, os.WriteFile(lay(d).ticketLock(id), nil, 0o600))
 
 	snap, err := d.Status("")
 	require.NoError(t, err)
@@ -235,21 +238,21 @@ func TestQueueDeadWaiterDoesNotBlock(t *testing.T) {
 func TestRecoverSweepsDeadTickets(t *testing.T) {
 	d := newDispatcher(t)
 	require.NoError(t, d.Store.Ensure())
-	id := runstore.NewRunID(time.Now())
-	require.NoError(t, d.Store.WriteTicket(&runstore.Ticket{Version: runstore.TicketVersion, RunID: id, Task: "ghost",
+	id := record.NewRunID(time.Now())
+	writeTicketFile(t, lay(d), (&record.Ticket{Version: record.TicketVersion, RunID: id, Task: "ghost",
 		Command: []string{"true"}, Host: "h", PID: 1, CreatedAt: time.Now().UTC()}))
-	orphanLock := runstore.NewRunID(time.Now())
-	require.NoError(t, os.WriteFile(d.Store.TicketLockPath(orphanLock), nil, 0o600))
+	orphanLock := record.NewRunID(time.Now())
+	require.NoError(t, os.WriteFile(lay(d).ticketLock(orphanLock), nil, 0o600))
 
-	before := treeSnapshot(t, d.Store.Root)
+	before := treeSnapshot(t, d.Store.Root())
 	dry, err := d.Recover(recoverOpts(true))
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Store.Root))
-	assert.Equal(t, 2, dry.Count(dispatch.Cleaned))
+	assert.Equal(t, before, treeSnapshot(t, d.Store.Root()))
+	assert.Equal(t, 2, dry.Count(recovery.Cleaned))
 
 	report, err := d.Recover(recoverOpts(false))
 	require.NoError(t, err)
-	assert.Equal(t, 2, report.Count(dispatch.Cleaned), "%+v", report.Items)
+	assert.Equal(t, 2, report.Count(recovery.Cleaned), "%+v", report.Items)
 	assert.Equal(t, "ghost", itemsFor(report)[string(id)][0].Task)
 	assert.Empty(t, queueFiles(t, d))
 }
@@ -271,8 +274,8 @@ func TestQueueHasNoHeadOfLineBlocking(t *testing.T) {
 	taskWaiter := startWaiter(t, d, "busy", "", 0)
 	assert.False(t, poolWaiter.finished())
 	assert.False(t, taskWaiter.finished())
-	assert.Equal(t, dispatch.WaitPool, poolWaiter.lastProgress().Reason)
-	assert.Equal(t, dispatch.WaitTask, taskWaiter.lastProgress().Reason)
+	assert.Equal(t, admission.WaitPool, poolWaiter.lastProgress().Reason)
+	assert.Equal(t, admission.WaitTask, taskWaiter.lastProgress().Reason)
 	require.NotNil(t, taskWaiter.lastProgress().BlockingRun)
 	assert.Equal(t, busy.Rec.RunID, taskWaiter.lastProgress().BlockingRun.RunID)
 
@@ -286,7 +289,7 @@ func TestQueueHasNoHeadOfLineBlocking(t *testing.T) {
 	snap, err := d.Status("busy")
 	require.NoError(t, err)
 	require.Len(t, snap.Queue, 2)
-	assert.Equal(t, dispatch.WaitTask, snap.Queue[1].WaitingFor)
+	assert.Equal(t, admission.WaitTask, snap.Queue[1].WaitingFor)
 
 	releaseAll(busy)
 	releaseAll(free.res)
@@ -344,7 +347,7 @@ func TestPools(t *testing.T) {
 	_, err = d.Admit(context.Background(), poolReq("x", "nope"))
 	var usage *dispatch.UsageError
 	require.ErrorAs(t, err, &usage)
-	assert.Contains(t, usage.Msg, `unknown pool "nope"; configured pools: deploy, test`)
+	assert.Contains(t, usage.Error(), `unknown pool "nope"; configured pools: deploy, test`)
 
 	snap, err := d.Status("")
 	require.NoError(t, err)
@@ -360,7 +363,7 @@ func TestPools(t *testing.T) {
 	assert.Empty(t, res.Pools)
 	_, err = d.Admit(context.Background(), poolReq("y", "deploy"))
 	require.ErrorAs(t, err, &usage)
-	assert.Contains(t, usage.Msg, "no pools are configured")
+	assert.Contains(t, usage.Error(), "no pools are configured")
 }
 
 func TestInitRejectsBadPools(t *testing.T) {
@@ -374,7 +377,7 @@ func TestInitRejectsBadPools(t *testing.T) {
 			_, err := d.Init(2, true, []dispatch.PoolChange{change}, time.Second)
 			var usage *dispatch.UsageError
 			require.ErrorAs(t, err, &usage)
-			assert.NoDirExists(t, d.Store.Root, "bad input changes nothing")
+			assert.NoDirExists(t, d.Store.Root(), "bad input changes nothing")
 		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/recovery"
 )
 
 type failingWriter struct{}
@@ -34,7 +35,7 @@ func TestRegressionFailingOutputHangsTheRun(t *testing.T) {
 	req.Stdout = failingWriter{}
 	done := make(chan startResult, 1)
 	go func() {
-		code, id, err := d.Start(req)
+		code, id, err := startCode(d, req)
 		done <- startResult{code, id, err}
 	}()
 	select {
@@ -75,7 +76,8 @@ func TestRegressionTwoActiveRecordsForOneTask(t *testing.T) {
 // the reservation fail with EWOULDBLOCK ("lock new owner lock ...:
 // resource temporarily unavailable"): crew start exits 125. Probabilistic:
 // the window is microseconds wide; with 8 dry runs looping, a few
-// admissions in a thousand failed here, so this runs for 20 s.
+// admissions in a thousand failed here. It is a soak test: every CI pass
+// runs sixty admissions, `make soak` (CREW_SOAK=1) runs it for 20 s.
 func TestRegressionDryRunRecoverBreaksConcurrentAdmission(t *testing.T) {
 	d := newDispatcher(t)
 	setCap(t, d, 1000)
@@ -86,20 +88,23 @@ func TestRegressionDryRunRecoverBreaksConcurrentAdmission(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				_, _ = d.Recover(dispatch.RecoverOptions{DryRun: true, Timeout: time.Minute})
+				_, _ = d.Recover(recovery.Options{DryRun: true, Timeout: time.Minute})
 			}
 		}()
 	}
 	var failures []error
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+	admitted := 0
+	for n, deadline := 0, time.Now().Add(soakFor(20*time.Second)); n < soakRounds(60) || time.Now().Before(deadline); n++ {
 		res, err := d.Admit(context.Background(), admitReq("t"))
 		if err != nil {
 			failures = append(failures, err)
 			continue
 		}
+		admitted++
 		releaseAll(res)
 	}
 	stop.Store(true)
 	wg.Wait()
 	assert.Empty(t, failures)
+	assert.Positive(t, admitted, "no admission won: the test proved nothing")
 }

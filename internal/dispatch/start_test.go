@@ -2,8 +2,11 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,14 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
 func TestStartSucceeds(t *testing.T) {
 	d := newDispatcher(t)
 	req, stdout, stderr := startRequest("hello", "sh", "-c", "echo out; echo err >&2")
-	code, id, err := d.Start(req)
+	code, id, err := startCode(d, req)
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "out\n", stdout.String())
@@ -28,7 +32,7 @@ func TestStartSucceeds(t *testing.T) {
 
 	rec, err := d.Store.ReadRun(id)
 	require.NoError(t, err)
-	assert.Equal(t, runstore.Succeeded, rec.State)
+	assert.Equal(t, record.Succeeded, rec.State)
 	require.NotNil(t, rec.ExitCode)
 	assert.Equal(t, 0, *rec.ExitCode)
 	assert.Empty(t, rec.Reason)
@@ -38,27 +42,28 @@ func TestStartSucceeds(t *testing.T) {
 	assert.Equal(t, rec.TaskPID, rec.PGID, "the command leads its own process group")
 	assert.Equal(t, []string{"sh", "-c", "echo out; echo err >&2"}, rec.Command)
 
-	log, err := os.ReadFile(d.Store.LogPath(id))
+	log, err := os.ReadFile(lay(d).log(id))
 	require.NoError(t, err)
 	assert.Contains(t, string(log), "out\n")
 	assert.Contains(t, string(log), "err\n")
 
 	// Finished: out of the active set, lock files gone.
 	assert.Empty(t, activeNames(t, d))
-	assert.False(t, exists(d.Store.OwnerLockPath(id)))
-	assert.False(t, exists(d.Store.SupervisorLockPath(id)))
+	assert.False(t, exists(lay(d).ownerLock(id)))
+	assert.False(t, exists(lay(d).supervisorLock(id)))
 }
 
 func TestStartPropagatesExitCode(t *testing.T) {
 	d := newDispatcher(t)
 	req, stdout, _ := startRequest("fails", "sh", "-c", "echo partial; exit 3")
-	code, id, err := d.Start(req)
-	require.NoError(t, err, "a failing command is not crew's error")
+	code, id, err := startCode(d, req)
+	var exited *supervise.ExitError
+	require.ErrorAs(t, err, &exited, "a failing command is not crew's error, only its exit status")
 	assert.Equal(t, 3, code)
 	assert.Equal(t, "partial\n", stdout.String())
 
 	rec := readDone(t, d, id)
-	assert.Equal(t, runstore.Failed, rec.State)
+	assert.Equal(t, record.Failed, rec.State)
 	require.NotNil(t, rec.ExitCode)
 	assert.Equal(t, 3, *rec.ExitCode)
 	assert.Equal(t, "command exited with status 3", rec.Reason)
@@ -67,11 +72,11 @@ func TestStartPropagatesExitCode(t *testing.T) {
 func TestStartCommandKilledBySignal(t *testing.T) {
 	d := newDispatcher(t)
 	req, _, _ := startRequest("suicide", "sh", "-c", "kill -KILL $$")
-	code, id, err := d.Start(req)
-	require.NoError(t, err)
+	code, id, err := startCode(d, req)
+	require.ErrorAs(t, err, new(*supervise.ExitError))
 	assert.Equal(t, 128+int(syscall.SIGKILL), code)
 	rec := readDone(t, d, id)
-	assert.Equal(t, runstore.Failed, rec.State)
+	assert.Equal(t, record.Failed, rec.State)
 	assert.Equal(t, "SIGKILL", rec.Signal)
 	assert.Contains(t, rec.Reason, "killed by SIGKILL")
 }
@@ -84,17 +89,17 @@ func TestStartEnvironmentAndOwnerLock(t *testing.T) {
 	}
 	req, stdout, _ := startRequest("Deploy Prod", "sh", "-c", script)
 	req.Env = append(req.Env, "KEEP_ME=yes")
-	code, id, err := d.Start(req)
+	code, id, err := startCode(d, req)
 	require.NoError(t, err)
 	require.Equal(t, 0, code)
 
 	out := stdout.String()
 	assert.Contains(t, out, "id="+string(id)+"\n")
 	assert.Contains(t, out, "task=Deploy Prod\n")
-	assert.Contains(t, out, "root="+d.Store.Root+"\n")
+	assert.Contains(t, out, "root="+d.Store.Root()+"\n")
 	assert.Contains(t, out, "keep=yes\n", "the caller's environment is passed on")
 	if strings.Contains(out, "fd3=") {
-		assert.Contains(t, out, "fd3="+d.Store.OwnerLockPath(id)+"\n", "the owner lock is the command's fd 3")
+		assert.Contains(t, out, "fd3="+lay(d).ownerLock(id)+"\n", "the owner lock is the command's fd 3")
 	}
 }
 
@@ -129,30 +134,30 @@ func TestStartOwnerLockHeldWhileRunning(t *testing.T) {
 	r := awaitStart(t, done, 10*time.Second)
 	require.NoError(t, r.err)
 	assert.Equal(t, 0, r.code)
-	assert.Equal(t, runstore.Succeeded, readDone(t, d, r.id).State)
+	assert.Equal(t, record.Succeeded, readDone(t, d, r.id).State)
 	admit(t, d, "other") // the slot is free again
 }
 
 func TestStartCommandNotFound(t *testing.T) {
 	d := newDispatcher(t)
 	req, stdout, _ := startRequest("missing", "crew-test-no-such-command-7f3a")
-	code, id, err := d.Start(req)
+	code, id, err := startCode(d, req)
 	assert.Equal(t, 127, code)
-	var launch *dispatch.LaunchError
+	var launch *supervise.LaunchError
 	require.ErrorAs(t, err, &launch)
-	assert.Equal(t, 127, launch.Code)
+	assert.True(t, launch.NotFound)
 	assert.Equal(t, id, launch.RunID)
 	assert.Contains(t, launch.Reason, "command not found: crew-test-no-such-command-7f3a")
 	assert.Empty(t, stdout.String())
 
 	rec := readDone(t, d, id)
-	assert.Equal(t, runstore.Failed, rec.State)
+	assert.Equal(t, record.Failed, rec.State)
 	require.NotNil(t, rec.ExitCode)
 	assert.Equal(t, 127, *rec.ExitCode)
 	assert.Equal(t, launch.Reason, rec.Reason)
 	assert.Nil(t, rec.StartedAt)
 	assert.Empty(t, activeNames(t, d))
-	assert.False(t, exists(d.Store.OwnerLockPath(id)))
+	assert.False(t, exists(lay(d).ownerLock(id)))
 }
 
 func TestStartCommandNotExecutable(t *testing.T) {
@@ -160,14 +165,14 @@ func TestStartCommandNotExecutable(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "script.sh")
 	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o600))
 	req, _, _ := startRequest("noexec", script)
-	code, id, err := d.Start(req)
+	code, id, err := startCode(d, req)
 	assert.Equal(t, 126, code)
-	var launch *dispatch.LaunchError
+	var launch *supervise.LaunchError
 	require.ErrorAs(t, err, &launch)
-	assert.Equal(t, 126, launch.Code)
+	assert.False(t, launch.NotFound)
 	assert.Contains(t, launch.Reason, "not executable")
 	rec := readDone(t, d, id)
-	assert.Equal(t, runstore.Failed, rec.State)
+	assert.Equal(t, record.Failed, rec.State)
 	require.NotNil(t, rec.ExitCode)
 	assert.Equal(t, 126, *rec.ExitCode)
 }
@@ -178,14 +183,14 @@ func startAndWaitRunning(t *testing.T, d *dispatch.Dispatcher, req dispatch.Star
 	t.Helper()
 	done := make(chan startResult, 1)
 	go func() {
-		code, id, err := d.Start(req)
+		code, id, err := startCode(d, req)
 		done <- startResult{code, id, err}
 	}()
 	// Whatever happens to the test, no command outlives it.
 	t.Cleanup(func() { killActive(d) })
 	waitFor(t, "the command to run", 10*time.Second, func() bool {
 		snap, err := d.Status(req.Task)
-		if err != nil || len(snap.Active) != 1 || snap.Active[0].State != runstore.Running {
+		if err != nil || len(snap.Active) != 1 || snap.Active[0].State != record.Running {
 			return false
 		}
 		return ready == "" || exists(ready)
@@ -193,22 +198,79 @@ func startAndWaitRunning(t *testing.T, d *dispatch.Dispatcher, req dispatch.Star
 	return done
 }
 
-// killActive SIGKILLs the process groups of the root's running commands.
+// killActive SIGKILLs the process groups of the root's running commands
+// that are provably this test's own: a group whose leader is a child of
+// this process that has not been reaped yet (so its pid cannot have been
+// reused by anyone else).
 func killActive(d *dispatch.Dispatcher) {
 	snap, err := d.Status("")
 	if err != nil {
 		return
 	}
 	for _, v := range snap.Active {
-		if v.PGID > 0 {
+		if v.PGID > 0 && ownChildLeads(v.PGID) {
 			_ = syscall.Kill(-v.PGID, syscall.SIGKILL)
 		}
 	}
 }
 
+// ownChildLeads reports whether pid is a living child of this process
+// and the leader of its own process group. Without /proc it cannot tell,
+// and says no.
+func ownChildLeads(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	// After "comm)": state ppid pgrp ...
+	f := strings.Fields(s[i+1:])
+	return len(f) >= 3 && f[0] != "Z" && f[1] == strconv.Itoa(os.Getpid()) && f[2] == strconv.Itoa(pid)
+}
+
+// startCode runs d.Start and turns its outcome into the exit code crew
+// start would give (cmd/crew maps the same types the same way).
+func startCode(d *dispatch.Dispatcher, req dispatch.StartRequest) (int, record.RunID, error) {
+	id, err := d.Start(req)
+	return codeOf(err), id, err
+}
+
+func codeOf(err error) int {
+	var (
+		exited   *supervise.ExitError
+		launch   *supervise.LaunchError
+		signal   *supervise.SignalledError
+		refused  *dispatch.RefusedError
+		internal *supervise.InternalError
+	)
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exited):
+		return exited.Code
+	case errors.As(err, &launch) && launch.NotFound:
+		return 127
+	case errors.As(err, &launch):
+		return 126
+	case errors.As(err, &signal):
+		return 128 + int(signal.Signal)
+	case errors.As(err, &refused) && refused.Kind == dispatch.TaskActive:
+		return 76
+	case errors.As(err, &refused):
+		return 75
+	case errors.As(err, &internal):
+		return 125
+	}
+	return 125
+}
+
 type startResult struct {
 	code int
-	id   runstore.RunID
+	id   record.RunID
 	err  error
 }
 
@@ -235,11 +297,11 @@ func TestStartForwardsStopSignal(t *testing.T) {
 	sigs <- syscall.SIGTERM
 	r := awaitStart(t, done, 10*time.Second)
 	assert.Less(t, time.Since(sent), 3*time.Second, "stopped at once, not after the grace period")
-	require.NoError(t, r.err)
+	require.ErrorAs(t, r.err, new(*supervise.ExitError))
 	assert.Equal(t, 143, r.code)
 
 	rec := readDone(t, d, r.id)
-	assert.Equal(t, runstore.Stopped, rec.State)
+	assert.Equal(t, record.Stopped, rec.State)
 	assert.Equal(t, "SIGTERM", rec.Signal)
 	require.NotNil(t, rec.ExitCode)
 	assert.Equal(t, 143, *rec.ExitCode)
@@ -261,11 +323,11 @@ func TestStartEscalatesToSIGKILLAfterGrace(t *testing.T) {
 
 	sigs <- syscall.SIGINT
 	r := awaitStart(t, done, 10*time.Second)
-	require.NoError(t, r.err)
+	require.ErrorAs(t, r.err, new(*supervise.ExitError))
 	assert.Equal(t, 128+int(syscall.SIGKILL), r.code)
 
 	rec := readDone(t, d, r.id)
-	assert.Equal(t, runstore.Stopped, rec.State)
+	assert.Equal(t, record.Stopped, rec.State)
 	assert.Equal(t, "SIGINT", rec.Signal, "the record names the stop signal crew received")
 	assert.Contains(t, rec.Reason, "sent SIGKILL after the 100ms grace period")
 }
@@ -275,7 +337,7 @@ func TestStartEscalatesToSIGKILLAfterGrace(t *testing.T) {
 func TestStartSignalWhileWaitingForTheLock(t *testing.T) {
 	d := newDispatcher(t)
 	require.NoError(t, d.Store.Ensure())
-	lock, err := lockfs.AcquireAdmission(context.Background(), d.Store.AdmissionLockPath(), d.Store.AdmissionHolderPath(), time.Second)
+	lock, err := runstore.New(d.Store.Root()).LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 
@@ -285,18 +347,18 @@ func TestStartSignalWhileWaitingForTheLock(t *testing.T) {
 	req.Signals = sigs
 	req.LockTimeout = 10 * time.Second
 	start := time.Now()
-	code, id, err := d.Start(req)
+	code, id, err := startCode(d, req)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Equal(t, 130, code)
 	assert.Empty(t, id)
-	var sig *dispatch.SignalledError
+	var sig *supervise.SignalledError
 	require.ErrorAs(t, err, &sig)
 	assert.Equal(t, syscall.SIGINT, sig.Signal)
 	assert.Empty(t, sig.RunID)
 	assert.Contains(t, err.Error(), "nothing was started")
 	assert.Empty(t, stdout.String())
 	assert.Empty(t, activeNames(t, d))
-	days, err := os.ReadDir(d.Store.DoneDir())
+	days, err := os.ReadDir(lay(d).doneDir())
 	require.NoError(t, err)
 	assert.Empty(t, days)
 }
@@ -307,13 +369,13 @@ func TestStartRefusedPassesWarnings(t *testing.T) {
 	d := newDispatcher(t)
 	setCap(t, d, 1)
 	id, _ := writeCorruptActive(t, d, "garbage")
-	holdOwner(t, d.Store.OwnerLockPath(id))
+	holdOwner(t, lay(d).ownerLock(id))
 
 	var warnings []string
 	req, stdout, _ := startRequest("x", "echo", "never")
 	req.Warn = func(w string) { warnings = append(warnings, w) }
-	code, runID, err := d.Start(req)
-	assert.Equal(t, 0, code)
+	code, runID, err := startCode(d, req)
+	assert.Equal(t, 75, code)
 	assert.Empty(t, runID)
 	var refused *dispatch.RefusedError
 	require.ErrorAs(t, err, &refused)
@@ -327,7 +389,7 @@ func TestStartPassesStdin(t *testing.T) {
 	d := newDispatcher(t)
 	req, stdout, _ := startRequest("cat", "cat")
 	req.Stdin = strings.NewReader("from stdin\n")
-	code, _, err := d.Start(req)
+	code, _, err := startCode(d, req)
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "from stdin\n", stdout.String())
@@ -339,7 +401,7 @@ func TestStartRunsInDir(t *testing.T) {
 	require.NoError(t, err)
 	req, stdout, _ := startRequest("pwd", "pwd", "-P")
 	req.Dir = dir
-	code, id, err := d.Start(req)
+	code, id, err := startCode(d, req)
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, dir+"\n", stdout.String())

@@ -2,36 +2,25 @@ package dispatch
 
 import (
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/crew-dev/crew/internal/lockfs"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 // StatusVersion is the version of the `crew status --json` schema. Fields
 // are added within a version, never renamed or removed.
 const StatusVersion = 1
 
-// RunView is a run as `crew status` shows it.
+// RunView is a run as `crew status` shows it: its record, and what is
+// known live about it.
 type RunView struct {
-	RunID         runstore.RunID `json:"runId"`
-	Task          string         `json:"task"`
-	State         runstore.State `json:"state"`
-	Command       []string       `json:"command"`
-	Host          string         `json:"host"`
-	CreatedAt     time.Time      `json:"createdAt"`
-	StartedAt     *time.Time     `json:"startedAt"`
-	FinishedAt    *time.Time     `json:"finishedAt"`
-	ExitCode      *int           `json:"exitCode"`
-	Signal        string         `json:"signal,omitempty"`
-	Reason        string         `json:"reason"`
-	SupervisorPID int            `json:"supervisorPid"`
-	TaskPID       int            `json:"taskPid"`
-	PGID          int            `json:"pgid"`
-	Forced        bool           `json:"forced"`
-	Pool          string         `json:"pool"`
-	// OwnerAlive: a living process holds the run's owner lock.
+	record.Run
+	// Owner is the owner's liveness: alive, dead or unknown (could not be
+	// probed; it then counts as holding its slot, as in admission).
+	Owner string `json:"owner,omitempty"`
+	// OwnerAlive: the owner may live (a living process holds the run's
+	// owner lock, or it cannot be told).
 	OwnerAlive bool `json:"ownerAlive"`
 	// SupervisorAlive: the crew process supervising the run lives.
 	SupervisorAlive bool `json:"supervisorAlive"`
@@ -40,11 +29,9 @@ type RunView struct {
 	// HoldsSlot: the run counts against maximumInProgress right now.
 	HoldsSlot bool   `json:"holdsSlot"`
 	LogPath   string `json:"logPath"`
-	// Events is the run's history, oldest first.
-	Events []runstore.Event `json:"events"`
 }
 
-// Problem is a file in the active set that is not a readable record.
+// Problem is a file in the state root that is not a readable record.
 type Problem struct {
 	Path       string `json:"path"`
 	Error      string `json:"error"`
@@ -69,17 +56,17 @@ type Snapshot struct {
 	Pools []PoolView `json:"pools"`
 	// LastRefusal, with a task filter, is the task's latest refused start,
 	// if it came after the task's latest run.
-	LastRefusal *Refusal `json:"lastRefusal,omitempty"`
+	LastRefusal *record.Refusal `json:"lastRefusal,omitempty"`
 }
 
 // QueueView is a waiting start.
 type QueueView struct {
-	Position   int            `json:"position"`
-	Task       string         `json:"task"`
-	RunID      runstore.RunID `json:"runId"`
-	Since      time.Time      `json:"since"`
-	Pool       string         `json:"pool"`
-	WaitingFor WaitReason     `json:"waitingFor"`
+	Position   int              `json:"position"`
+	Task       string           `json:"task"`
+	RunID      record.RunID     `json:"runId"`
+	Since      time.Time        `json:"since"`
+	Pool       string           `json:"pool"`
+	WaitingFor admission.Reason `json:"waitingFor"`
 }
 
 // PoolView is one pool's cap and usage.
@@ -94,74 +81,52 @@ const FinishedShown = 10
 
 // Status reads the state root without taking the admission lock and
 // without creating or changing any file, so it is safe and accurate while
-// starts race. taskFilter, if not empty, keeps only that task's runs.
+// starts race. taskFilter, if not empty, keeps only that task's runs. Slot
+// usage is counted exactly as admission counts it.
 func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	st := d.Store
-	cfg, exists, err := runstore.LoadConfig(st.Layout)
+	cfg, exists, err := st.LoadConfig()
 	if err != nil {
 		return nil, err
 	}
-	snap := &Snapshot{
-		Version:           StatusVersion,
-		Root:              st.Root,
-		ConfigPath:        st.ConfigPath(),
-		ConfigExists:      exists,
-		MaximumInProgress: cfg.MaximumInProgress,
-		Active:            []RunView{},
-		Finished:          []RunView{},
-		Problems:          []Problem{},
-		Queue:             []QueueView{},
-		Pools:             []PoolView{},
-	}
-	entries, err := st.ListActive()
+	snap := &Snapshot{Version: StatusVersion, Root: st.Root(), ConfigPath: st.ConfigPath(), ConfigExists: exists,
+		MaximumInProgress: cfg.MaximumInProgress, Active: []RunView{}, Finished: []RunView{},
+		Problems: []Problem{}, Queue: []QueueView{}, Pools: []PoolView{}}
+	set, err := d.readActive()
 	if err != nil {
 		return nil, err
 	}
-	poolUse := map[string]int{}
-	for _, e := range entries {
-		if e.Finished {
-			continue // listed among the finished runs
-		}
-		if e.Err != nil {
-			p := Problem{Path: e.Path, Error: e.Err.Error()}
-			if e.ID != "" {
-				p.OwnerAlive, _ = lockfs.Probe(st.OwnerLockPath(e.ID))
-				p.HoldsSlot = p.OwnerAlive
-			}
-			if p.HoldsSlot {
-				snap.SlotsInUse++
-			}
-			snap.Problems = append(snap.Problems, p)
-			continue
-		}
-		v := d.view(e.Rec, true)
-		if v.HoldsSlot {
-			snap.SlotsInUse++
-			if v.Pool != "" {
-				poolUse[v.Pool]++
-			}
-		}
-		if taskFilter == "" || v.Task == taskFilter {
-			snap.Active = append(snap.Active, v)
+	usage := set.usage()
+	snap.SlotsInUse = usage.InUse
+	for _, e := range set.entries {
+		switch {
+		case e.Finished:
+			// listed among the finished runs
+		case e.Err != nil:
+			o := set.owners[e.ID]
+			alive := e.ID != "" && o.Owner.MayLive()
+			snap.Problems = append(snap.Problems, Problem{Path: e.Path, Error: e.Err.Error(), OwnerAlive: alive, HoldsSlot: alive})
+		case taskFilter == "" || e.Rec.Task == taskFilter:
+			snap.Active = append(snap.Active, d.liveView(e.Rec, set.owners[e.ID]))
 		}
 	}
 	for _, name := range cfg.PoolNames() {
-		snap.Pools = append(snap.Pools, PoolView{Name: name, MaximumInProgress: cfg.Pools[name], InUse: poolUse[name]})
+		snap.Pools = append(snap.Pools, PoolView{Name: name, MaximumInProgress: cfg.Pools[name], InUse: usage.PoolUse[name]})
 	}
-	snap.Queue = d.queueView(cfg, taskFilter)
-	var keep func(*runstore.Record) bool
+	snap.Queue = d.queueView(cfg, usage, taskFilter)
+	var keep func(*record.Run) bool
 	if taskFilter != "" {
-		keep = func(r *runstore.Record) bool { return r.Task == taskFilter }
+		keep = func(r *record.Run) bool { return r.Task == taskFilter }
 	}
 	recent, bad, err := st.RecentFinished(FinishedShown, keep)
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range recent {
-		snap.Finished = append(snap.Finished, d.view(r, false))
+		snap.Finished = append(snap.Finished, d.finishedView(r))
 	}
 	if taskFilter != "" {
-		if r := d.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
+		if r := st.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
 			snap.LastRefusal = r
 		}
 	}
@@ -172,7 +137,7 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 }
 
 // refusalIsNews: a refusal matters if no run of the task began after it.
-func refusalIsNews(r *Refusal, snap *Snapshot) bool {
+func refusalIsNews(r *record.Refusal, snap *Snapshot) bool {
 	for _, v := range append(append([]RunView{}, snap.Active...), snap.Finished...) {
 		if v.CreatedAt.After(r.At) {
 			return false
@@ -181,66 +146,59 @@ func refusalIsNews(r *Refusal, snap *Snapshot) bool {
 	return true
 }
 
-// queueView lists the live tickets in arrival order with what each waits
-// for, as admission would decide right now.
-func (d *Dispatcher) queueView(cfg runstore.Config, taskFilter string) []QueueView {
+// queueView lists the waiting starts in arrival order with what each
+// waits for, as admission would decide right now.
+func (d *Dispatcher) queueView(cfg record.Config, usage admission.Usage, taskFilter string) []QueueView {
 	out := []QueueView{}
-	live := liveTickets(d.scanQueue(false))
-	if len(live) == 0 {
-		return out
-	}
-	view, err := d.scanActive(false, "")
-	if err != nil {
-		return out
-	}
-	sim := newSimulation(cfg, view)
-	for i, t := range live {
-		reason, _, _ := sim.block(t.task, t.pool)
-		if reason == "" {
-			reason = WaitSlot // being handed a free slot right now
-		}
-		sim.visit(t)
-		if taskFilter != "" && t.task != taskFilter {
+	queue := d.liveQueue(nil)
+	for i, v := range admission.Plan(cfg, usage, queue) {
+		t := queue[i]
+		if taskFilter != "" && t.Task != taskFilter {
 			continue
 		}
-		out = append(out, QueueView{Position: i + 1, Task: t.task, RunID: t.id, Since: t.since, Pool: t.pool, WaitingFor: reason})
+		reason := v.Reason
+		if v.Admit {
+			reason = admission.WaitSlot // being handed a free slot right now
+		}
+		out = append(out, QueueView{Position: i + 1, Task: t.Task, RunID: t.ID, Since: t.Since, Pool: t.Pool, WaitingFor: reason})
 	}
 	return out
 }
 
 // Run returns one run's view, active or finished.
-func (d *Dispatcher) Run(id runstore.RunID) (*RunView, error) {
+func (d *Dispatcher) Run(id record.RunID) (*RunView, error) {
 	rec, err := d.Store.ReadRun(id)
 	if err != nil {
 		return nil, err
 	}
-	v := d.view(rec, rec.State.Active())
+	if !rec.State.Active() {
+		v := d.finishedView(rec)
+		return &v, nil
+	}
+	v := d.liveView(rec, d.Store.OwnerState(id))
 	return &v, nil
 }
 
-// view probes a record's locks (for active records) and builds its view.
-func (d *Dispatcher) view(r *runstore.Record, probe bool) RunView {
-	v := RunView{
-		RunID: r.RunID, Task: r.Task, State: r.State, Command: r.Command, Host: r.Host,
-		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
-		ExitCode: r.ExitCode, Signal: r.Signal, Reason: r.Reason,
-		SupervisorPID: r.SupervisorPID, TaskPID: r.TaskPID, PGID: r.PGID, Forced: r.Forced, Pool: r.Pool,
-		LogPath: d.Store.LogPath(r.RunID), Events: r.Events,
-	}
+func (d *Dispatcher) finishedView(r *record.Run) RunView {
+	v := RunView{Run: *r}
 	if v.Events == nil {
-		v.Events = []runstore.Event{}
+		v.Events = []record.Event{}
 	}
-	if _, err := os.Stat(v.LogPath); err != nil {
-		v.LogPath = ""
+	if d.Store.HasLog(r.RunID) {
+		v.LogPath = d.Store.LogPath(r.RunID)
 	}
-	if !probe {
-		return v
-	}
-	v.OwnerAlive, _ = lockfs.Probe(d.Store.OwnerLockPath(r.RunID))
-	v.SupervisorAlive, _ = lockfs.Probe(d.Store.SupervisorLockPath(r.RunID))
-	v.Orphaned = v.OwnerAlive && !v.SupervisorAlive
-	v.HoldsSlot = v.OwnerAlive && r.State.Active()
-	if !v.OwnerAlive && r.State.Active() {
+	return v
+}
+
+// liveView is an active run's view with its owner's liveness.
+func (d *Dispatcher) liveView(r *record.Run, o record.Owner) RunView {
+	v := d.finishedView(r)
+	v.Owner = o.Owner.String()
+	v.OwnerAlive = o.Owner.MayLive()
+	v.SupervisorAlive = o.Supervisor == record.Alive
+	v.Orphaned = o.Orphaned()
+	v.HoldsSlot = o.HoldsSlot(r.State)
+	if o.Owner == record.Dead && r.State.Active() {
 		v.Reason = fmt.Sprintf("owner process %d is gone; this run holds no slot and will be finalized by the next admission or `crew recover`", r.SupervisorPID)
 	}
 	return v

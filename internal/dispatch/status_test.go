@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
 func TestStatusOnMissingRootCreatesNothing(t *testing.T) {
@@ -20,10 +22,10 @@ func TestStatusOnMissingRootCreatesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, dispatch.StatusVersion, snap.Version)
 	assert.Equal(t, 1, snap.Version)
-	assert.Equal(t, d.Store.Root, snap.Root)
-	assert.Equal(t, d.Store.ConfigPath(), snap.ConfigPath)
+	assert.Equal(t, d.Store.Root(), snap.Root)
+	assert.Equal(t, lay(d).config(), snap.ConfigPath)
 	assert.False(t, snap.ConfigExists)
-	assert.Equal(t, runstore.DefaultMaximumInProgress, snap.MaximumInProgress)
+	assert.Equal(t, record.DefaultMaximumInProgress, snap.MaximumInProgress)
 	assert.Equal(t, 0, snap.SlotsInUse)
 	assert.NotNil(t, snap.Active, "empty lists, not null, in JSON")
 	assert.Empty(t, snap.Active)
@@ -31,11 +33,11 @@ func TestStatusOnMissingRootCreatesNothing(t *testing.T) {
 	assert.Empty(t, snap.Finished)
 	assert.NotNil(t, snap.Problems)
 	assert.Empty(t, snap.Problems)
-	assert.NoDirExists(t, d.Store.Root)
+	assert.NoDirExists(t, d.Store.Root())
 
-	_, err = d.Run(runstore.NewRunID(time.Now()))
+	_, err = d.Run(record.NewRunID(time.Now()))
 	require.ErrorIs(t, err, os.ErrNotExist)
-	assert.NoDirExists(t, d.Store.Root)
+	assert.NoDirExists(t, d.Store.Root())
 }
 
 func TestStatusActiveRuns(t *testing.T) {
@@ -43,14 +45,14 @@ func TestStatusActiveRuns(t *testing.T) {
 	setCap(t, d, 5)
 	alive := admit(t, d, "alive")
 	orphan := admit(t, d, "orphan")
-	require.NoError(t, orphan.Supervisor.Release())
+	orphanize(t, d, orphan)
 	dead := admit(t, d, "dead")
 	releaseAll(dead)
 
-	before := treeSnapshot(t, d.Store.Root)
+	before := treeSnapshot(t, d.Store.Root())
 	snap, err := d.Status("")
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Store.Root), "status changes nothing")
+	assert.Equal(t, before, treeSnapshot(t, d.Store.Root()), "status changes nothing")
 
 	assert.True(t, snap.ConfigExists)
 	assert.Equal(t, 5, snap.MaximumInProgress)
@@ -63,7 +65,7 @@ func TestStatusActiveRuns(t *testing.T) {
 
 	a := byTask["alive"]
 	assert.Equal(t, alive.Rec.RunID, a.RunID)
-	assert.Equal(t, runstore.Provisioning, a.State)
+	assert.Equal(t, record.Provisioning, a.State)
 	assert.True(t, a.OwnerAlive)
 	assert.True(t, a.SupervisorAlive)
 	assert.False(t, a.Orphaned)
@@ -100,15 +102,19 @@ func TestStatusActiveRuns(t *testing.T) {
 
 func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 	d := newDispatcher(t)
-	var ids []runstore.RunID
+	var ids []record.RunID
 	for i := range dispatch.FinishedShown + 2 {
 		task := "even"
 		if i%2 == 1 {
 			task = "odd"
 		}
 		req, _, _ := startRequest(task, "sh", "-c", fmt.Sprintf("exit %d", i%2))
-		_, id, err := d.Start(req)
-		require.NoError(t, err)
+		_, id, err := startCode(d, req)
+		if i%2 == 1 {
+			require.ErrorAs(t, err, new(*supervise.ExitError))
+		} else {
+			require.NoError(t, err)
+		}
 		ids = append(ids, id)
 	}
 
@@ -119,11 +125,11 @@ func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 		assert.Equal(t, ids[len(ids)-1-i], v.RunID, "finished[%d]", i)
 		assert.False(t, v.HoldsSlot)
 		assert.False(t, v.OwnerAlive)
-		assert.Equal(t, d.Store.LogPath(v.RunID), v.LogPath)
+		assert.Equal(t, lay(d).log(v.RunID), v.LogPath)
 		require.NotNil(t, v.ExitCode)
 	}
-	assert.Equal(t, runstore.Failed, snap.Finished[0].State)
-	assert.Equal(t, runstore.Succeeded, snap.Finished[1].State)
+	assert.Equal(t, record.Failed, snap.Finished[0].State)
+	assert.Equal(t, record.Succeeded, snap.Finished[1].State)
 	assert.Empty(t, snap.Active)
 	assert.Equal(t, 0, snap.SlotsInUse)
 
@@ -136,7 +142,7 @@ func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 
 	v, err := d.Run(ids[0])
 	require.NoError(t, err, "a run older than the listing is still found by id")
-	assert.Equal(t, runstore.Succeeded, v.State)
+	assert.Equal(t, record.Succeeded, v.State)
 }
 
 func TestStatusReportsProblems(t *testing.T) {
@@ -144,17 +150,17 @@ func TestStatusReportsProblems(t *testing.T) {
 	setCap(t, d, 3)
 	_, freePath := writeCorruptActive(t, d, "{")
 	heldID, heldPath := writeCorruptActive(t, d, `{"version": 99}`)
-	holdOwner(t, d.Store.OwnerLockPath(heldID))
-	foreign := filepath.Join(d.Store.ActiveDir(), "README")
+	holdOwner(t, lay(d).ownerLock(heldID))
+	foreign := filepath.Join(lay(d).activeDir(), "README")
 	require.NoError(t, os.WriteFile(foreign, []byte("hi"), 0o600))
 	// A temporary file of an interrupted write is not a problem.
-	require.NoError(t, os.WriteFile(filepath.Join(d.Store.ActiveDir(), ".r-tmp.json123"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(lay(d).activeDir(), ".r-tmp.json123"), nil, 0o600))
 
 	// A corrupt finished record.
 	req, _, _ := startRequest("done", "true")
-	_, doneID, err := d.Start(req)
+	_, doneID, err := startCode(d, req)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(d.Store.DonePath(doneID), []byte("torn"), 0o600))
+	require.NoError(t, os.WriteFile(lay(d).done(doneID), []byte("torn"), 0o600))
 
 	snap, err := d.Status("")
 	require.NoError(t, err)
@@ -180,15 +186,15 @@ func TestStatusReportsProblems(t *testing.T) {
 	assert.Contains(t, byPath[foreign].Error, "foreign file")
 	assert.False(t, byPath[foreign].HoldsSlot)
 	require.Len(t, unnamed, 1)
-	assert.Contains(t, unnamed[0].Error, d.Store.DonePath(doneID))
+	assert.Contains(t, unnamed[0].Error, lay(d).done(doneID))
 }
 
 func TestStatusCorruptConfig(t *testing.T) {
 	d := newDispatcher(t)
 	require.NoError(t, d.Store.Ensure())
-	require.NoError(t, os.WriteFile(d.Store.ConfigPath(), []byte("{"), 0o600))
+	require.NoError(t, os.WriteFile(lay(d).config(), []byte("{"), 0o600))
 	_, err := d.Status("")
 	var cfgErr *runstore.ConfigError
 	require.ErrorAs(t, err, &cfgErr)
-	assert.Equal(t, d.Store.ConfigPath(), cfgErr.Path)
+	assert.Equal(t, lay(d).config(), cfgErr.Path)
 }

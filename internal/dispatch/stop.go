@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,44 +8,21 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/crew-dev/crew/internal/lockfs"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
-// stopRequest is left by `crew stop` so that whoever finalizes the run
-// says who stopped it.
-type stopRequest struct {
-	PID    int       `json:"pid"`
-	User   string    `json:"user"`
-	Signal string    `json:"signal"`
-	At     time.Time `json:"at"`
-	Killed bool      `json:"killed"` // SIGKILL after the grace period
-	Grace  string    `json:"grace"`
-}
+// StopError is a stop that could not be carried out.
+type StopError struct{ Err error }
 
-func (r *stopRequest) describe(pgid int) string {
-	s := fmt.Sprintf("stopped by crew stop (pid %d, user %s), which sent %s to process group %d", r.PID, r.User, r.Signal, pgid)
-	if r.Killed {
-		s += fmt.Sprintf(" and SIGKILL after the %s grace period", r.Grace)
-	}
-	return s
-}
+func (e *StopError) Error() string { return e.Err.Error() }
+func (e *StopError) Unwrap() error { return e.Err }
 
-func (d *Dispatcher) readStopRequest(id runstore.RunID) *stopRequest {
-	data, err := os.ReadFile(d.Store.StopRequestPath(id))
-	if err != nil {
-		return nil
-	}
-	var r stopRequest
-	if json.Unmarshal(data, &r) != nil {
-		return nil
-	}
-	return &r
-}
-
-func (d *Dispatcher) writeStopRequest(id runstore.RunID, r *stopRequest) error {
-	b, _ := json.Marshal(r)
-	return runstore.WriteDurable(d.Store.StopRequestPath(id), b)
+// StopOptions configures Stop.
+type StopOptions struct {
+	Signal syscall.Signal
+	Grace  time.Duration
 }
 
 func currentUser() string {
@@ -56,23 +32,12 @@ func currentUser() string {
 	return fmt.Sprintf("uid %d", os.Getuid())
 }
 
-// StopError is a stop that could not be carried out.
-type StopError struct{ Msg string }
-
-func (e *StopError) Error() string { return e.Msg }
-
-// StopOptions configures Stop.
-type StopOptions struct {
-	Signal syscall.Signal
-	Grace  time.Duration
-}
-
 // Stop signals a run's process group, waits up to the grace period, then
 // sends SIGKILL, and returns the run's final record. It works whether the
 // run's supervisor lives (foreground or detached: the supervisor records
 // the stop) or is gone and only the command lives (an orphan: Stop records
 // it itself once the command's last process has exited).
-func (d *Dispatcher) Stop(id runstore.RunID, opts StopOptions) (*runstore.Record, error) {
+func (d *Dispatcher) Stop(id record.RunID, opts StopOptions) (*record.Run, error) {
 	st := d.Store
 	rec, err := st.ReadRun(id)
 	if err != nil {
@@ -81,50 +46,48 @@ func (d *Dispatcher) Stop(id runstore.RunID, opts StopOptions) (*runstore.Record
 	if !rec.State.Active() {
 		return rec, nil
 	}
-	ownerHeld, _ := lockfs.Probe(st.OwnerLockPath(id))
-	if !ownerHeld {
+	if st.OwnerState(id).Owner == record.Dead {
 		// Nobody works on it: it only needs finalizing.
-		if _, _, err := d.finalizeDead(id); err != nil {
+		if _, _, err := recovery.FinalizeDead(st, id, d.now()); err != nil {
 			return nil, err
 		}
 		return st.ReadRun(id)
 	}
-	req := &stopRequest{PID: os.Getpid(), User: currentUser(), Signal: signalName(opts.Signal), At: d.now(), Grace: opts.Grace.String()}
-	if err := d.writeStopRequest(id, req); err != nil {
+	req := &record.StopRequest{PID: os.Getpid(), User: currentUser(), Signal: supervise.SignalName(opts.Signal), At: d.now(), Grace: opts.Grace.String()}
+	if err := st.WriteStopRequest(id, req); err != nil {
 		return nil, err
 	}
 	target := rec.PGID
 	if target == 0 {
 		// Not started yet (or its start was not recorded): stop the
 		// supervisor, which then records the run as stopped.
-		if held, _ := lockfs.Probe(st.SupervisorLockPath(id)); !held {
-			return nil, &StopError{Msg: fmt.Sprintf("run %s has no recorded process group and no living supervisor; wait for it to finish or run crew recover", id)}
+		if st.OwnerState(id).Supervisor != record.Alive {
+			return nil, &StopError{Err: fmt.Errorf("run %s has no recorded process group and no living supervisor; wait for it to finish or run crew recover", id)}
 		}
 		if err := syscall.Kill(rec.SupervisorPID, opts.Signal); err != nil {
-			return nil, &StopError{Msg: fmt.Sprintf("signal supervisor %d of run %s: %v", rec.SupervisorPID, id, err)}
+			return nil, &StopError{Err: fmt.Errorf("signal supervisor %d of run %s: %w", rec.SupervisorPID, id, err)}
 		}
 	} else if err := syscall.Kill(-target, opts.Signal); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return nil, &StopError{Msg: fmt.Sprintf("signal process group %d of run %s: %v", target, id, err)}
+		return nil, &StopError{Err: fmt.Errorf("signal process group %d of run %s: %w", target, id, err)}
 	}
+	return d.awaitStopped(id, rec, req, opts.Grace)
+}
 
-	graceOver := time.After(opts.Grace)
-	deadline := time.Now().Add(opts.Grace + 30*time.Second)
-	// The run is over when its record is final and no process of its group
-	// is left: a grandchild that ignored the signal gets SIGKILL after the
-	// grace period like the rest, even if the record was final before.
-	var final *runstore.Record
+// awaitStopped waits for a signalled run to end, sending SIGKILL after the
+// grace period. The run is over when its record is final and no process of
+// its group is left: a grandchild that ignored the signal gets SIGKILL
+// after the grace period like the rest, even if the record was final
+// before.
+func (d *Dispatcher) awaitStopped(id record.RunID, rec *record.Run, req *record.StopRequest, grace time.Duration) (*record.Run, error) {
+	st := d.Store
+	target := rec.PGID
+	graceOver := time.After(grace)
+	deadline := time.Now().Add(grace + 30*time.Second)
+	var final *record.Run
 	groupGone := func() bool { return target == 0 || syscall.Kill(-target, 0) == syscall.ESRCH }
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
 		if final == nil {
-			if cur, err := st.ReadRun(id); err == nil && !cur.State.Active() {
-				final = cur
-			} else if held, _ := lockfs.Probe(st.OwnerLockPath(id)); !held {
-				// Every process of the run is gone. If a supervisor lived,
-				// it is finalizing right now; otherwise it is ours to record.
-				if cur, ok := d.finalizeStoppedOrphan(id, req); ok {
-					final = cur
-				}
-			}
+			final = d.finalIfOver(id, req)
 		}
 		if final != nil && (groupGone() || graceOver == nil) {
 			return final, nil
@@ -134,7 +97,7 @@ func (d *Dispatcher) Stop(id runstore.RunID, opts StopOptions) (*runstore.Record
 			graceOver = nil
 			req.Killed = true
 			if final == nil {
-				_ = d.writeStopRequest(id, req)
+				_ = st.WriteStopRequest(id, req)
 			}
 			if target != 0 {
 				_ = syscall.Kill(-target, syscall.SIGKILL)
@@ -144,55 +107,42 @@ func (d *Dispatcher) Stop(id runstore.RunID, opts StopOptions) (*runstore.Record
 		case <-time.After(delay):
 		}
 		if time.Now().After(deadline) {
-			return nil, &StopError{Msg: fmt.Sprintf("run %s did not end within %s after SIGKILL", id, 30*time.Second)}
+			return nil, &StopError{Err: fmt.Errorf("run %s did not end within %s after SIGKILL", id, 30*time.Second)}
 		}
 	}
 }
 
-// finalizeStoppedOrphan records a run whose supervisor was already gone
-// as stopped, under the run's fence. It reports false if someone else
-// holds the fence (a supervisor finalizing it), so the caller looks again.
-func (d *Dispatcher) finalizeStoppedOrphan(id runstore.RunID, req *stopRequest) (*runstore.Record, bool) {
+// finalIfOver returns the run's final record once there is one: written by
+// its supervisor, or, when every process of the run is gone and no
+// supervisor lived to say so, by this crew stop.
+func (d *Dispatcher) finalIfOver(id record.RunID, req *record.StopRequest) *record.Run {
 	st := d.Store
-	f, err := d.takeFence(id)
-	if errors.Is(err, errFenceDone) {
-		rec, err := st.ReadRun(id)
-		return rec, err == nil
+	if cur, err := st.ReadRun(id); err == nil && !cur.State.Active() {
+		return cur
 	}
-	if err != nil {
-		return nil, false
+	if st.OwnerState(id).Owner != record.Dead {
+		return nil
 	}
-	rec, err := st.ReadRecord(st.ActivePath(id))
-	if err != nil || st.IsDone(id) {
-		f.release()
-		return nil, false
+	// Every process of the run is gone. If a supervisor lived, it is
+	// finalizing right now (and holds the fence); otherwise it is ours to
+	// record.
+	outcome, rec, err := recovery.FinalizeStopped(st, id, req, d.now())
+	if err != nil || outcome == recovery.OwnerBusy {
+		return nil
 	}
-	if rec.State.Active() {
-		now := d.now()
-		rec.State = runstore.Stopped
-		rec.Signal = req.Signal
-		rec.FinishedAt = &now
-		rec.ExitCode = nil
-		rec.Reason = fmt.Sprintf("%s; its supervisor (pid %d) was already gone, so the command's exit status is unknown",
-			req.describe(rec.PGID), rec.SupervisorPID)
-		rec.AddEvent(now, "%s", finalEvent(rec))
+	if rec == nil {
+		rec, _ = st.ReadRun(id)
+		return rec
 	}
-	if err := st.WriteDone(rec); err != nil {
-		f.release()
-		return nil, false
-	}
-	_ = st.RemoveActive(id)
-	_ = os.Remove(st.StopRequestPath(id))
-	_ = f.removeAndRelease(d, id)
 	d.RingWaiters()
-	return rec, true
+	return rec
 }
 
 // StopWaiter tells a waiting start (a queue ticket, not yet a run) to
 // leave the queue, by signalling its process. It reports whether id was a
 // waiting start. The ticket's lock proves the process is alive, and the
 // waiter never forks, so the pid cannot belong to anyone else.
-func (d *Dispatcher) StopWaiter(id runstore.RunID, sig syscall.Signal) (bool, error) {
+func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, error) {
 	st := d.Store
 	if _, err := st.ReadRun(id); err == nil {
 		return false, nil
@@ -205,11 +155,11 @@ func (d *Dispatcher) StopWaiter(id runstore.RunID, sig syscall.Signal) (bool, er
 		if e.ID != id || e.Ticket == nil {
 			continue
 		}
-		if held, _ := lockfs.Probe(st.TicketLockPath(id)); !held {
+		if e.Waiter != record.Alive {
 			return false, nil
 		}
 		if err := syscall.Kill(e.Ticket.PID, sig); err != nil {
-			return true, &StopError{Msg: fmt.Sprintf("signal waiting start %s (pid %d): %v", id, e.Ticket.PID, err)}
+			return true, &StopError{Err: fmt.Errorf("signal waiting start %s (pid %d): %w", id, e.Ticket.PID, err)}
 		}
 		return true, nil
 	}

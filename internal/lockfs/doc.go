@@ -1,9 +1,9 @@
-// Package lockfs owns crew's kernel file locks: the admission lock that
-// serializes every admission decision on a machine, and the per-run owner
-// locks that prove a run still has a living process.
+// Package lockfs holds kernel file locks (flock(2)) on files inside an
+// *os.Root that package runstore names. A flock belongs to an open file
+// description: it dies with the last descriptor that refers to it, so a
+// lock held by a process that is gone releases itself, and a descriptor
+// handed to a child keeps the lock for as long as the child lives.
 //
-// Every lock here is a flock(2) lock. It belongs to an open file
-// description, so it dies with the last process holding that description:
-// a killed holder can never leave a stale lock behind, and no lock is ever
-// reclaimed by age.
+// Lock files are opened through package rootfs: regular files only, never
+// through a symbolic link, never blocking.
 package lockfs

@@ -4,10 +4,11 @@ package lockfs
 // descriptions, so the only honest way to prove what another process sees
 // is to have another process: the test binary re-executes itself with
 // CREW_LOCKFS_HELPER=<mode>:<path>, and TestMain runs the helper instead of
-// the tests. A helper prints "locked" (or another status line) on stdout
-// once it holds what it was asked to hold, then obeys commands read from
-// stdin ("release", "remove") and exits on EOF. Every helper is SIGKILLed
-// and reaped in t.Cleanup.
+// the tests. <path> is <dir>/<name>: the helper opens <dir> as an *os.Root
+// and works on <name> in it, as crew does. A helper prints "locked" (or
+// another status line) on stdout once it holds what it was asked to hold,
+// then obeys commands read from stdin ("release", "remove", "still") and
+// exits on EOF. Every helper is SIGKILLed and reaped in t.Cleanup.
 
 import (
 	"bufio"
@@ -18,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,9 +31,8 @@ import (
 )
 
 const (
-	helperEnv       = "CREW_LOCKFS_HELPER"
-	helperHolderEnv = "CREW_LOCKFS_HOLDER"
-	helperTimeout   = "CREW_LOCKFS_TIMEOUT"
+	helperEnv     = "CREW_LOCKFS_HELPER"
+	helperTimeout = "CREW_LOCKFS_TIMEOUT"
 )
 
 // lineTimeout bounds how long the parent waits for a helper's status line.
@@ -50,17 +51,30 @@ func runHelper(spec string) int {
 		fmt.Printf("error: %v\n", err)
 		return 1
 	}
+	// openDir opens the directory of path as a root, and returns the name.
+	openDir := func() (*os.Root, string, error) {
+		r, err := os.OpenRoot(filepath.Dir(path))
+		return r, filepath.Base(path), err
+	}
 	switch mode {
-	case "hold-owner": // CreateOwner(path) and hold it
-		o, err := CreateOwner(path)
+	case "hold-create": // Create(dir, name) and hold it
+		dir, name, err := openDir()
+		if err != nil {
+			return fail(err)
+		}
+		l, err := Create(dir, name)
 		if err != nil {
 			return fail(err)
 		}
 		fmt.Println("locked")
-		return ownerCommands(o)
+		return lockCommands(l)
 
-	case "take-owner": // TryOwner(path) and hold it if we got it
-		o, err := TryOwner(path)
+	case "take": // Take(dir, name) and hold it if we got it
+		dir, name, err := openDir()
+		if err != nil {
+			return fail(err)
+		}
+		l, err := Take(dir, name)
 		switch {
 		case errors.Is(err, ErrBusy):
 			fmt.Println("busy")
@@ -72,7 +86,7 @@ func runHelper(spec string) int {
 			return fail(err)
 		}
 		fmt.Println("locked")
-		return ownerCommands(o)
+		return lockCommands(l)
 
 	case "hold-shared": // what Probe does, but held: LOCK_SH on a read-only fd
 		f, err := os.Open(path)
@@ -86,19 +100,7 @@ func runHelper(spec string) int {
 		waitEOF()
 		return 0
 
-	case "hold-flock": // a bare exclusive flock, with no holder note
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return fail(err)
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			return fail(err)
-		}
-		fmt.Println("locked")
-		waitEOF()
-		return 0
-
-	case "hold-admission": // AcquireAdmission(path, $CREW_LOCKFS_HOLDER)
+	case "hold-acquire": // Acquire(dir, name, $CREW_LOCKFS_TIMEOUT) and hold it
 		timeout := 10 * time.Second
 		if s := os.Getenv(helperTimeout); s != "" {
 			d, err := time.ParseDuration(s)
@@ -107,24 +109,27 @@ func runHelper(spec string) int {
 			}
 			timeout = d
 		}
+		dir, name, err := openDir()
+		if err != nil {
+			return fail(err)
+		}
 		fmt.Println("waiting")
-		l, err := AcquireAdmission(context.Background(), path, os.Getenv(helperHolderEnv), timeout)
+		l, err := Acquire(context.Background(), dir, name, timeout, func() { fmt.Println("busy") })
+		if errors.Is(err, ErrTimeout) {
+			fmt.Println("timeout")
+			return 0
+		}
 		if err != nil {
 			return fail(err)
 		}
 		fmt.Println("locked")
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			if sc.Text() == "release" {
-				if err := l.Release(); err != nil {
-					return fail(err)
-				}
-				fmt.Println("released")
-			}
-		}
-		return 0
+		return lockCommands(l)
 
-	case "probe-loop": // Probe(path) in a tight loop until stdin closes
+	case "probe-loop": // Probe(dir, name) in a tight loop until stdin closes
+		dir, name, err := openDir()
+		if err != nil {
+			return fail(err)
+		}
 		done := make(chan struct{})
 		go func() { waitEOF(); close(done) }()
 		fmt.Println("probing")
@@ -136,7 +141,7 @@ func runHelper(spec string) int {
 				return 0
 			default:
 			}
-			h, err := Probe(path)
+			h, err := Probe(dir, name)
 			n++
 			if h {
 				held++
@@ -154,6 +159,21 @@ func runHelper(spec string) int {
 		waitEOF()
 		return 0
 
+	case "adopt-inherited": // Adopt(fd 3, dir, name), then obeys commands
+		dir, name, err := openDir()
+		if err != nil {
+			return fail(err)
+		}
+		if err := checkFD3(); err != nil {
+			return fail(err)
+		}
+		l, err := Adopt(os.NewFile(3, "inherited"), dir, name)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Println("locked")
+		return lockCommands(l)
+
 	case "hold-inherited-detached": // holds fd 3 until killed (at most a minute)
 		if err := checkFD3(); err != nil {
 			return 1
@@ -161,8 +181,12 @@ func runHelper(spec string) int {
 		time.Sleep(time.Minute)
 		return 0
 
-	case "spawn-inheritor": // CreateOwner(path), hand it to a detached grandchild
-		o, err := CreateOwner(path)
+	case "spawn-inheritor": // Create(dir, name), hand it to a detached grandchild
+		dir, name, err := openDir()
+		if err != nil {
+			return fail(err)
+		}
+		l, err := Create(dir, name)
 		if err != nil {
 			return fail(err)
 		}
@@ -172,7 +196,7 @@ func runHelper(spec string) int {
 		}
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(), helperEnv+"=hold-inherited-detached:", helperGORACE())
-		cmd.ExtraFiles = []*os.File{o.File()}
+		cmd.ExtraFiles = []*os.File{l.File()}
 		if err := cmd.Start(); err != nil {
 			return fail(err)
 		}
@@ -181,8 +205,12 @@ func runHelper(spec string) int {
 		return 0
 
 	case "churn-create", "churn-take":
-		// Create (or take over) the owner lock at path and remove it again,
-		// as fast as possible, until stdin closes.
+		// Create (or take over) the lock file and remove it again, as fast
+		// as possible, until stdin closes.
+		dir, name, err := openDir()
+		if err != nil {
+			return fail(err)
+		}
 		done := make(chan struct{})
 		go func() { waitEOF(); close(done) }()
 		fmt.Println("churning")
@@ -195,18 +223,17 @@ func runHelper(spec string) int {
 			default:
 			}
 			cycles++
-			var o *OwnerLock
-			var err error
+			var l *Lock
 			if mode == "churn-create" {
-				o, err = CreateOwner(path)
+				l, err = Create(dir, name)
 			} else {
-				o, err = TryOwner(path)
+				l, err = Take(dir, name)
 			}
 			if err != nil {
 				continue
 			}
 			got++
-			if err := o.RemoveAndRelease(); err != nil {
+			if err := l.RemoveAndRelease(); err != nil {
 				return fail(err)
 			}
 		}
@@ -219,22 +246,25 @@ func runHelper(spec string) int {
 	return fail(fmt.Errorf("unknown helper mode %q", mode))
 }
 
-func ownerCommands(o *OwnerLock) int {
+func lockCommands(l *Lock) int {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch sc.Text() {
 		case "release":
-			if err := o.Release(); err != nil {
+			if err := l.Release(); err != nil {
 				fmt.Printf("error: %v\n", err)
 				return 1
 			}
 			fmt.Println("released")
 		case "remove":
-			if err := o.RemoveAndRelease(); err != nil {
+			if err := l.RemoveAndRelease(); err != nil {
 				fmt.Printf("error: %v\n", err)
 				return 1
 			}
 			fmt.Println("removed")
+		case "still":
+			same, err := l.StillAtName()
+			fmt.Printf("still %v %v\n", same, err)
 		}
 	}
 	return 0
@@ -404,12 +434,36 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-// mustProbe is Probe that fails the test on error.
-func mustProbe(t *testing.T, path string) bool {
+// lockDir is a directory for lock files, opened as the *os.Root lockfs
+// works in.
+type lockDir struct {
+	path string
+	root *os.Root
+}
+
+func newLockDir(t *testing.T) lockDir {
 	t.Helper()
-	held, err := Probe(path)
+	path := t.TempDir()
+	r, err := os.OpenRoot(path)
 	if err != nil {
-		t.Fatalf("Probe(%s): %v", path, err)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return lockDir{path: path, root: r}
+}
+
+// at is the full path of name, for helpers and for checks made without
+// lockfs.
+func (d lockDir) at(name string) string { return filepath.Join(d.path, name) }
+
+const testLockName = "r-20240102T030405.000000006Z-0123456789abcdef.lock"
+
+// mustProbe is Probe that fails the test on error.
+func mustProbe(t *testing.T, d lockDir, name string) bool {
+	t.Helper()
+	held, err := Probe(d.root, name)
+	if err != nil {
+		t.Fatalf("Probe(%s): %v", name, err)
 	}
 	return held
 }

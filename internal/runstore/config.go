@@ -1,123 +1,95 @@
 package runstore
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
-	"strings"
+	"io/fs"
+
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/rootfs"
 )
 
-// ConfigVersion is the version of crew.json this crew reads and writes.
-const ConfigVersion = 1
+// MaxConfigBytes bounds crew.json.
+const MaxConfigBytes = 64 << 10
 
-// DefaultMaximumInProgress is the cap when the state root has no crew.json.
-const DefaultMaximumInProgress = 4
-
-// Config is the state root's crew.json.
-type Config struct {
-	Version           int `json:"version"`
-	MaximumInProgress int `json:"maximumInProgress"`
-	// Pools have caps of their own, all inside MaximumInProgress: a run
-	// started with --pool NAME needs a free slot in both.
-	Pools map[string]int `json:"pools,omitempty"`
-}
-
-// PoolNames lists the configured pools, sorted.
-func (c Config) PoolNames() []string {
-	names := make([]string, 0, len(c.Pools))
-	for n := range c.Pools {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// ValidatePoolName checks a pool name: the same rules as task names.
-func ValidatePoolName(name string) error {
-	if err := ValidateTask(name); err != nil {
-		return fmt.Errorf("pool name: %s", strings.TrimPrefix(err.Error(), "task name "))
-	}
-	return nil
-}
-
-// ConfigError is a crew.json that cannot be used; it names the file.
+// ConfigError is a crew.json that cannot be used; it names the file and,
+// for a file that is not valid config, the line and column.
 type ConfigError struct {
 	Path string
 	Err  error
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("config %s: %v; fix or remove it, or rewrite it with `crew init --max N`", e.Path, e.Err)
+	if e.Unreadable() {
+		return fmt.Sprintf("config %s: %v", e.Path, e.Err)
+	}
+	return fmt.Sprintf("config %s: %v; fix it, or rewrite it with `crew init --max N`", e.Path, e.Err)
 }
+
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// DefaultConfig is what a state root without crew.json uses.
-func DefaultConfig() Config {
-	return Config{Version: ConfigVersion, MaximumInProgress: DefaultMaximumInProgress}
+// Unreadable reports whether the file could not be read at all (as
+// opposed to read and found invalid), so that rewriting it is no fix.
+func (e *ConfigError) Unreadable() bool {
+	var tooLarge *rootfs.TooLargeError
+	var notRegular *rootfs.NotRegularError
+	return errors.Is(e.Err, fs.ErrPermission) || errors.As(e.Err, &tooLarge) || errors.As(e.Err, &notRegular) ||
+		!isDecodeError(e.Err)
 }
 
-// LoadConfig reads crew.json. A missing file yields the defaults and
-// exists=false; a malformed one is a *ConfigError.
-func LoadConfig(l Layout) (cfg Config, exists bool, err error) {
-	path := l.ConfigPath()
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return DefaultConfig(), false, nil
+// decodeError marks errors that come from the config's content.
+type decodeError struct{ err error }
+
+func (e decodeError) Error() string { return e.err.Error() }
+func (e decodeError) Unwrap() error { return e.err }
+
+func isDecodeError(err error) bool {
+	var d decodeError
+	return errors.As(err, &d)
+}
+
+// LoadConfig reads crew.json. A missing file (or state root) yields the
+// defaults and exists=false; an unusable one is a *ConfigError.
+func (s *Store) LoadConfig() (cfg record.Config, exists bool, err error) {
+	path := s.display(configName)
+	root, err := s.openRoot()
+	if errors.Is(err, ErrNoRoot) {
+		return record.DefaultConfig(), false, nil
 	}
 	if err != nil {
-		return Config{}, false, &ConfigError{Path: path, Err: unwrapPath(err)}
+		return record.Config{}, false, &ConfigError{Path: path, Err: err}
 	}
-	cfg, err = DecodeConfig(data)
+	data, err := rootfs.ReadFile(root, configName, MaxConfigBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return record.DefaultConfig(), false, nil
+	}
 	if err != nil {
-		return Config{}, true, &ConfigError{Path: path, Err: err}
+		return record.Config{}, true, &ConfigError{Path: path, Err: unwrapPath(err)}
+	}
+	cfg, err = record.DecodeConfig(data)
+	if err != nil {
+		return record.Config{}, true, &ConfigError{Path: path, Err: decodeError{err}}
 	}
 	return cfg, true, nil
 }
 
-// DecodeConfig parses and validates crew.json's content. Unknown fields are
-// an error: a misspelt key must not silently fall back to a default.
-func DecodeConfig(data []byte) (Config, error) {
-	var probe struct {
-		Version *int `json:"version"`
-	}
-	if err := json.Unmarshal(data, &probe); err != nil {
-		return Config{}, fmt.Errorf("malformed JSON: %w", err)
-	}
-	if probe.Version == nil {
-		return Config{}, fmt.Errorf("no \"version\" field")
-	}
-	if *probe.Version != ConfigVersion {
-		return Config{}, fmt.Errorf("unknown config version %d (this crew reads version %d)", *probe.Version, ConfigVersion)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
-		return Config{}, fmt.Errorf("malformed config: %w", err)
-	}
-	if cfg.MaximumInProgress < 1 {
-		return Config{}, fmt.Errorf("maximumInProgress is %d; it must be at least 1", cfg.MaximumInProgress)
-	}
-	for _, name := range cfg.PoolNames() {
-		if err := ValidatePoolName(name); err != nil {
-			return Config{}, fmt.Errorf("pools: %w", err)
-		}
-		if cfg.Pools[name] < 1 {
-			return Config{}, fmt.Errorf("pool %q has cap %d; it must be at least 1", name, cfg.Pools[name])
-		}
-	}
-	return cfg, nil
-}
+// ConfigPath is crew.json's path, for messages.
+func (s *Store) ConfigPath() string { return s.display(configName) }
 
-// SaveConfig writes crew.json durably and atomically.
-func SaveConfig(l Layout, cfg Config) error {
-	cfg.Version = ConfigVersion
-	b, err := json.MarshalIndent(cfg, "", "  ")
+// SaveConfig writes crew.json durably and atomically. It takes the
+// admission lock's handle: the config changes only inside the admission
+// critical section, so no admission reads it half-changed.
+func (a *Admission) SaveConfig(cfg record.Config) error {
+	b, err := cfg.Encode()
 	if err != nil {
-		return fmt.Errorf("encode config: %w", err)
+		return err
 	}
-	return WriteDurable(l.ConfigPath(), append(b, '\n'))
+	root, err := a.s.openRoot()
+	if err == nil {
+		err = writeFile(root, configName, b, durable)
+	}
+	if err != nil {
+		return fmt.Errorf("write config %s: %w", a.s.display(configName), unwrapPath(err))
+	}
+	return nil
 }

@@ -3,129 +3,90 @@ package runstore
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/crew-dev/crew/internal/record"
 )
 
-func TestDecodeConfigValid(t *testing.T) {
-	tests := []struct {
-		data string
-		max  int
-	}{
-		{`{"version":1,"maximumInProgress":1}`, 1},
-		{`{"version":1,"maximumInProgress":4}`, 4},
-		{"{\n  \"version\": 1,\n  \"maximumInProgress\": 1000\n}\n", 1000},
-		{`{"maximumInProgress":2,"version":1}`, 2},
-	}
-	for _, tc := range tests {
-		cfg, err := DecodeConfig([]byte(tc.data))
-		if err != nil {
-			t.Errorf("DecodeConfig(%s) = %v", tc.data, err)
-			continue
-		}
-		if cfg.Version != ConfigVersion || cfg.MaximumInProgress != tc.max {
-			t.Errorf("DecodeConfig(%s) = %+v, want max %d", tc.data, cfg, tc.max)
-		}
-	}
-}
-
-func TestDecodeConfigErrors(t *testing.T) {
-	tests := []struct {
-		name, data, wantErr string
-	}{
-		{"empty", ``, "malformed JSON"},
-		{"not JSON", `maximumInProgress = 3`, "malformed JSON"},
-		{"truncated", `{"version":1,"maximumInProgress":`, "malformed JSON"},
-		{"trailing garbage", `{"version":1,"maximumInProgress":2} x`, "malformed JSON"},
-		{"array", `[1]`, "malformed JSON"},
-		{"null", `null`, "no \"version\""},
-		{"no version", `{"maximumInProgress":2}`, "no \"version\""},
-		{"version 0", `{"version":0,"maximumInProgress":2}`, "unknown config version 0"},
-		{"version 2", `{"version":2,"maximumInProgress":2}`, "unknown config version 2"},
-		{"version string", `{"version":"1","maximumInProgress":2}`, "malformed JSON"},
-		{"unknown field", `{"version":1,"maximumInProgress":2,"maxInProgress":8}`, "unknown field"},
-		{"misspelt field", `{"version":1,"maximumInProgres":8}`, "unknown field"},
-		{"max string", `{"version":1,"maximumInProgress":"2"}`, "malformed config"},
-		{"max float", `{"version":1,"maximumInProgress":2.5}`, "malformed config"},
-		{"max missing", `{"version":1}`, "maximumInProgress is 0"},
-		{"max 0", `{"version":1,"maximumInProgress":0}`, "maximumInProgress is 0"},
-		{"max negative", `{"version":1,"maximumInProgress":-3}`, "maximumInProgress is -3"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := DecodeConfig([]byte(tc.data))
-			if err == nil {
-				t.Fatalf("DecodeConfig(%s) = %+v, want an error containing %q", tc.data, cfg, tc.wantErr)
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("DecodeConfig(%s) = %q, want it to contain %q", tc.data, err, tc.wantErr)
-			}
-			if !reflect.DeepEqual(cfg, Config{}) {
-				t.Errorf("DecodeConfig returned a config with its error: %+v", cfg)
-			}
-		})
-	}
-}
-
 func TestLoadConfigMissingIsDefault(t *testing.T) {
-	l := Layout{Root: t.TempDir()}
-	cfg, exists, err := LoadConfig(l)
+	s := newStore(t)
+	cfg, exists, err := s.LoadConfig()
 	if err != nil || exists {
 		t.Fatalf("LoadConfig(no file) = %+v, %v, %v", cfg, exists, err)
 	}
-	if !reflect.DeepEqual(cfg, DefaultConfig()) || cfg.MaximumInProgress != DefaultMaximumInProgress || cfg.Version != ConfigVersion {
-		t.Errorf("LoadConfig(no file) = %+v, want %+v", cfg, DefaultConfig())
+	if !reflect.DeepEqual(cfg, record.DefaultConfig()) || cfg.MaximumInProgress != record.DefaultMaximumInProgress || cfg.Version != record.ConfigVersion {
+		t.Errorf("LoadConfig(no file) = %+v, want %+v", cfg, record.DefaultConfig())
 	}
 	// Loading creates nothing.
-	if _, err := os.Stat(l.ConfigPath()); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("LoadConfig created %s", l.ConfigPath())
-	}
-	// Nor does it need the root to exist.
-	cfg, exists, err = LoadConfig(Layout{Root: l.Root + "/missing"})
-	if err != nil || exists || !reflect.DeepEqual(cfg, DefaultConfig()) {
+	assertMissing(t, s.ConfigPath())
+	// Nor does it need the root to exist, or create it.
+	missing := New(filepath.Join(t.TempDir(), "missing"))
+	cfg, exists, err = missing.LoadConfig()
+	if err != nil || exists || !reflect.DeepEqual(cfg, record.DefaultConfig()) {
 		t.Errorf("LoadConfig(missing root) = %+v, %v, %v", cfg, exists, err)
 	}
+	assertMissing(t, missing.Root())
 }
 
 func TestSaveLoadConfigRoundTrip(t *testing.T) {
-	l := Layout{Root: t.TempDir()}
+	s := newStore(t)
+	a := lockAdmission(t, s)
 	// SaveConfig sets the version whatever the caller passed.
-	if err := SaveConfig(l, Config{MaximumInProgress: 7}); err != nil {
+	if err := a.SaveConfig(record.Config{MaximumInProgress: 7}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, exists, err := LoadConfig(l)
+	cfg, exists, err := s.LoadConfig()
 	if err != nil || !exists {
 		t.Fatalf("LoadConfig = %+v, %v, %v", cfg, exists, err)
 	}
-	if !reflect.DeepEqual(cfg, Config{Version: ConfigVersion, MaximumInProgress: 7}) {
+	if !reflect.DeepEqual(cfg, record.Config{Version: record.ConfigVersion, MaximumInProgress: 7}) {
 		t.Errorf("LoadConfig = %+v", cfg)
 	}
-	// Replacing works and leaves only crew.json.
-	if err := SaveConfig(l, Config{Version: 99, MaximumInProgress: 1}); err != nil {
+	// Replacing works and leaves only crew.json (no temporary file).
+	if err := a.SaveConfig(record.Config{Version: 99, MaximumInProgress: 1, Pools: map[string]int{"gpu": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err = LoadConfig(l)
-	if err != nil || cfg.MaximumInProgress != 1 || cfg.Version != ConfigVersion {
+	cfg, _, err = s.LoadConfig()
+	if err != nil || cfg.MaximumInProgress != 1 || cfg.Version != record.ConfigVersion || cfg.Pools["gpu"] != 1 {
 		t.Fatalf("LoadConfig after replace = %+v, %v", cfg, err)
 	}
-	assertOnlyFiles(t, l.Root, "crew.json")
-	assertMode(t, l.ConfigPath(), FilePerm)
-	b, _ := os.ReadFile(l.ConfigPath())
+	var names []string
+	ents, _ := os.ReadDir(s.Root())
+	for _, e := range ents {
+		if !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	if !reflect.DeepEqual(names, []string{"crew.json"}) {
+		t.Errorf("files in the state root: %q, want only crew.json", names)
+	}
+	assertMode(t, s.ConfigPath(), FilePerm)
+	b, _ := os.ReadFile(s.ConfigPath())
 	if !strings.HasSuffix(string(b), "}\n") {
 		t.Errorf("crew.json does not end with a newline: %q", b)
 	}
+	// Another store (another process) reads what was saved.
+	if cfg, _, err := New(s.Root()).LoadConfig(); err != nil || cfg.MaximumInProgress != 1 {
+		t.Errorf("a fresh store loads %+v, %v", cfg, err)
+	}
 }
 
+// SaveConfig needs the admission lock, and with it a state root; a write
+// that fails anyway (here, the root is gone) names the file.
 func TestSaveConfigMissingRoot(t *testing.T) {
-	l := Layout{Root: t.TempDir() + "/missing"}
-	err := SaveConfig(l, Config{MaximumInProgress: 2})
+	s := New(filepath.Join(t.TempDir(), "missing"))
+	a := &Admission{s: s} // as if the lock were held: the only way to reach SaveConfig without a root
+	err := a.SaveConfig(record.Config{MaximumInProgress: 2})
 	if err == nil {
 		t.Fatal("SaveConfig into a missing root succeeded")
 	}
-	if !strings.Contains(err.Error(), l.ConfigPath()) {
-		t.Errorf("error %q does not name %s", err, l.ConfigPath())
+	if !strings.Contains(err.Error(), s.ConfigPath()) {
+		t.Errorf("error %q does not name %s", err, s.ConfigPath())
 	}
+	assertMissing(t, s.Root())
 }
 
 func TestLoadConfigErrorsNameTheFile(t *testing.T) {
@@ -140,11 +101,9 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := Layout{Root: t.TempDir()}
-			if err := os.WriteFile(l.ConfigPath(), []byte(tc.content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cfg, exists, err := LoadConfig(l)
+			s := newStore(t)
+			writeString(t, s.ConfigPath(), tc.content)
+			cfg, exists, err := s.LoadConfig()
 			if err == nil {
 				t.Fatalf("LoadConfig = %+v, want an error", cfg)
 			}
@@ -152,11 +111,11 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %v (%T) is not a *ConfigError", err, err)
 			}
-			if ce.Path != l.ConfigPath() {
-				t.Errorf("ConfigError.Path = %q, want %q", ce.Path, l.ConfigPath())
+			if ce.Path != s.ConfigPath() {
+				t.Errorf("ConfigError.Path = %q, want %q", ce.Path, s.ConfigPath())
 			}
-			if !strings.Contains(err.Error(), l.ConfigPath()) {
-				t.Errorf("message %q does not contain the path %s", err, l.ConfigPath())
+			if !strings.Contains(err.Error(), s.ConfigPath()) {
+				t.Errorf("message %q does not contain the path %s", err, s.ConfigPath())
 			}
 			if !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("message %q does not contain %q", err, tc.wantErr)
@@ -164,32 +123,65 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 			if !strings.Contains(err.Error(), "crew init --max") {
 				t.Errorf("message %q does not say how to fix it", err)
 			}
+			if ce.Unreadable() {
+				t.Error("Unreadable() = true for a file that was read and found invalid")
+			}
 			if ce.Unwrap() == nil || errors.Unwrap(err) == nil {
 				t.Error("ConfigError does not unwrap to its cause")
 			}
 			if !exists {
 				t.Error("exists = false for a file that exists")
 			}
-			if !reflect.DeepEqual(cfg, Config{}) {
+			if !reflect.DeepEqual(cfg, record.Config{}) {
 				t.Errorf("config returned with the error: %+v", cfg)
 			}
 		})
 	}
 }
 
+// A crew.json that cannot be read at all (a directory, a link, a FIFO, a
+// file over the limit) is a *ConfigError that is Unreadable, never the
+// defaults, and reading it never blocks.
 func TestLoadConfigUnreadable(t *testing.T) {
-	// crew.json is a directory: reading fails with something other than
-	// "not exist", which must not fall back to the defaults.
-	l := Layout{Root: t.TempDir()}
-	if err := os.Mkdir(l.ConfigPath(), 0o700); err != nil {
-		t.Fatal(err)
+	outside := filepath.Join(t.TempDir(), "crew.json")
+	writeString(t, outside, `{"version":1,"maximumInProgress":1000}`)
+	tests := map[string]func(t *testing.T, path string){
+		"directory": func(t *testing.T, path string) { mkdirAll(t, path) },
+		"link out of the root": func(t *testing.T, path string) {
+			if err := os.Symlink(outside, path); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"link inside the root": func(t *testing.T, path string) {
+			writeString(t, path+".real", `{"version":1,"maximumInProgress":1000}`)
+			if err := os.Symlink("crew.json.real", path); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"FIFO":      func(t *testing.T, path string) { mkfifo(t, path) },
+		"oversized": func(t *testing.T, path string) { writeString(t, path, strings.Repeat(" ", MaxConfigBytes)+"{}") },
 	}
-	_, _, err := LoadConfig(l)
-	var ce *ConfigError
-	if !errors.As(err, &ce) {
-		t.Fatalf("LoadConfig(crew.json is a directory) = %v, want *ConfigError", err)
-	}
-	if ce.Path != l.ConfigPath() || !strings.Contains(err.Error(), l.ConfigPath()) {
-		t.Errorf("error %q does not name %s", err, l.ConfigPath())
+	for name, setup := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t)
+			setup(t, s.ConfigPath())
+			cfg, err := returnsAtOnce(t, "LoadConfig", func() (record.Config, error) {
+				cfg, _, err := s.LoadConfig()
+				return cfg, err
+			})
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("LoadConfig = %+v, %v; want *ConfigError", cfg, err)
+			}
+			if !ce.Unreadable() {
+				t.Errorf("Unreadable() = false for %v", err)
+			}
+			if ce.Path != s.ConfigPath() || !strings.Contains(err.Error(), s.ConfigPath()) {
+				t.Errorf("error %q does not name %s", err, s.ConfigPath())
+			}
+			if cfg.MaximumInProgress != 0 {
+				t.Errorf("config returned with the error: %+v", cfg)
+			}
+		})
 	}
 }

@@ -1,85 +1,102 @@
 package runstore
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
-	"github.com/google/renameio/v2"
+	"github.com/crew-dev/crew/internal/rootfs"
 )
 
-// WriteDurable replaces path with data so that after a crash at any point
-// the path holds either the old content or the new, never a torn or empty
-// file: the temporary file (in the same directory, named .<name><digits>)
-// is fsynced and renamed into place, and then the directory is fsynced so
-// the rename itself survives a power loss — renameio does not do that.
-func WriteDurable(path string, data []byte) error {
-	if err := WriteAtomic(path, data); err != nil {
+// durability says how far a write goes before it returns.
+type durability int
+
+const (
+	// volatile: atomic (readers never see a torn file) but nothing is
+	// fsynced; for files that mean nothing after a crash.
+	volatile durability = iota
+	// atomic: the file is fsynced and renamed into place; after a power
+	// loss the name may still hold the old content, never a torn file.
+	atomic
+	// durable: atomic, and the directory is fsynced so the rename itself
+	// survives a power loss.
+	durable
+)
+
+// writeFile replaces name in dir with data. The temporary file is created
+// beside it as .<name><random> (listings skip dot-files; recovery sweeps
+// them), exclusively, so a planted file or link is never written through.
+//
+// google/renameio does the same for paths, but cannot work through an
+// *os.Root, which is what keeps every write inside the state root.
+func writeFile(dir *os.Root, name string, data []byte, how durability) error {
+	tmp, err := tempName(name)
+	if err != nil {
 		return err
 	}
-	return SyncDir(filepath.Dir(path))
-}
-
-// WriteAtomic is WriteDurable without the directory fsync: after a power
-// loss the path may still hold the old content, but never a torn file. It
-// is for replacing a record whose older version is also a truthful (if
-// less complete) account, where the caller does not act on the new one.
-func WriteAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	t, err := renameio.TempFile(dir, path)
+	f, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, FilePerm)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
+		return err
 	}
-	defer t.Cleanup()
-	if _, err := t.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
-	}
-	if err := t.CloseAtomicallyReplace(); err != nil {
-		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
-	}
-	return nil
-}
-
-// WriteVolatile replaces path atomically but makes nothing durable: for
-// files that mean nothing after a crash (a queue ticket is void once its
-// waiter is gone, and a power loss takes every waiter with it). Readers
-// still never see a torn file while the machine runs.
-func WriteVolatile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path))
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
-	}
-	tmp := f.Name()
 	_, werr := f.Write(data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
+	var serr error
+	if how >= atomic && werr == nil {
+		serr = f.Sync()
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = dir.Remove(tmp)
+		return err
+	}
+	if err := dir.Rename(tmp, name); err != nil {
+		_ = dir.Remove(tmp)
+		return err
+	}
+	if how == durable {
+		return syncDir(dir)
 	}
 	return nil
 }
 
-// SyncDir makes the directory's entries (creations, renames, removals)
+func tempName(name string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("temporary name: %w", err)
+	}
+	return "." + name + hex.EncodeToString(b[:]), nil
+}
+
+// syncDir makes the directory's entries (creations, renames, removals)
 // durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
+func syncDir(dir *os.Root) error {
+	d, err := dir.Open(".")
 	if err != nil {
-		return fmt.Errorf("sync directory: %w", unwrapPath(err))
+		return err
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
+		return err
 	}
 	return nil
 }
 
-// IsTempName reports whether a directory entry is a leftover temporary
-// file of an interrupted atomic write (or any other dot-file); listings
-// skip them and recovery sweeps them.
-func IsTempName(name string) bool { return len(name) > 0 && name[0] == '.' }
+// removeFile removes name from dir; a missing file is not an error.
+func removeFile(dir *os.Root, name string) error {
+	if err := dir.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// listNames lists a directory's entry names, unsorted (cheaper than a
+// sorted, stat-ing listing).
+func listNames(dir *os.Root) ([]string, error) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Readdirnames(-1)
+}

@@ -2,6 +2,7 @@ package runstore
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,50 +11,26 @@ import (
 	"testing"
 )
 
-// assertOnlyFiles checks that dir holds exactly the named entries: in
-// particular, no leftover temporary files.
-func assertOnlyFiles(t testing.TB, dir string, want ...string) {
+// openTestRoot opens a fresh directory as the *os.Root writeFile works in.
+func openTestRoot(t testing.TB) (string, *os.Root) {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
+	dir := t.TempDir()
+	r, err := os.OpenRoot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name())
-	}
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("%s holds %q, want exactly %q", dir, got, want)
-	}
+	t.Cleanup(func() { r.Close() })
+	return dir, r
 }
 
-func assertMode(t testing.TB, path string, want os.FileMode) {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fi.Mode().Perm(); got != want {
-		t.Errorf("%s has mode %v, want %v", path, got, want)
-	}
-}
+var durabilities = map[string]durability{"volatile": volatile, "atomic": atomic, "durable": durable}
 
-func readString(t testing.TB, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-func TestWriteDurableCreatesAndReplaces(t *testing.T) {
-	for name, write := range map[string]func(string, []byte) error{"WriteDurable": WriteDurable, "WriteAtomic": WriteAtomic} {
+func TestWriteFileCreatesAndReplaces(t *testing.T) {
+	for name, how := range durabilities {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
+			dir, r := openTestRoot(t)
 			path := filepath.Join(dir, "rec.json")
-			if err := write(path, []byte("first version, rather long\n")); err != nil {
+			if err := writeFile(r, "rec.json", []byte("first version, rather long\n"), how); err != nil {
 				t.Fatal(err)
 			}
 			if got := readString(t, path); got != "first version, rather long\n" {
@@ -63,7 +40,7 @@ func TestWriteDurableCreatesAndReplaces(t *testing.T) {
 			assertOnlyFiles(t, dir, "rec.json")
 
 			// Shorter content replaces it entirely (no tail of the old one).
-			if err := write(path, []byte("v2\n")); err != nil {
+			if err := writeFile(r, "rec.json", []byte("v2\n"), how); err != nil {
 				t.Fatal(err)
 			}
 			if got := readString(t, path); got != "v2\n" {
@@ -72,7 +49,7 @@ func TestWriteDurableCreatesAndReplaces(t *testing.T) {
 			assertOnlyFiles(t, dir, "rec.json")
 
 			// Empty content is written as such.
-			if err := write(path, nil); err != nil {
+			if err := writeFile(r, "rec.json", nil, how); err != nil {
 				t.Fatal(err)
 			}
 			if got := readString(t, path); got != "" {
@@ -83,42 +60,68 @@ func TestWriteDurableCreatesAndReplaces(t *testing.T) {
 	}
 }
 
-func TestWriteDurableReplacesByRename(t *testing.T) {
+func TestWriteFileReplacesByRename(t *testing.T) {
 	// A reader that opened the old file keeps reading the old content: the
 	// new one arrives by rename, never by rewriting the old inode in place.
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rec.json")
-	if err := WriteDurable(path, []byte("old")); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	before, _ := f.Stat()
-	if err := WriteDurable(path, []byte("new content")); err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 64)
-	n, _ := f.ReadAt(b, 0)
-	if string(b[:n]) != "old" {
-		t.Errorf("old descriptor reads %q after replace, want \"old\" (file rewritten in place?)", b[:n])
-	}
-	after, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if os.SameFile(before, after) {
-		t.Error("path still names the old inode after WriteDurable")
+	for name, how := range durabilities {
+		t.Run(name, func(t *testing.T) {
+			dir, r := openTestRoot(t)
+			path := filepath.Join(dir, "rec.json")
+			if err := writeFile(r, "rec.json", []byte("old"), how); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			before, _ := f.Stat()
+			if err := writeFile(r, "rec.json", []byte("new content"), how); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 64)
+			n, _ := f.ReadAt(b, 0)
+			if string(b[:n]) != "old" {
+				t.Errorf("old descriptor reads %q after replace, want \"old\" (file rewritten in place?)", b[:n])
+			}
+			after, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if os.SameFile(before, after) {
+				t.Error("the name still holds the old inode after writeFile")
+			}
+		})
 	}
 }
 
-func TestWriteDurableConcurrentWritersNeverTear(t *testing.T) {
-	dir := t.TempDir()
+// A file or link planted at the target's name is replaced, never written
+// through: the rename replaces the link itself, and what it pointed to,
+// inside or outside the root, is left alone.
+func TestWriteFileNeverWritesThroughALink(t *testing.T) {
+	dir, r := openTestRoot(t)
+	outside := filepath.Join(t.TempDir(), "victim")
+	writeString(t, outside, "precious")
+	if err := os.Symlink(outside, filepath.Join(dir, "rec.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(r, "rec.json", []byte("new"), durable); err != nil {
+		t.Fatal(err)
+	}
+	if got := readString(t, outside); got != "precious" {
+		t.Errorf("the link's target = %q, want it untouched", got)
+	}
+	fi, err := os.Lstat(filepath.Join(dir, "rec.json"))
+	if err != nil || !fi.Mode().IsRegular() || readString(t, filepath.Join(dir, "rec.json")) != "new" {
+		t.Errorf("rec.json after writeFile over a link: %v, %v; want a regular file", fi, err)
+	}
+}
+
+func TestWriteFileConcurrentWritersNeverTear(t *testing.T) {
+	dir, r := openTestRoot(t)
 	path := filepath.Join(dir, "rec.json")
 	contents := []string{strings.Repeat("a", 10000), strings.Repeat("b", 20), strings.Repeat("c", 5000)}
-	if err := WriteDurable(path, []byte(contents[0])); err != nil {
+	if err := writeFile(r, "rec.json", []byte(contents[0]), durable); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -144,13 +147,14 @@ func TestWriteDurableConcurrentWritersNeverTear(t *testing.T) {
 		}
 	}()
 	var writers sync.WaitGroup
+	writeErrs := make(chan error, 4*25)
 	for i := range 4 {
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
 			for j := range 25 {
-				if err := WriteAtomic(path, []byte(contents[(i+j)%len(contents)])); err != nil {
-					t.Error(err)
+				if err := writeFile(r, "rec.json", []byte(contents[(i+j)%len(contents)]), atomic); err != nil {
+					writeErrs <- err
 					return
 				}
 			}
@@ -159,6 +163,10 @@ func TestWriteDurableConcurrentWritersNeverTear(t *testing.T) {
 	writers.Wait()
 	close(stop)
 	wg.Wait()
+	close(writeErrs)
+	for err := range writeErrs {
+		t.Error(err)
+	}
 	select {
 	case s := <-torn:
 		if len(s) > 80 {
@@ -177,33 +185,32 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func TestWriteDurableMissingDir(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "missing")
-	path := filepath.Join(dir, "rec.json")
-	for name, write := range map[string]func(string, []byte) error{"WriteDurable": WriteDurable, "WriteAtomic": WriteAtomic} {
-		err := write(path, []byte("x"))
+// The directory is gone (removed after it was opened): the write fails
+// with ErrNotExist. Callers name the file (see TestWriteActiveMissingDir).
+func TestWriteFileMissingDir(t *testing.T) {
+	for name, how := range durabilities {
+		dir, r := openTestRoot(t)
+		if err := os.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+		err := writeFile(r, "rec.json", []byte("x"), how)
 		if err == nil {
-			t.Fatalf("%s into a missing directory succeeded", name)
+			t.Fatalf("%s write into a removed directory succeeded", name)
 		}
-		if !strings.Contains(err.Error(), path) {
-			t.Errorf("%s error %q does not name %s", name, err, path)
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s error %q does not wrap ErrNotExist", name, err)
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s write error %q does not wrap ErrNotExist", name, err)
 		}
 	}
 }
 
-func TestWriteDurableOntoDirectoryLeavesNoTemp(t *testing.T) {
+func TestWriteFileOntoDirectoryLeavesNoTemp(t *testing.T) {
 	// The rename fails (target is a non-empty directory): the temporary
 	// file is cleaned up and the target is untouched.
-	dir := t.TempDir()
+	dir, r := openTestRoot(t)
 	path := filepath.Join(dir, "rec.json")
-	if err := os.MkdirAll(filepath.Join(path, "child"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteDurable(path, []byte("x")); err == nil {
-		t.Fatal("WriteDurable onto a non-empty directory succeeded")
+	mkdirAll(t, filepath.Join(path, "child"))
+	if err := writeFile(r, "rec.json", []byte("x"), durable); err == nil {
+		t.Fatal("writeFile onto a non-empty directory succeeded")
 	}
 	assertOnlyFiles(t, dir, "rec.json")
 	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
@@ -211,21 +218,21 @@ func TestWriteDurableOntoDirectoryLeavesNoTemp(t *testing.T) {
 	}
 }
 
-func TestWriteDurableReadOnlyDirKeepsOldContent(t *testing.T) {
+func TestWriteFileReadOnlyDirKeepsOldContent(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root ignores directory permissions")
 	}
-	dir := t.TempDir()
+	dir, r := openTestRoot(t)
 	path := filepath.Join(dir, "rec.json")
-	if err := WriteDurable(path, []byte("old")); err != nil {
+	if err := writeFile(r, "rec.json", []byte("old"), durable); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(dir, 0o500); err != nil {
 		t.Fatal(err)
 	}
 	defer os.Chmod(dir, 0o700)
-	if err := WriteDurable(path, []byte("new")); err == nil {
-		t.Fatal("WriteDurable into a read-only directory succeeded")
+	if err := writeFile(r, "rec.json", []byte("new"), durable); err == nil {
+		t.Fatal("writeFile into a read-only directory succeeded")
 	}
 	if got := readString(t, path); got != "old" {
 		t.Errorf("content after failed write = %q, want old", got)
@@ -233,18 +240,39 @@ func TestWriteDurableReadOnlyDirKeepsOldContent(t *testing.T) {
 	assertOnlyFiles(t, dir, "rec.json")
 }
 
+// Temporary files are dot-files beside the target (so listings skip them
+// and recovery finds them), and carry the target's name (so recovery can
+// tell whose they are).
+func TestTempName(t *testing.T) {
+	a, err := tempName(string(testID) + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := tempName(string(testID) + ".json")
+	if a == b {
+		t.Errorf("two temporary names are equal: %q", a)
+	}
+	if !IsTempName(a) || !strings.HasPrefix(a, "."+string(testID)+".json") || strings.Contains(a, "/") {
+		t.Errorf("tempName = %q, want .<name><random> in the same directory", a)
+	}
+	if id, ok := idFromTempName(a); !ok || id != testID {
+		t.Errorf("idFromTempName(%q) = %q, %v", a, id, ok)
+	}
+	for _, name := range []string{".crew.json0123", ".x", "." + string(testID)[:10]} {
+		if id, ok := idFromTempName(name); ok {
+			t.Errorf("idFromTempName(%q) = %q, want none", name, id)
+		}
+	}
+}
+
 func TestSyncDir(t *testing.T) {
-	dir := t.TempDir()
-	if err := SyncDir(dir); err != nil {
-		t.Fatalf("SyncDir(%s) = %v", dir, err)
+	_, r := openTestRoot(t)
+	if err := syncDir(r); err != nil {
+		t.Fatalf("syncDir = %v", err)
 	}
-	missing := filepath.Join(dir, "missing")
-	err := SyncDir(missing)
-	if err == nil {
-		t.Fatal("SyncDir(missing) succeeded")
-	}
-	if !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("SyncDir(missing) = %v; want ErrNotExist naming %s", err, missing)
+	r.Close()
+	if err := syncDir(r); err == nil {
+		t.Fatal("syncDir(closed root) succeeded")
 	}
 }
 

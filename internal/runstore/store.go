@@ -1,3 +1,30 @@
+// Package runstore is the local state root: the only code that touches it.
+// It opens the root once as an *os.Root and does every open, create,
+// rename, remove and listing through it (files through package rootfs:
+// regular files only, no symbolic links, bounded reads), so no name read
+// from the state root can lead crew outside it. It owns the layout, the
+// durable writes, the run records and their locks, the queue's tickets and
+// bells, the logs, and the listings recovery sweeps.
+//
+// Layout of a state root:
+//
+//	crew.json                          config (optional)
+//	.                                  the root directory itself is the admission lock
+//	.locks/dispatch-admission.holder   who holds it (pid, host, since)
+//	runs/active/<run-id>.json          records of runs that may hold a slot
+//	runs/done/<yyyy-mm-ddThh>/<run-id>.json  finished runs, by creation hour (UTC)
+//	owners/<run-id>.lock               owner locks (held by supervisor and command)
+//	owners/<run-id>.supervisor.lock    held by the supervisor alone
+//	owners/<run-id>.stop               who asked `crew stop` to stop the run
+//	logs/<run-id>.log                  the command's output
+//	quarantine/                        unreadable records moved aside by recovery
+//	queue/<run-id>.json                tickets of waiting starts (--wait), in arrival order
+//	queue/<run-id>.lock                held by the waiting process: a dead waiter's ticket is void
+//	queue/<run-id>.bell                a FIFO the waiter sleeps on; rung when a slot may be its
+//	refusals.log                       refused starts, one JSON line each
+//
+// No file name is ever derived from a task name. Names starting with "."
+// are temporary files of interrupted atomic writes; listings skip them.
 package runstore
 
 import (
@@ -6,265 +33,204 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
+	"sync"
 )
 
-// Store reads and writes run records under a state root.
+// DirPerm and FilePerm are the modes of everything crew creates.
+const (
+	DirPerm  os.FileMode = 0o700
+	FilePerm os.FileMode = 0o600
+)
+
+// Directories of the state root, relative to it.
+const (
+	locksDir      = ".locks"
+	activeDir     = "runs/active"
+	doneDir       = "runs/done"
+	ownersDir     = "owners"
+	logsDir       = "logs"
+	quarantineDir = "quarantine"
+	queueDir      = "queue"
+)
+
+// layoutDirs are created by Ensure, parents first.
+var layoutDirs = []string{locksDir, "runs", activeDir, doneDir, ownersDir, logsDir, queueDir}
+
+const (
+	configName   = "crew.json"
+	holderName   = "dispatch-admission.holder"
+	refusalsName = "refusals.log"
+)
+
+// Store is one state root. Its methods are safe for concurrent use.
 type Store struct {
-	Layout
+	path string
+
+	mu   sync.Mutex
+	root *os.Root
 }
 
-// New returns the store for a state root.
-func New(root string) Store { return Store{Layout{Root: root}} }
-
-// ActiveEntry is one file of the active set. Unless Finished is set,
-// exactly one of Rec and Err is set: a file that cannot be read as a record
-// is reported, never skipped silently and never fatal to the listing.
-type ActiveEntry struct {
-	ID   RunID // from the file name; empty if the name is not a run id
-	Path string
-	Rec  *Record
-	Err  error
-	// Finished: the run already has a finished record; this active file is
-	// a leftover of its finalization and holds no slot.
-	Finished bool
+// New returns the store of the state root at path (absolute). It touches
+// nothing on disk: reading a state root that does not exist creates
+// nothing, and only Ensure creates it.
+func New(path string) *Store {
+	return &Store{path: path}
 }
 
-// ListActive reads every record in the active set. Its cost is O(active
-// runs), whatever the history.
-func (s Store) ListActive() ([]ActiveEntry, error) {
-	ents, err := os.ReadDir(s.ActiveDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+// Root is the state root's path, for messages and the environment of runs.
+func (s *Store) Root() string { return s.path }
+
+// display is the full path of a file of the state root, for messages only:
+// nothing ever opens it.
+func (s *Store) display(rel ...string) string {
+	return filepath.Join(append([]string{s.path}, rel...)...)
+}
+
+// ErrNoRoot means the state root does not exist (yet).
+var ErrNoRoot = errors.New("state root does not exist")
+
+// Ensure creates the state root's directories if they are missing and
+// opens the root.
+func (s *Store) Ensure() error {
+	if err := os.MkdirAll(s.path, DirPerm); err != nil {
+		return fmt.Errorf("create state root %s: %w", s.path, unwrapPath(err))
 	}
+	r, err := s.openRoot()
 	if err != nil {
-		return nil, fmt.Errorf("list active runs: %w", unwrapPath(err))
+		return err
 	}
-	out := make([]ActiveEntry, 0, len(ents))
-	for _, e := range ents {
-		name := e.Name()
-		if IsTempName(name) {
+	for _, dir := range layoutDirs {
+		fi, err := r.Lstat(dir)
+		switch {
+		case err == nil && fi.IsDir():
 			continue
+		case err == nil:
+			return fmt.Errorf("state root %s: %s is %s, not a directory; move it out of the way",
+				s.path, s.display(dir), kindOf(fi.Mode()))
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("state root %s: %w", s.path, unwrapPath(err))
 		}
-		out = append(out, s.readActive(name))
-	}
-	return out, nil
-}
-
-func (s Store) readActive(name string) ActiveEntry {
-	path := filepath.Join(s.ActiveDir(), name)
-	ent := ActiveEntry{Path: path}
-	idStr, isJSON := strings.CutSuffix(name, ".json")
-	if !isJSON || !LooksLikeRunID(idStr) {
-		ent.Err = fmt.Errorf("foreign file %s in the active set: not <run-id>.json", path)
-		return ent
-	}
-	ent.ID = RunID(idStr)
-	if s.IsDone(ent.ID) {
-		ent.Finished = true
-		return ent
-	}
-	rec, err := s.ReadRecord(path)
-	if errors.Is(err, os.ErrNotExist) {
-		// Finalized (moved out) since the directory was read: it is no
-		// longer part of the active set.
-		ent.Finished = true
-		return ent
-	}
-	if err != nil {
-		ent.Err = err
-		return ent
-	}
-	if rec.RunID != ent.ID {
-		ent.Err = fmt.Errorf("run record %s: says runId %s, but its file name says %s", path, rec.RunID, ent.ID)
-		return ent
-	}
-	ent.Rec = rec
-	return ent
-}
-
-// ReadRecord reads and decodes one record file; errors name the file.
-func (s Store) ReadRecord(path string) (*Record, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read run record: %w", unwrapPath(err))
-	}
-	rec, err := DecodeRecord(data)
-	if err != nil {
-		return nil, fmt.Errorf("run record %s: %w", path, err)
-	}
-	return rec, nil
-}
-
-// WriteActive durably writes rec into the active set, creating or
-// replacing its file (file fsync, rename, directory fsync).
-func (s Store) WriteActive(rec *Record) error {
-	return s.writeActive(rec, WriteDurable)
-}
-
-// UpdateActive replaces an active record atomically but without the
-// directory fsync. It is for the provisioning → running step: after a power
-// loss the provisioning record may come back, which recovery reports
-// truthfully ("the command may have started"), and nothing acts on the
-// running record before the run is finalized durably.
-func (s Store) UpdateActive(rec *Record) error {
-	return s.writeActive(rec, WriteAtomic)
-}
-
-func (s Store) writeActive(rec *Record, write func(string, []byte) error) error {
-	b, err := rec.Encode()
-	if err != nil {
-		return err
-	}
-	if err := write(s.ActivePath(rec.RunID), b); err != nil {
-		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
+		if err := r.Mkdir(dir, DirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create state root %s: %w", s.path, unwrapPath(err))
+		}
 	}
 	return nil
 }
 
-// WriteDone durably writes a final record into the finished runs. Until
-// RemoveActive runs, the run's stale active record still exists; every
-// reader treats an active record whose finished record exists as finished
-// (see ActiveEntry.Finished), so the two never disagree.
-func (s Store) WriteDone(rec *Record) error {
-	if rec.State.Active() {
-		return fmt.Errorf("write finished record of run %s: state %s is not final", rec.RunID, rec.State)
+// openRoot opens the state root once; ErrNoRoot if it does not exist.
+func (s *Store) openRoot() (*os.Root, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.root != nil {
+		return s.root, nil
 	}
-	b, err := rec.Encode()
+	r, err := os.OpenRoot(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNoRoot
+	}
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("open state root: %w", unwrapPath(err))
 	}
-	day := s.DoneShardDir(rec.RunID)
-	// crew prune removes empty day directories; if it removes this one
-	// between our mkdir and our write, make it again.
-	for attempt := 0; ; attempt++ {
-		if _, err := os.Stat(day); err == nil {
-			// Exists: the common case, and a stat is cheaper than a
-			// failing mkdir, which takes the directory's lock.
-		} else if err := os.Mkdir(day, DirPerm); err == nil {
-			if err := SyncDir(s.DoneDir()); err != nil {
-				return err
-			}
-		} else if !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, unwrapPath(err))
-		}
-		err := WriteDurable(s.DonePath(rec.RunID), b)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
-			return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
-		}
-	}
+	s.root = r
+	return r, nil
 }
 
-// RemoveActive takes a finalized run out of the active set. No directory
-// fsync: if the removal is lost in a power loss, the stale active record
-// comes back next to its finished record, and is treated as finished.
-func (s Store) RemoveActive(id RunID) error {
-	if err := os.Remove(s.ActivePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove run %s from the active set: %w", id, unwrapPath(err))
+// dir opens a directory of the layout; the caller closes it. It is opened
+// anew each time, never cached: another process may remove a directory
+// (crew prune removes empty shards; anyone may remove runs/active) and make
+// it again, and a handle kept from before would read and write an orphaned
+// directory. A missing directory, or a missing root, is fs.ErrNotExist; a
+// directory replaced by anything else (a symbolic link, a file) is refused.
+func (s *Store) dir(rel string) (*os.Root, error) {
+	root, err := s.openRoot()
+	if errors.Is(err, ErrNoRoot) {
+		return nil, fs.ErrNotExist
+	}
+	if err != nil {
+		return nil, err
+	}
+	return openDir(root, rel, s.display(rel))
+}
+
+// openDir opens rel in parent as a root of its own, refusing a symbolic
+// link where a directory belongs (os.Root would follow one that stays
+// inside the state root; crew never follows any).
+func openDir(parent *os.Root, rel, display string) (*os.Root, error) {
+	fi, err := parent.Lstat(rel)
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	if !fi.IsDir() {
+		return nil, &NotDirError{Path: display, Mode: fi.Mode()}
+	}
+	d, err := parent.OpenRoot(rel)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", display, unwrapPath(err))
+	}
+	opened, err := d.Stat(".")
+	if err != nil || !os.SameFile(fi, opened) {
+		d.Close()
+		return nil, fmt.Errorf("%s was replaced while being opened", display)
+	}
+	return d, nil
+}
+
+// Close releases the store's handle on the state root.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.root != nil {
+		err := s.root.Close()
+		s.root = nil
+		return err
 	}
 	return nil
 }
 
-// IsDone reports whether the run has a finished record.
-func (s Store) IsDone(id RunID) bool {
-	_, err := os.Stat(s.DonePath(id))
+// Exists reports whether the state root exists.
+func (s *Store) Exists() bool {
+	_, err := s.openRoot()
 	return err == nil
 }
 
-// ReadRun finds a run's record: the finished one if it exists, else the
-// active one.
-func (s Store) ReadRun(id RunID) (*Record, error) {
-	rec, err := s.ReadRecord(s.DonePath(id))
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		return rec, err
-	}
-	rec, err = s.ReadRecord(s.ActivePath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		// It may have been finalized between the two reads.
-		if rec, err2 := s.ReadRecord(s.DonePath(id)); err2 == nil {
-			return rec, nil
-		}
-		return nil, fmt.Errorf("no run %s in %s: %w", id, s.Root, os.ErrNotExist)
-	}
-	return rec, err
+// NotDirError is a name of the layout where a directory belongs that is
+// something else (a file, a symbolic link, a FIFO).
+type NotDirError struct {
+	Path string
+	Mode fs.FileMode
 }
 
-// RecentFinished returns up to n finished records, newest first, for which
-// keep returns true (all, if keep is nil). It walks the day directories
-// from the newest, so its cost follows how far back it must look, not the
-// whole history. Unreadable records are returned in bad.
-func (s Store) RecentFinished(n int, keep func(*Record) bool) (recs []*Record, bad []error, err error) {
-	days, err := os.ReadDir(s.DoneDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("list finished runs: %w", unwrapPath(err))
-	}
-	for i := len(days) - 1; i >= 0 && len(recs) < n; i-- {
-		if !days[i].IsDir() || IsTempName(days[i].Name()) {
-			continue
-		}
-		dir := filepath.Join(s.DoneDir(), days[i].Name())
-		names, err := readNames(dir)
-		if err != nil {
-			return recs, bad, err
-		}
-		// Most calls want the newest few of a large directory: take those
-		// without sorting it all, and sort it all only if they fall short.
-		order := newestN(names, n+8)
-		for j := 0; j < len(names) && len(recs) < n; j++ {
-			if j == len(order) {
-				slices.Sort(names)
-				slices.Reverse(names)
-				order = names
-			}
-			rec, err := s.ReadRecord(filepath.Join(dir, order[j]))
-			if err != nil {
-				bad = append(bad, err)
-				continue
-			}
-			if keep == nil || keep(rec) {
-				recs = append(recs, rec)
-			}
-		}
-	}
-	return recs, bad, nil
+func (e *NotDirError) Error() string {
+	return fmt.Sprintf("%s is %s, not a directory; move it out of the way", e.Path, kindOf(e.Mode))
 }
 
-// newestN returns the k largest names (run ids sort by creation time),
-// largest first, in O(len(names)·k) comparisons with k small.
-func newestN(names []string, k int) []string {
-	if k >= len(names) {
-		out := slices.Clone(names)
-		slices.Sort(out)
-		slices.Reverse(out)
-		return out
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	case m.IsRegular():
+		return "a file"
 	}
-	top := make([]string, 0, k+1) // kept sorted, largest first
-	for _, name := range names {
-		if len(top) == k && name <= top[k-1] {
-			continue
-		}
-		i, _ := slices.BinarySearchFunc(top, name, func(a, b string) int { return strings.Compare(b, a) })
-		top = slices.Insert(top, i, name)
-		if len(top) > k {
-			top = top[:k]
-		}
-	}
-	return top
+	return fmt.Sprintf("a file of mode %v", m)
 }
 
-func readNames(dir string) ([]string, error) {
-	names, err := ReadDirNames(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list finished runs: %w", unwrapPath(err))
+// unwrapPath keeps the syscall error and the path without Go's operation
+// prefix repeated in every wrap.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
 	}
-	return slices.DeleteFunc(names, func(n string) bool {
-		return IsTempName(n) || !strings.HasSuffix(n, ".json")
-	}), nil
+	return err
 }
+
+// IsTempName reports whether a directory entry is a leftover temporary
+// file of an interrupted atomic write (or any other dot-file); listings
+// skip them and recovery sweeps them.
+func IsTempName(name string) bool { return len(name) > 0 && name[0] == '.' }

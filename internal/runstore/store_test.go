@@ -2,7 +2,7 @@ package runstore
 
 import (
 	"errors"
-	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,115 +10,126 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crew-dev/crew/internal/record"
 )
 
-func newStore(t testing.TB) Store {
-	t.Helper()
-	s := New(t.TempDir())
-	if err := s.Ensure(); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// idAt makes a deterministic run id for a creation time and a suffix.
-func idAt(tm time.Time, n int) RunID {
-	return RunID(fmt.Sprintf("r-%s-%016x", tm.UTC().Format(runIDTime), n))
-}
-
-func writeFile(t testing.TB, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
+// The layout (see the package comment), as the paths messages show.
 func TestLayoutPaths(t *testing.T) {
-	l := Layout{Root: "/state"}
+	s := New("/state")
 	id := testID
 	want := map[string]string{
-		"ConfigPath":          "/state/crew.json",
-		"LocksDir":            "/state/.locks",
-		"AdmissionLockPath":   "/state/.locks/dispatch-admission.lock",
-		"AdmissionHolderPath": "/state/.locks/dispatch-admission.holder",
-		"ActiveDir":           "/state/runs/active",
-		"DoneDir":             "/state/runs/done",
-		"OwnersDir":           "/state/owners",
-		"LogsDir":             "/state/logs",
-		"QuarantineDir":       "/state/quarantine",
-		"ActivePath":          "/state/runs/active/" + string(id) + ".json",
-		"DoneShardDir":        "/state/runs/done/2024-01-02T03",
-		"DonePath":            "/state/runs/done/2024-01-02T03/" + string(id) + ".json",
-		"OwnerLockPath":       "/state/owners/" + string(id) + ".lock",
-		"SupervisorLockPath":  "/state/owners/" + string(id) + ".supervisor.lock",
-		"LogPath":             "/state/logs/" + string(id) + ".log",
+		"ConfigPath":    "/state/crew.json",
+		"holder":        "/state/.locks/dispatch-admission.holder",
+		"ActivePath":    "/state/runs/active/" + string(id) + ".json",
+		"shard":         "/state/runs/done/2024-01-02T03",
+		"DonePath":      "/state/runs/done/2024-01-02T03/" + string(id) + ".json",
+		"owner":         "/state/owners/" + string(id) + ".lock",
+		"supervisor":    "/state/owners/" + string(id) + ".supervisor.lock",
+		"stop":          "/state/owners/" + string(id) + ".stop",
+		"LogPath":       "/state/logs/" + string(id) + ".log",
+		"ticket":        "/state/queue/" + string(id) + ".json",
+		"ticketLock":    "/state/queue/" + string(id) + ".lock",
+		"bell":          "/state/queue/" + string(id) + ".bell",
+		"quarantineDir": "/state/quarantine",
+		"refusals":      "/state/refusals.log",
 	}
 	got := map[string]string{
-		"ConfigPath":          l.ConfigPath(),
-		"LocksDir":            l.LocksDir(),
-		"AdmissionLockPath":   l.AdmissionLockPath(),
-		"AdmissionHolderPath": l.AdmissionHolderPath(),
-		"ActiveDir":           l.ActiveDir(),
-		"DoneDir":             l.DoneDir(),
-		"OwnersDir":           l.OwnersDir(),
-		"LogsDir":             l.LogsDir(),
-		"QuarantineDir":       l.QuarantineDir(),
-		"ActivePath":          l.ActivePath(id),
-		"DoneShardDir":        l.DoneShardDir(id),
-		"DonePath":            l.DonePath(id),
-		"OwnerLockPath":       l.OwnerLockPath(id),
-		"SupervisorLockPath":  l.SupervisorLockPath(id),
-		"LogPath":             l.LogPath(id),
+		"ConfigPath":    s.ConfigPath(),
+		"holder":        s.display(locksDir, holderName),
+		"ActivePath":    s.ActivePath(id),
+		"shard":         s.display(shardDir(id)),
+		"DonePath":      s.DonePath(id),
+		"owner":         s.display(ownersDir, ownerLockName(id)),
+		"supervisor":    s.display(ownersDir, supervisorLockName(id)),
+		"stop":          s.display(ownersDir, stopRequestName(id)),
+		"LogPath":       s.LogPath(id),
+		"ticket":        s.display(queueDir, ticketName(id)),
+		"ticketLock":    s.display(queueDir, ticketLockName(id)),
+		"bell":          s.display(queueDir, bellName(id)),
+		"quarantineDir": s.display(quarantineDir),
+		"refusals":      s.display(refusalsName),
 	}
-	if !reflect.DeepEqual(got, want) {
-		for k := range want {
-			if got[k] != want[k] {
-				t.Errorf("%s = %q, want %q", k, got[k], want[k])
-			}
+	for k := range want {
+		if got[k] != want[k] {
+			t.Errorf("%s = %q, want %q", k, got[k], want[k])
 		}
+	}
+	if s.Root() != "/state" {
+		t.Errorf("Root() = %q", s.Root())
+	}
+	if Shard(id) != "2024-01-02T03" {
+		t.Errorf("Shard(%s) = %q", id, Shard(id))
 	}
 	// The admission lock lives alone in its own directory: no run's file
 	// can ever collide with it.
-	for _, p := range []string{l.ActivePath(id), l.OwnerLockPath(id), l.SupervisorLockPath(id), l.LogPath(id), l.DonePath(id)} {
-		if filepath.Dir(p) == l.LocksDir() {
-			t.Errorf("%s shares the locks directory", p)
+	for k, p := range got {
+		if k != "admission" && k != "holder" && filepath.Dir(p) == s.display(locksDir) {
+			t.Errorf("%s (%s) shares the locks directory", k, p)
 		}
 	}
-	// The owner and supervisor locks of one run, and of two runs, differ.
-	other := RunID(strings.Replace(string(id), "0123456789abcdef", "0123456789abcdee", 1))
-	paths := []string{l.OwnerLockPath(id), l.SupervisorLockPath(id), l.OwnerLockPath(other), l.SupervisorLockPath(other)}
-	if len(slices.Compact(slices.Sorted(slices.Values(paths)))) != 4 {
-		t.Errorf("lock paths collide: %q", paths)
+	// The files of one run, and of two runs, never share a name.
+	other := record.RunID(strings.Replace(string(id), "0123456789abcdef", "0123456789abcdee", 1))
+	var paths []string
+	for _, i := range []record.RunID{id, other} {
+		paths = append(paths, s.display(ownersDir, ownerLockName(i)), s.display(ownersDir, supervisorLockName(i)),
+			s.display(ownersDir, stopRequestName(i)), s.display(queueDir, ticketName(i)),
+			s.display(queueDir, ticketLockName(i)), s.display(queueDir, bellName(i)))
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(paths)))) != len(paths) {
+		t.Errorf("file names collide: %q", paths)
 	}
 }
 
 func TestEnsure(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "state")
-	l := Layout{Root: root}
-	if err := l.Ensure(); err != nil {
+	s := New(root)
+	defer s.Close()
+	if s.Exists() {
+		t.Fatal("Exists() before Ensure")
+	}
+	if err := s.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{l.LocksDir(), l.ActiveDir(), l.DoneDir(), l.OwnersDir(), l.LogsDir()} {
-		fi, err := os.Stat(dir)
+	if !s.Exists() {
+		t.Fatal("Exists() = false after Ensure")
+	}
+	assertMode(t, root, DirPerm)
+	for _, dir := range []string{locksDir, activeDir, doneDir, ownersDir, logsDir, queueDir} {
+		fi, err := os.Stat(s.osPath(dir))
 		if err != nil || !fi.IsDir() {
 			t.Fatalf("Ensure did not create %s: %v", dir, err)
 		}
-		assertMode(t, dir, DirPerm)
+		assertMode(t, s.osPath(dir), DirPerm)
 	}
 	// Idempotent, and it leaves existing content alone.
-	writeFile(t, filepath.Join(l.ActiveDir(), "keep"), "x")
-	if err := l.Ensure(); err != nil {
+	writeString(t, s.osPath(activeDir, "keep"), "x")
+	if err := s.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	if readString(t, filepath.Join(l.ActiveDir(), "keep")) != "x" {
+	if readString(t, s.osPath(activeDir, "keep")) != "x" {
 		t.Error("second Ensure disturbed existing files")
 	}
+	// A store that only reads creates nothing.
+	missing := New(filepath.Join(t.TempDir(), "none"))
+	if _, err := missing.ListActive(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := missing.LoadConfig(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := missing.Leftovers(); err != nil {
+		t.Fatal(err)
+	}
+	missing.OwnerState(testID)
+	missing.Ring(testID)
+	assertMissing(t, missing.Root())
 }
 
 func TestEnsureRootIsAFile(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "state")
-	writeFile(t, root, "not a directory")
-	err := Layout{Root: root}.Ensure()
+	writeString(t, root, "not a directory")
+	err := New(root).Ensure()
 	if err == nil {
 		t.Fatal("Ensure with the root being a file succeeded")
 	}
@@ -127,113 +138,159 @@ func TestEnsureRootIsAFile(t *testing.T) {
 	}
 }
 
-func TestWriteActiveAndReadBack(t *testing.T) {
+// A layout directory replaced by a file is refused with a message that
+// names it and says what to do; nothing is created in its place.
+func TestEnsureLayoutDirIsAFile(t *testing.T) {
 	s := newStore(t)
-	rec := testRecord(testID, Provisioning)
-	if err := s.WriteActive(rec); err != nil {
+	if err := os.RemoveAll(s.osPath(queueDir)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ReadRecord(s.ActivePath(testID))
+	writeString(t, s.osPath(queueDir), "x")
+	err := New(s.Root()).Ensure()
+	if err == nil || !strings.Contains(err.Error(), s.osPath(queueDir)) || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("Ensure with queue/ a file = %v, want an error naming it", err)
+	}
+	if readString(t, s.osPath(queueDir)) != "x" {
+		t.Error("Ensure changed the file")
+	}
+}
+
+func TestWriteActiveAndReadBack(t *testing.T) {
+	s := newStore(t)
+	rec := testRecord(testID, record.Provisioning)
+	mustWriteActive(t, s, rec)
+	got, err := s.ReadActive(testID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, rec) {
-		t.Errorf("ReadRecord = %+v, want %+v", got, rec)
+		t.Errorf("ReadActive = %+v, want %+v", got, rec)
 	}
 	assertMode(t, s.ActivePath(testID), FilePerm)
 
-	rec.State = Running
+	rec.State = record.Running
 	started := rec.CreatedAt.Add(time.Second)
 	rec.StartedAt = &started
 	if err := s.UpdateActive(rec); err != nil {
 		t.Fatal(err)
 	}
-	got, err = s.ReadRecord(s.ActivePath(testID))
-	if err != nil || got.State != Running || got.StartedAt == nil {
+	got, err = s.ReadActive(testID)
+	if err != nil || got.State != record.Running || got.StartedAt == nil {
 		t.Fatalf("after UpdateActive: %+v, %v", got, err)
 	}
-	assertOnlyFiles(t, s.ActiveDir(), string(testID)+".json")
+	assertOnlyFiles(t, s.osPath(activeDir), string(testID)+".json")
+	if !s.ActiveFileExists(string(testID) + ".json") {
+		t.Error("ActiveFileExists = false")
+	}
 }
 
 func TestWriteActiveMissingDir(t *testing.T) {
 	s := New(t.TempDir()) // no Ensure
-	err := s.WriteActive(testRecord(testID, Provisioning))
+	defer s.Close()
+	err := s.writeActive(testRecord(testID, record.Provisioning), durable)
 	if err == nil {
-		t.Fatal("WriteActive without an active directory succeeded")
+		t.Fatal("writing a record without an active directory succeeded")
 	}
 	if !strings.Contains(err.Error(), string(testID)) || !strings.Contains(err.Error(), "provisioning") {
 		t.Errorf("error %q does not name the run and state", err)
 	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("error %q does not wrap ErrNotExist", err)
+	}
+	if err := s.UpdateActive(testRecord(testID, record.Running)); err == nil {
+		t.Error("UpdateActive without an active directory succeeded")
+	}
 }
 
-func TestReadRecordErrorsNameTheFile(t *testing.T) {
+func TestReadActiveErrorsNameTheFile(t *testing.T) {
 	s := newStore(t)
 	path := s.ActivePath(testID)
-	writeFile(t, path, "{")
-	_, err := s.ReadRecord(path)
+	writeString(t, path, "{")
+	_, err := s.ReadActive(testID)
 	if err == nil || !strings.Contains(err.Error(), path) {
-		t.Fatalf("ReadRecord(corrupt) = %v, want an error naming %s", err, path)
+		t.Fatalf("ReadActive(corrupt) = %v, want an error naming %s", err, path)
 	}
-	missing := s.ActivePath(idAt(time.Now(), 1))
-	_, err = s.ReadRecord(missing)
-	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
-		t.Fatalf("ReadRecord(missing) = %v, want ErrNotExist naming %s", err, missing)
+	missing := idAt(time.Now(), 1)
+	_, err = s.ReadActive(missing)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), s.ActivePath(missing)) {
+		t.Fatalf("ReadActive(missing) = %v, want ErrNotExist naming %s", err, s.ActivePath(missing))
+	}
+	// Over the size limit: not read at all.
+	big := idAt(time.Now(), 2)
+	writeString(t, s.ActivePath(big), `{"version":1,"pad":"`+strings.Repeat("x", MaxRecordBytes)+`"}`)
+	_, err = s.ReadActive(big)
+	if err == nil || !strings.Contains(err.Error(), s.ActivePath(big)) || !strings.Contains(err.Error(), "over the limit") {
+		t.Fatalf("ReadActive(oversized) = %v, want a size error naming the file", err)
 	}
 }
 
 func TestWriteDoneRejectsActiveStates(t *testing.T) {
 	s := newStore(t)
-	for _, st := range []State{Provisioning, Running} {
-		err := s.WriteDone(testRecord(testID, st))
+	for _, st := range []record.State{record.Provisioning, record.Running} {
+		err := s.writeDone(testRecord(testID, st))
 		if err == nil || !strings.Contains(err.Error(), "not final") {
-			t.Errorf("WriteDone(%s) = %v, want a not-final error", st, err)
+			t.Errorf("writeDone(%s) = %v, want a not-final error", st, err)
 		}
 	}
-	assertOnlyFiles(t, s.DoneDir())
+	assertOnlyFiles(t, s.osPath(doneDir))
 	if s.IsDone(testID) {
-		t.Error("IsDone after rejected WriteDone")
+		t.Error("IsDone after rejected writeDone")
 	}
 }
 
 func TestWriteDoneRemoveActiveIsDone(t *testing.T) {
 	s := newStore(t)
-	day := time.Date(2024, 1, 2, 12, 0, 0, 0, time.UTC)
-	a, b := idAt(day, 1), idAt(day.Add(time.Minute), 2)
-	for _, id := range []RunID{a, b} {
-		if err := s.WriteActive(testRecord(id, Running)); err != nil {
-			t.Fatal(err)
-		}
+	hour := time.Date(2024, 1, 2, 12, 0, 0, 0, time.UTC)
+	a, b := idAt(hour, 1), idAt(hour.Add(time.Minute), 2)
+	for _, id := range []record.RunID{a, b} {
+		mustWriteActive(t, s, testRecord(id, record.Running))
 	}
 	if s.IsDone(a) {
-		t.Fatal("IsDone before WriteDone")
+		t.Fatal("IsDone before writeDone")
 	}
-	for _, id := range []RunID{a, b} { // second one: day directory exists
-		if err := s.WriteDone(testRecord(id, Succeeded)); err != nil {
-			t.Fatal(err)
-		}
+	for _, id := range []record.RunID{a, b} { // second one: the shard exists
+		mustWriteDone(t, s, testRecord(id, record.Succeeded))
 		if !s.IsDone(id) {
-			t.Fatalf("IsDone(%s) = false after WriteDone", id)
+			t.Fatalf("IsDone(%s) = false after writeDone", id)
 		}
 	}
-	assertOnlyFiles(t, s.DoneDir(), "2024-01-02T12")
-	assertOnlyFiles(t, s.DoneShardDir(a), string(a)+".json", string(b)+".json")
-	assertMode(t, s.DoneShardDir(a), DirPerm)
+	assertOnlyFiles(t, s.osPath(doneDir), "2024-01-02T12")
+	assertOnlyFiles(t, s.osPath(shardDir(a)), string(a)+".json", string(b)+".json")
+	assertMode(t, s.osPath(shardDir(a)), DirPerm)
 	assertMode(t, s.DonePath(a), FilePerm)
 
-	if err := s.RemoveActive(a); err != nil {
+	if err := s.removeActive(a); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RemoveActive(a); err != nil {
-		t.Errorf("RemoveActive twice = %v, want nil", err)
+	if err := s.removeActive(a); err != nil {
+		t.Errorf("removeActive twice = %v, want nil", err)
 	}
-	assertOnlyFiles(t, s.ActiveDir(), string(b)+".json")
+	assertOnlyFiles(t, s.osPath(activeDir), string(b)+".json")
+}
+
+// crew prune removes empty shards; a run finishing into a shard that was
+// removed after this store opened it makes it again.
+func TestWriteDoneRecreatesARemovedShard(t *testing.T) {
+	s := newStore(t)
+	hour := time.Date(2024, 1, 2, 12, 0, 0, 0, time.UTC)
+	a, b := idAt(hour, 1), idAt(hour.Add(time.Minute), 2)
+	mustWriteDone(t, s, testRecord(a, record.Succeeded))
+	if err := os.RemoveAll(s.osPath(shardDir(a))); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteDone(t, s, testRecord(b, record.Succeeded))
+	if !s.IsDone(b) {
+		t.Fatal("IsDone = false after writing into a removed shard")
+	}
+	assertOnlyFiles(t, s.osPath(shardDir(b)), string(b)+".json")
 }
 
 func TestWriteDoneMissingDoneDir(t *testing.T) {
 	s := New(t.TempDir())
-	err := s.WriteDone(testRecord(testID, Failed))
+	defer s.Close()
+	err := s.writeDone(testRecord(testID, record.Failed))
 	if err == nil {
-		t.Fatal("WriteDone without runs/done succeeded")
+		t.Fatal("writeDone without runs/done succeeded")
 	}
 	if !strings.Contains(err.Error(), string(testID)) {
 		t.Errorf("error %q does not name the run", err)
@@ -260,36 +317,36 @@ func TestListActive(t *testing.T) {
 	live1, live2 := idAt(base, 1), idAt(base.Add(time.Second), 2)
 	corrupt, empty, mismatched := idAt(base, 3), idAt(base, 4), idAt(base, 5)
 	finished, finishedCorrupt, terminal := idAt(base, 6), idAt(base, 7), idAt(base, 8)
+	oversized, linked, fifo := idAt(base, 9), idAt(base, 10), idAt(base, 11)
 
-	mustWrite := func(rec *Record) {
-		t.Helper()
-		if err := s.WriteActive(rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustWrite(testRecord(live1, Provisioning))
-	mustWrite(testRecord(live2, Running))
+	mustWriteActive(t, s, testRecord(live1, record.Provisioning))
+	mustWriteActive(t, s, testRecord(live2, record.Running))
 	// A terminal record still in the active set (owner finishing up) is
 	// listed as a record; holding a slot is the caller's call.
-	mustWrite(testRecord(terminal, Failed))
-	writeFile(t, s.ActivePath(corrupt), `{"version":1,"runId":`)
-	writeFile(t, s.ActivePath(empty), "")
-	other := testRecord(live1, Running) // content says live1
+	mustWriteActive(t, s, testRecord(terminal, record.Failed))
+	writeString(t, s.ActivePath(corrupt), `{"version":1,"runId":`)
+	writeString(t, s.ActivePath(empty), "")
+	other := testRecord(live1, record.Running) // content says live1
 	b, _ := other.Encode()
-	writeFile(t, s.ActivePath(mismatched), string(b))
+	writeString(t, s.ActivePath(mismatched), string(b))
 	// Finished: the done record exists, the active one is a leftover.
-	mustWrite(testRecord(finished, Running))
-	if err := s.WriteDone(testRecord(finished, Succeeded)); err != nil {
+	mustWriteActive(t, s, testRecord(finished, record.Running))
+	mustWriteDone(t, s, testRecord(finished, record.Succeeded))
+	writeString(t, s.ActivePath(finishedCorrupt), "garbage")
+	mustWriteDone(t, s, testRecord(finishedCorrupt, record.Interrupted))
+	// Unreadable by kind or size: reported, never read (nor waited on).
+	writeString(t, s.ActivePath(oversized), string(b)+strings.Repeat(" ", MaxRecordBytes))
+	good, _ := testRecord(linked, record.Running).Encode()
+	outside := filepath.Join(t.TempDir(), "elsewhere.json")
+	writeString(t, outside, string(good))
+	if err := os.Symlink(outside, s.ActivePath(linked)); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, s.ActivePath(finishedCorrupt), "garbage")
-	if err := s.WriteDone(testRecord(finishedCorrupt, Interrupted)); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, s.ActivePath(fifo))
 
 	// Skipped: dot-files (leftover temporaries of interrupted writes).
-	writeFile(t, filepath.Join(s.ActiveDir(), "."+string(live1)+".json123456789"), "{torn")
-	writeFile(t, filepath.Join(s.ActiveDir(), ".hidden"), "x")
+	writeString(t, s.osPath(activeDir, "."+string(live1)+".json123456789"), "{torn")
+	writeString(t, s.osPath(activeDir, ".hidden"), "x")
 	// Reported: foreign files.
 	foreign := []string{
 		"notes.txt",
@@ -300,36 +357,33 @@ func TestListActive(t *testing.T) {
 		"dispatch-admission.json",
 	}
 	for _, name := range foreign {
-		writeFile(t, filepath.Join(s.ActiveDir(), name), "{}")
+		writeString(t, s.osPath(activeDir, name), "{}")
 	}
-	if err := os.Mkdir(filepath.Join(s.ActiveDir(), "subdir"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	mkdirAll(t, s.osPath(activeDir, "subdir"))
 	foreign = append(foreign, "subdir")
 
-	ents, err := s.ListActive()
+	ents, err := returnsAtOnce(t, "ListActive", func() ([]ActiveEntry, error) { return s.ListActive() })
 	if err != nil {
 		t.Fatalf("ListActive = %v; a bad file must never fail the listing", err)
 	}
 	byName := map[string]ActiveEntry{}
 	for _, e := range ents {
-		name := filepath.Base(e.Path)
-		if filepath.Dir(e.Path) != s.ActiveDir() {
-			t.Errorf("entry path %s is not in the active directory", e.Path)
+		if filepath.Dir(e.Path) != s.osPath(activeDir) || filepath.Base(e.Path) != e.Name {
+			t.Errorf("entry %s has path %s, not in the active directory", e.Name, e.Path)
 		}
-		if _, dup := byName[name]; dup {
-			t.Errorf("%s listed twice", name)
+		if _, dup := byName[e.Name]; dup {
+			t.Errorf("%s listed twice", e.Name)
 		}
-		byName[name] = e
-		if IsTempName(name) {
-			t.Errorf("dot-file %s listed", name)
+		byName[e.Name] = e
+		if IsTempName(e.Name) {
+			t.Errorf("dot-file %s listed", e.Name)
 		}
 	}
-	if want := 8 + len(foreign); len(ents) != want {
+	if want := 11 + len(foreign); len(ents) != want {
 		t.Errorf("ListActive returned %d entries, want %d", len(ents), want)
 	}
 
-	for _, id := range []RunID{live1, live2, terminal} {
+	for _, id := range []record.RunID{live1, live2, terminal} {
 		e, ok := byName[string(id)+".json"]
 		if !ok {
 			t.Fatalf("%s not listed", id)
@@ -338,11 +392,11 @@ func TestListActive(t *testing.T) {
 			t.Errorf("entry %s = %+v, want a readable record", id, e)
 		}
 	}
-	if e := byName[string(live2)+".json"]; e.Rec != nil && e.Rec.State != Running {
+	if e := byName[string(live2)+".json"]; e.Rec != nil && e.Rec.State != record.Running {
 		t.Errorf("live2 state = %s", e.Rec.State)
 	}
 
-	for _, id := range []RunID{corrupt, empty, mismatched} {
+	for _, id := range []record.RunID{corrupt, empty, mismatched, oversized, linked, fifo} {
 		e, ok := byName[string(id)+".json"]
 		if !ok {
 			t.Fatalf("unreadable %s not listed", id)
@@ -361,8 +415,13 @@ func TestListActive(t *testing.T) {
 	if e := byName[string(mismatched)+".json"]; e.Err != nil && !strings.Contains(e.Err.Error(), string(live1)) {
 		t.Errorf("mismatch error %q does not say what the record claims", e.Err)
 	}
+	for id, says := range map[record.RunID]string{oversized: "over the limit", linked: "symbolic link", fifo: "FIFO"} {
+		if e := byName[string(id)+".json"]; e.Err != nil && !strings.Contains(e.Err.Error(), says) {
+			t.Errorf("error %q does not say %q", e.Err, says)
+		}
+	}
 
-	for _, id := range []RunID{finished, finishedCorrupt} {
+	for _, id := range []record.RunID{finished, finishedCorrupt} {
 		e, ok := byName[string(id)+".json"]
 		if !ok {
 			t.Fatalf("finished %s not listed", id)
@@ -393,27 +452,26 @@ func TestListActive(t *testing.T) {
 			t.Errorf("entry %s: Rec %v, Err %v; want exactly one", e.Path, e.Rec, e.Err)
 		}
 	}
+	if readString(t, outside) != string(good) {
+		t.Error("the link's target changed")
+	}
 }
 
 func TestListActiveAfterRemoveActive(t *testing.T) {
 	s := newStore(t)
 	id := idAt(time.Now(), 1)
-	if err := s.WriteActive(testRecord(id, Running)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.WriteDone(testRecord(id, Stopped)); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteActive(t, s, testRecord(id, record.Running))
+	mustWriteDone(t, s, testRecord(id, record.Stopped))
 	ents, _ := s.ListActive()
 	if len(ents) != 1 || !ents[0].Finished {
-		t.Fatalf("between WriteDone and RemoveActive: %+v, want one Finished entry", ents)
+		t.Fatalf("between writeDone and removeActive: %+v, want one Finished entry", ents)
 	}
-	if err := s.RemoveActive(id); err != nil {
+	if err := s.removeActive(id); err != nil {
 		t.Fatal(err)
 	}
 	ents, err := s.ListActive()
 	if err != nil || len(ents) != 0 {
-		t.Fatalf("after RemoveActive: %+v, %v", ents, err)
+		t.Fatalf("after removeActive: %+v, %v", ents, err)
 	}
 }
 
@@ -422,36 +480,34 @@ func TestReadRun(t *testing.T) {
 	id := idAt(time.Date(2024, 2, 3, 4, 5, 6, 7, time.UTC), 9)
 
 	_, err := s.ReadRun(id)
-	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), string(id)) {
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), string(id)) {
 		t.Fatalf("ReadRun(unknown) = %v, want ErrNotExist naming the run", err)
 	}
 
-	active := testRecord(id, Running)
-	if err := s.WriteActive(active); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteActive(t, s, testRecord(id, record.Running))
 	got, err := s.ReadRun(id)
-	if err != nil || got.State != Running {
+	if err != nil || got.State != record.Running {
 		t.Fatalf("ReadRun(active only) = %+v, %v", got, err)
 	}
 
-	done := testRecord(id, Failed)
+	done := testRecord(id, record.Failed)
 	done.Reason = "exit status 2"
-	if err := s.WriteDone(done); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteDone(t, s, done)
 	// Both exist: the finished record wins.
 	got, err = s.ReadRun(id)
-	if err != nil || got.State != Failed || got.Reason != "exit status 2" {
+	if err != nil || got.State != record.Failed || got.Reason != "exit status 2" {
 		t.Fatalf("ReadRun(active and done) = %+v, %v; want the done record", got, err)
 	}
 
-	if err := s.RemoveActive(id); err != nil {
+	if err := s.removeActive(id); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.ReadRun(id)
-	if err != nil || got.State != Failed {
+	if err != nil || got.State != record.Failed {
 		t.Fatalf("ReadRun(done only) = %+v, %v", got, err)
+	}
+	if got, err := s.ReadDone(id); err != nil || got.State != record.Failed {
+		t.Fatalf("ReadDone = %+v, %v", got, err)
 	}
 }
 
@@ -460,13 +516,9 @@ func TestReadRunCorruptDoneIsAnError(t *testing.T) {
 	// stale active one (which would show a finished run as running).
 	s := newStore(t)
 	id := idAt(time.Now(), 3)
-	if err := s.WriteActive(testRecord(id, Running)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(s.DoneShardDir(id), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, s.DonePath(id), "{trunc")
+	mustWriteActive(t, s, testRecord(id, record.Running))
+	mkdirAll(t, s.osPath(shardDir(id)))
+	writeString(t, s.DonePath(id), "{trunc")
 	rec, err := s.ReadRun(id)
 	if err == nil {
 		t.Fatalf("ReadRun = %+v, want the corrupt done record's error", rec)
@@ -479,16 +531,16 @@ func TestReadRunCorruptDoneIsAnError(t *testing.T) {
 func TestReadRunCorruptActive(t *testing.T) {
 	s := newStore(t)
 	id := idAt(time.Now(), 4)
-	writeFile(t, s.ActivePath(id), "")
+	writeString(t, s.ActivePath(id), "")
 	_, err := s.ReadRun(id)
-	if err == nil || errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), s.ActivePath(id)) {
+	if err == nil || errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), s.ActivePath(id)) {
 		t.Fatalf("ReadRun(empty active) = %v, want a decode error naming the file", err)
 	}
 }
 
 // finishedFixture writes finished runs over several days, out of order,
 // and returns their ids newest first.
-func finishedFixture(t *testing.T, s Store) []RunID {
+func finishedFixture(t *testing.T, s *Store) []record.RunID {
 	t.Helper()
 	days := []time.Time{
 		time.Date(2023, 12, 31, 0, 0, 0, 0, time.UTC),
@@ -496,19 +548,17 @@ func finishedFixture(t *testing.T, s Store) []RunID {
 		time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC), // "2024-01-10" sorts after "2024-01-09"
 		time.Date(2024, 1, 9, 0, 0, 0, 0, time.UTC),
 	}
-	var ids []RunID
+	var ids []record.RunID
 	n := 0
 	for _, d := range days {
 		for _, off := range []time.Duration{23*time.Hour + 59*time.Minute, time.Second, 9 * time.Hour, 10 * time.Hour} {
 			n++
 			id := idAt(d.Add(off), 1000-n) // random part deliberately not in time order
-			rec := testRecord(id, Succeeded)
+			rec := testRecord(id, record.Succeeded)
 			if n%2 == 0 {
 				rec.Task = "even"
 			}
-			if err := s.WriteDone(rec); err != nil {
-				t.Fatal(err)
-			}
+			mustWriteDone(t, s, rec)
 			ids = append(ids, id)
 		}
 	}
@@ -517,26 +567,24 @@ func finishedFixture(t *testing.T, s Store) []RunID {
 	return ids
 }
 
-func recIDs(recs []*Record) []RunID {
-	var out []RunID
+func recIDs(recs []*record.Run) []record.RunID {
+	var out []record.RunID
 	for _, r := range recs {
 		out = append(out, r.RunID)
 	}
 	return out
 }
 
-func TestRecentFinishedNewestFirstAcrossDays(t *testing.T) {
+func TestRecentFinishedNewestFirstAcrossShards(t *testing.T) {
 	s := newStore(t)
 	want := finishedFixture(t, s)
 	// Distractions that are not records.
-	writeFile(t, filepath.Join(s.DoneDir(), "README"), "not a day")
-	if err := os.Mkdir(filepath.Join(s.DoneDir(), ".9999-12-31"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(s.DoneDir(), ".9999-12-31", string(idAt(time.Now(), 1))+".json"), "{}")
-	newestDay := s.DoneShardDir(want[0])
-	writeFile(t, filepath.Join(newestDay, "."+string(want[0])+".json987654"), "{torn")
-	writeFile(t, filepath.Join(newestDay, "notes.txt"), "hello")
+	writeString(t, s.osPath(doneDir, "README"), "not a shard")
+	mkdirAll(t, s.osPath(doneDir, ".9999-12-31T00"))
+	writeString(t, s.osPath(doneDir, ".9999-12-31T00", string(idAt(time.Now(), 1))+".json"), "{}")
+	newest := shardDir(want[0])
+	writeString(t, s.osPath(newest, "."+string(want[0])+".json987654"), "{torn")
+	writeString(t, s.osPath(newest, "notes.txt"), "hello")
 
 	for _, n := range []int{1, 3, 4, 5, 9, len(want), len(want) + 10} {
 		recs, bad, err := s.RecentFinished(n, nil)
@@ -557,7 +605,7 @@ func TestRecentFinishedNewestFirstAcrossDays(t *testing.T) {
 func TestRecentFinishedFilter(t *testing.T) {
 	s := newStore(t)
 	all := finishedFixture(t, s)
-	var even []RunID
+	var even []record.RunID
 	for _, id := range all {
 		rec, err := s.ReadRun(id)
 		if err != nil {
@@ -567,7 +615,7 @@ func TestRecentFinishedFilter(t *testing.T) {
 			even = append(even, id)
 		}
 	}
-	keep := func(r *Record) bool { return r.Task == "even" }
+	keep := func(r *record.Run) bool { return r.Task == "even" }
 	for _, n := range []int{1, 3, len(even), len(even) + 1} {
 		recs, bad, err := s.RecentFinished(n, keep)
 		if err != nil || len(bad) != 0 {
@@ -577,7 +625,7 @@ func TestRecentFinishedFilter(t *testing.T) {
 			t.Errorf("RecentFinished(%d, even) =\n%q\nwant\n%q", n, got, want)
 		}
 	}
-	recs, _, _ := s.RecentFinished(10, func(*Record) bool { return false })
+	recs, _, _ := s.RecentFinished(10, func(*record.Run) bool { return false })
 	if len(recs) != 0 {
 		t.Errorf("keep=false returned %d records", len(recs))
 	}
@@ -587,14 +635,14 @@ func TestRecentFinishedReportsBadRecords(t *testing.T) {
 	s := newStore(t)
 	ids := finishedFixture(t, s)
 	// Corrupt the second newest and the fourth newest.
-	writeFile(t, s.DonePath(ids[1]), "")
-	writeFile(t, s.DonePath(ids[3]), `{"version":2}`)
+	writeString(t, s.DonePath(ids[1]), "")
+	writeString(t, s.DonePath(ids[3]), `{"version":2}`)
 
 	recs, bad, err := s.RecentFinished(3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := recIDs(recs), []RunID{ids[0], ids[2], ids[4]}; !slices.Equal(got, want) {
+	if got, want := recIDs(recs), []record.RunID{ids[0], ids[2], ids[4]}; !slices.Equal(got, want) {
 		t.Errorf("RecentFinished(3) = %q, want %q (bad ones skipped, not counted)", got, want)
 	}
 	if len(bad) != 2 {
@@ -609,14 +657,14 @@ func TestRecentFinishedReportsBadRecords(t *testing.T) {
 
 func TestRecentFinishedReadsOnlyWhatItNeeds(t *testing.T) {
 	// Its cost follows how far back it must look: a corrupt record in an
-	// older day is never read when the newest day has enough.
+	// older shard is never read when the newest shards have enough.
 	s := newStore(t)
 	ids := finishedFixture(t, s)
 	oldest := ids[len(ids)-1]
-	writeFile(t, s.DonePath(oldest), "corrupt")
+	writeString(t, s.DonePath(oldest), "corrupt")
 	recs, bad, err := s.RecentFinished(2, nil)
 	if err != nil || len(bad) != 0 || len(recs) != 2 {
-		t.Fatalf("RecentFinished(2) = %d recs, bad %v, err %v; the oldest day should not be read", len(recs), bad, err)
+		t.Fatalf("RecentFinished(2) = %d recs, bad %v, err %v; the oldest shard should not be read", len(recs), bad, err)
 	}
 	_, bad, _ = s.RecentFinished(len(ids), nil)
 	if len(bad) != 1 {

@@ -1,0 +1,90 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
+// InitResult says what Init found and wrote.
+type InitResult struct {
+	Path    string
+	Existed bool // a readable crew.json was there before
+	Old     int  // its maximumInProgress, if it existed
+	New     int
+	Pools   map[string]int // the pools now configured
+}
+
+// PoolChange sets a pool's cap; a cap of 0 removes the pool.
+type PoolChange struct {
+	Name string
+	Max  int
+}
+
+// Init creates the state root and writes crew.json. With setMax it sets the
+// cap (repairing an unreadable config); without, it keeps what is there.
+// The write happens under the admission lock, so no admission reads a
+// config in the middle of a change and recovery can tell crew.json's
+// temporary files from live ones.
+func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lockTimeout time.Duration) (*InitResult, error) {
+	if setMax && maxInProgress < 1 {
+		return nil, usagef("maximumInProgress must be at least 1, not %d", maxInProgress)
+	}
+	for _, p := range pools {
+		if err := record.ValidatePoolName(p.Name); err != nil {
+			return nil, &UsageError{Err: err}
+		}
+		if p.Max < 0 {
+			return nil, usagef("pool %q: cap must be at least 1 (or 0 to remove the pool), not %d", p.Name, p.Max)
+		}
+	}
+	st := d.Store
+	adm, err := st.LockAdmission(context.Background(), lockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer adm.Release()
+	cfg, exists, err := st.LoadConfig()
+	if err != nil && !setMax {
+		return nil, err // nothing to put in its place
+	}
+	if err != nil {
+		cfg = record.DefaultConfig() // repairing: start from scratch
+	}
+	res := &InitResult{Path: st.ConfigPath(), Existed: exists && err == nil, Old: cfg.MaximumInProgress}
+	if setMax {
+		cfg.MaximumInProgress = maxInProgress
+	}
+	cfg.Pools = applyPools(cfg.Pools, pools)
+	res.New, res.Pools = cfg.MaximumInProgress, cfg.Pools
+	if !res.Existed || setMax || len(pools) > 0 {
+		if err := adm.SaveConfig(cfg); err != nil {
+			return nil, err
+		}
+	}
+	adm.Release()
+	d.RingWaiters() // a raised cap may let waiters in
+	return res, nil
+}
+
+func applyPools(current map[string]int, changes []PoolChange) map[string]int {
+	if len(changes) == 0 {
+		return current
+	}
+	next := map[string]int{}
+	for name, n := range current {
+		next[name] = n
+	}
+	for _, p := range changes {
+		if p.Max == 0 {
+			delete(next, p.Name)
+		} else {
+			next[p.Name] = p.Max
+		}
+	}
+	if len(next) == 0 {
+		return nil
+	}
+	return next
+}

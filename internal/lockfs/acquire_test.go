@@ -1,0 +1,284 @@
+package lockfs
+
+// Acquire is the blocking, timed acquisition the admission lock is built
+// on. What the admission lock adds (the holder note, the timeout error that
+// names the holder, starting over when the lock file is replaced) is
+// tested in package runstore.
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const acquireName = "dispatch-admission.lock"
+
+// holdAcquire starts a helper process that takes the lock with Acquire.
+func holdAcquire(t *testing.T, d lockDir) *helper {
+	t.Helper()
+	h := startHelper(t, "hold-acquire", d.at(acquireName))
+	h.expect("waiting")
+	h.expect("locked")
+	return h
+}
+
+type acquireResult struct {
+	lock  *Lock
+	err   error
+	took  time.Duration
+	waits int32 // how often onWait ran
+}
+
+// acquireAsync runs Acquire in a goroutine so a broken implementation that
+// blocks forever fails the test instead of hanging it.
+func acquireAsync(ctx context.Context, d lockDir, timeout time.Duration) <-chan acquireResult {
+	ch := make(chan acquireResult, 1)
+	go func() {
+		var waits atomic.Int32
+		start := time.Now()
+		l, err := Acquire(ctx, d.root, acquireName, timeout, func() { waits.Add(1) })
+		ch <- acquireResult{l, err, time.Since(start), waits.Load()}
+	}()
+	return ch
+}
+
+func awaitAcquire(t *testing.T, ch <-chan acquireResult, within time.Duration) acquireResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.lock != nil {
+			t.Cleanup(func() { _ = r.lock.Release() })
+		}
+		return r
+	case <-time.After(within):
+		t.Fatalf("Acquire did not return within %s", within)
+	}
+	return acquireResult{}
+}
+
+func TestAcquireFreeCreatesTheFileAndKeepsIt(t *testing.T) {
+	d := newLockDir(t)
+	r := awaitAcquire(t, acquireAsync(context.Background(), d, time.Second), 5*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.waits != 0 {
+		t.Errorf("onWait ran %d times for a free lock, want 0", r.waits)
+	}
+	fi, err := os.Stat(d.at(acquireName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		t.Errorf("lock file mode = %v, want 0600", perm)
+	}
+	if !mustProbe(t, d, acquireName) {
+		t.Error("Probe = false while Acquire's lock is held")
+	}
+	if err := r.lock.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.at(acquireName)); err != nil {
+		t.Fatalf("Release removed the lock file: %v", err)
+	}
+	// Free again, in this process and in another; the file stays.
+	r = awaitAcquire(t, acquireAsync(context.Background(), d, 0), 5*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := r.lock.Release(); err != nil {
+		t.Fatal(err)
+	}
+	h := holdAcquire(t, d)
+	h.finish()
+	if _, err := os.Stat(d.at(acquireName)); err != nil {
+		t.Fatalf("lock file gone after a helper's acquire and exit: %v", err)
+	}
+}
+
+func TestAcquireTimesOut(t *testing.T) {
+	d := newLockDir(t)
+	holdAcquire(t, d)
+
+	const timeout = 250 * time.Millisecond
+	r := awaitAcquire(t, acquireAsync(context.Background(), d, timeout), 10*time.Second)
+	if r.lock != nil || !errors.Is(r.err, ErrTimeout) {
+		t.Fatalf("Acquire while another process holds the lock = %v, %v; want ErrTimeout", r.lock, r.err)
+	}
+	if r.took < timeout {
+		t.Errorf("gave up after %s, before the %s timeout", r.took, timeout)
+	}
+	if r.waits != 1 {
+		t.Errorf("onWait ran %d times, want once", r.waits)
+	}
+}
+
+func TestAcquireZeroTimeoutFailsWhenBusy(t *testing.T) {
+	d := newLockDir(t)
+	holdAcquire(t, d)
+	r := awaitAcquire(t, acquireAsync(context.Background(), d, 0), 5*time.Second)
+	if !errors.Is(r.err, ErrTimeout) {
+		t.Fatalf("Acquire(timeout 0) while held = %v, want ErrTimeout", r.err)
+	}
+}
+
+// A holder killed with SIGKILL releases at once: even a zero timeout (no
+// waiting at all) gets the lock right after the holder is reaped.
+func TestAcquireRightAfterHolderSIGKILL(t *testing.T) {
+	d := newLockDir(t)
+	h := holdAcquire(t, d)
+	h.kill()
+	r := awaitAcquire(t, acquireAsync(context.Background(), d, 0), 5*time.Second)
+	if r.err != nil {
+		t.Fatalf("Acquire(timeout 0) after the holder was killed: %v", r.err)
+	}
+	if _, err := os.Stat(d.at(acquireName)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiter that is still within its timeout gets the lock when the holder
+// releases it; until then it is excluded.
+func TestAcquireWaitsForRelease(t *testing.T) {
+	d := newLockDir(t)
+	h := holdAcquire(t, d)
+	ch := acquireAsync(context.Background(), d, time.Minute)
+	select {
+	case r := <-ch:
+		if r.lock != nil {
+			_ = r.lock.Release()
+		}
+		t.Fatalf("Acquire returned (%v) while another process holds the lock", r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	h.send("release")
+	h.expect("released")
+	r := awaitAcquire(t, ch, 10*time.Second)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.waits != 1 {
+		t.Errorf("onWait ran %d times, want once", r.waits)
+	}
+	if _, err := os.Stat(d.at(acquireName)); err != nil {
+		t.Fatalf("lock file gone after the helper's Release: %v", err)
+	}
+	// And now we exclude the helper's successor.
+	other := startHelper(t, "take", d.at(acquireName))
+	other.expect("busy")
+}
+
+// The reverse direction: while this process holds the lock, another
+// process waits, and gets it when we release.
+func TestAcquireExcludesOtherProcess(t *testing.T) {
+	d := newLockDir(t)
+	l, err := Acquire(context.Background(), d.root, acquireName, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startHelper(t, "hold-acquire", d.at(acquireName))
+	h.expect("waiting")
+	h.expect("busy") // its onWait: it found the lock held
+	h.silentFor(300 * time.Millisecond)
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	h.expect("locked")
+}
+
+func TestAcquireTimeoutInOtherProcess(t *testing.T) {
+	d := newLockDir(t)
+	l, err := Acquire(context.Background(), d.root, acquireName, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	h := startHelper(t, "hold-acquire", d.at(acquireName), func(c *exec.Cmd) {
+		c.Env = append(c.Env, helperTimeout+"=150ms")
+	})
+	h.expect("waiting")
+	h.expect("busy")
+	h.expect("timeout")
+}
+
+func TestAcquireContextCanceled(t *testing.T) {
+	d := newLockDir(t)
+	h := holdAcquire(t, d)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := acquireAsync(ctx, d, time.Minute)
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	r := awaitAcquire(t, ch, 5*time.Second)
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("error = %v, want context.Canceled", r.err)
+	}
+	if errors.Is(r.err, ErrTimeout) {
+		t.Errorf("a canceled wait reported a timeout: %v", r.err)
+	}
+	// The abandoned wait does not keep the lock once the holder lets go.
+	h.send("release")
+	h.expect("released")
+	if !staysFree(t, d) {
+		t.Fatal("lock not free for good within 5s of the holder's release: the abandoned waiter kept it")
+	}
+	other := startHelper(t, "take", d.at(acquireName))
+	other.expect("locked")
+}
+
+// staysFree waits until the lock has been free for a while without a
+// break. When a holder lets go, abandoned waiters still blocked in the
+// kernel get the lock one after another and (if correct) drop it at
+// once, so a single free probe proves nothing; a waiter that kept the
+// lock would hold it again within microseconds.
+func staysFree(t *testing.T, d lockDir) bool {
+	t.Helper()
+	var freeSince time.Time
+	return eventually(5*time.Second, func() bool {
+		if mustProbe(t, d, acquireName) {
+			freeSince = time.Time{}
+			return false
+		}
+		if freeSince.IsZero() {
+			freeSince = time.Now()
+		}
+		return time.Since(freeSince) >= 200*time.Millisecond
+	})
+}
+
+// A blocking flock cannot be cancelled: a waiter that timed out abandons
+// its wait, and if the lock comes to it later it must let it go at once,
+// not sit on it for the rest of the process's life.
+func TestAcquireTimedOutWaiterNeverKeepsTheLock(t *testing.T) {
+	d := newLockDir(t)
+	h := holdAcquire(t, d)
+	for range 3 {
+		r := awaitAcquire(t, acquireAsync(context.Background(), d, 50*time.Millisecond), 10*time.Second)
+		if !errors.Is(r.err, ErrTimeout) {
+			t.Fatalf("Acquire = %v, want ErrTimeout", r.err)
+		}
+	}
+	h.send("release")
+	h.expect("released")
+	if !staysFree(t, d) {
+		t.Fatal("lock not free for good within 5s of the holder's release: a timed-out waiter kept it")
+	}
+	other := startHelper(t, "take", d.at(acquireName))
+	other.expect("locked")
+}
+
+func TestAcquireMissingDir(t *testing.T) {
+	d := newLockDir(t)
+	_, err := Acquire(context.Background(), d.root, "missing/"+acquireName, time.Second, nil)
+	if err == nil {
+		t.Fatal("Acquire in a missing directory succeeded")
+	}
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "missing/"+acquireName) {
+		t.Errorf("error %q: want ErrNotExist naming the lock", err)
+	}
+}

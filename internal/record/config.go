@@ -1,0 +1,142 @@
+package record
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// ConfigVersion is the version of crew.json this crew reads and writes.
+const ConfigVersion = 1
+
+// DefaultMaximumInProgress is the cap when there is no config.
+const DefaultMaximumInProgress = 4
+
+// Config is the state root's crew.json.
+type Config struct {
+	Version           int `json:"version"`
+	MaximumInProgress int `json:"maximumInProgress"`
+	// Pools have caps of their own, all inside MaximumInProgress: a run
+	// started with --pool NAME needs a free slot in both.
+	Pools map[string]int `json:"pools,omitempty"`
+}
+
+// DefaultConfig is what a state root without crew.json uses.
+func DefaultConfig() Config {
+	return Config{Version: ConfigVersion, MaximumInProgress: DefaultMaximumInProgress}
+}
+
+// PoolNames lists the configured pools, sorted.
+func (c Config) PoolNames() []string {
+	names := make([]string, 0, len(c.Pools))
+	for n := range c.Pools {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ValidatePoolName checks a pool name: the same rules as task names.
+func ValidatePoolName(name string) error {
+	if err := ValidateTask(name); err != nil {
+		return fmt.Errorf("pool name: %s", strings.TrimPrefix(err.Error(), "task name "))
+	}
+	return nil
+}
+
+// Encode renders the config as it is stored.
+func (c Config) Encode() ([]byte, error) {
+	c.Version = ConfigVersion
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode config: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// SyntaxError is a config that is not the JSON crew expects, with the
+// place (1-based line and column) where it goes wrong, when known.
+type SyntaxError struct {
+	Line, Col int
+	Err       error
+}
+
+func (e *SyntaxError) Error() string {
+	if e.Line == 0 {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("%d:%d: %v", e.Line, e.Col, e.Err)
+}
+func (e *SyntaxError) Unwrap() error { return e.Err }
+
+// DecodeConfig parses and validates crew.json's content. Unknown fields are
+// an error: a misspelt key must not silently fall back to a default.
+func DecodeConfig(data []byte) (Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var w struct {
+		Config
+		Version *int `json:"version"`
+	}
+	if err := dec.Decode(&w); err != nil {
+		return Config{}, positioned(data, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Config{}, at(data, dec.InputOffset(), errors.New("malformed JSON: unexpected data after the config object"))
+	}
+	if w.Version == nil {
+		return Config{}, errors.New("no \"version\" field")
+	}
+	if *w.Version != ConfigVersion {
+		return Config{}, fmt.Errorf("unknown config version %d (this crew reads version %d)", *w.Version, ConfigVersion)
+	}
+	cfg := w.Config
+	cfg.Version = *w.Version
+	if cfg.MaximumInProgress < 1 {
+		return Config{}, fmt.Errorf("maximumInProgress is %d; it must be at least 1", cfg.MaximumInProgress)
+	}
+	for _, name := range cfg.PoolNames() {
+		if err := ValidatePoolName(name); err != nil {
+			return Config{}, fmt.Errorf("pools: %w", err)
+		}
+		if cfg.Pools[name] < 1 {
+			return Config{}, fmt.Errorf("pool %q has cap %d; it must be at least 1", name, cfg.Pools[name])
+		}
+	}
+	return cfg, nil
+}
+
+// positioned turns a decoding error into a SyntaxError naming the line and
+// column of the offending byte.
+func positioned(data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return at(data, syn.Offset, fmt.Errorf("malformed JSON: %w", err))
+	case errors.As(err, &typ) && typ.Field == "":
+		return at(data, typ.Offset, fmt.Errorf("malformed JSON: the file holds a JSON %s, not an object", typ.Value))
+	case errors.As(err, &typ) && typ.Field == "version":
+		return at(data, typ.Offset, fmt.Errorf("malformed JSON: \"version\" is a JSON %s, not a number", typ.Value))
+	case errors.As(err, &typ):
+		return at(data, typ.Offset, fmt.Errorf("malformed config: %q is a JSON %s, not %s", typ.Field, typ.Value, typ.Type))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return at(data, int64(len(data)), fmt.Errorf("malformed JSON: %w (the file is empty or cut short)", err))
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return &SyntaxError{Err: fmt.Errorf("malformed config: %s (known fields: version, maximumInProgress, pools)", strings.TrimPrefix(err.Error(), "json: "))}
+	}
+	return &SyntaxError{Err: fmt.Errorf("malformed JSON: %w", err)}
+}
+
+// at locates byte offset off of data as a 1-based line and column.
+func at(data []byte, off int64, err error) *SyntaxError {
+	off = min(max(off, 0), int64(len(data)))
+	before := data[:off]
+	line := bytes.Count(before, []byte{'\n'}) + 1
+	col := int(off) - bytes.LastIndexByte(before, '\n')
+	return &SyntaxError{Line: line, Col: col, Err: err}
+}

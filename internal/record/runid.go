@@ -1,0 +1,115 @@
+package record
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// RunID names one run. It sorts by creation time (fixed-width UTC
+// timestamp to the nanosecond), is unique (64 random bits, and the owner
+// lock file is created with O_EXCL), and is safe as a file name.
+type RunID string
+
+const (
+	runIDTime   = "20060102T150405.000000000Z"
+	runIDPrefix = "r-"
+	// RunIDLen is the length of every run id.
+	RunIDLen = len(runIDPrefix) + len(runIDTime) + 1 + 16
+)
+
+// NewRunID makes a run id for a run created at now.
+func NewRunID(now time.Time) RunID {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err)) // never happens on Linux/macOS
+	}
+	return RunID(runIDPrefix + now.UTC().Format(runIDTime) + "-" + hex.EncodeToString(b[:]))
+}
+
+// ParseRunID validates s as a run id.
+func ParseRunID(s string) (RunID, error) {
+	if !wellFormed(s) {
+		return "", fmt.Errorf("%q is not a run id (expected r-YYYYMMDDTHHMMSS.NNNNNNNNNZ-<16 hex digits>)", s)
+	}
+	if _, err := RunID(s).CreatedAt(); err != nil {
+		return "", fmt.Errorf("%q is not a run id: %w", s, err)
+	}
+	return RunID(s), nil
+}
+
+// wellFormed checks the shape r-DDDDDDDDTDDDDDD.DDDDDDDDDZ-hhhhhhhhhhhhhhhh
+// by hand: it runs for every file admission lists, and a regular
+// expression costs a compile at start-up and a slow match per call.
+func wellFormed(s string) bool {
+	if len(s) != RunIDLen || s[:2] != runIDPrefix {
+		return false
+	}
+	for i := 2; i < RunIDLen; i++ {
+		c := s[i]
+		switch {
+		case i == 10:
+			if c != 'T' {
+				return false
+			}
+		case i == 17:
+			if c != '.' {
+				return false
+			}
+		case i == 27:
+			if c != 'Z' {
+				return false
+			}
+		case i == 28:
+			if c != '-' {
+				return false
+			}
+		case i > 28:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		default:
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// LooksLikeRunID reports whether s is a valid run id.
+func LooksLikeRunID(s string) bool {
+	_, err := ParseRunID(s)
+	return err == nil
+}
+
+// Shard is the creation hour (UTC) as YYYY-MM-DDTHH: the group of finished
+// runs the run belongs to. Hours, not days, so that listing the newest
+// shard (what status does) stays small even at thousands of runs an hour;
+// the names sort in time order.
+func (id RunID) Shard() string {
+	s := string(id)
+	if len(s) < 13 {
+		return "unknown"
+	}
+	return s[2:6] + "-" + s[6:8] + "-" + s[8:10] + "T" + s[11:13]
+}
+
+// CreatedAt is the creation time encoded in the id.
+func (id RunID) CreatedAt() (time.Time, error) {
+	s := string(id)
+	if len(s) < 2+len(runIDTime) {
+		return time.Time{}, fmt.Errorf("run id %q too short", s)
+	}
+	return time.Parse(runIDTime, s[2:2+len(runIDTime)])
+}
+
+// NewRunIDAfter makes a run id for now that sorts after prev, even if the
+// clock stepped back: queue order is arrival order only if ids increase.
+func NewRunIDAfter(prev RunID, now time.Time) RunID {
+	if t, err := prev.CreatedAt(); err == nil && !now.After(t) {
+		now = t.Add(time.Nanosecond)
+	}
+	return NewRunID(now)
+}

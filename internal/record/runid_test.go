@@ -1,0 +1,190 @@
+package record
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewRunIDFormat(t *testing.T) {
+	now := time.Date(2024, 3, 9, 17, 4, 5, 6, time.UTC)
+	id := NewRunID(now)
+	re := regexp.MustCompile(`^r-20240309T170405\.000000006Z-[0-9a-f]{16}$`)
+	if !re.MatchString(string(id)) {
+		t.Fatalf("NewRunID = %q, want r-20240309T170405.000000006Z-<16 hex>", id)
+	}
+	if _, err := ParseRunID(string(id)); err != nil {
+		t.Fatalf("ParseRunID(NewRunID()) = %v", err)
+	}
+	if !LooksLikeRunID(string(id)) {
+		t.Fatal("LooksLikeRunID(NewRunID()) = false")
+	}
+	if got := id.Shard(); got != "2024-03-09T17" {
+		t.Errorf("Shard() = %q, want 2024-03-09T17", got)
+	}
+	at, err := id.CreatedAt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !at.Equal(now) {
+		t.Errorf("CreatedAt() = %v, want %v (nanosecond precision)", at, now)
+	}
+	// Safe as a file name: no separators, no leading dot.
+	if strings.ContainsAny(string(id), `/\`+"\x00") || strings.HasPrefix(string(id), ".") {
+		t.Errorf("id %q is not a safe file name", id)
+	}
+}
+
+func TestNewRunIDUsesUTC(t *testing.T) {
+	// 23:30 on the 1st at UTC-5 is 04:30 on the 2nd in UTC: both the
+	// timestamp and the day shard are UTC.
+	local := time.Date(2024, 1, 1, 23, 30, 0, 0, time.FixedZone("EST", -5*3600))
+	id := NewRunID(local)
+	if !strings.HasPrefix(string(id), "r-20240102T043000.000000000Z-") {
+		t.Fatalf("NewRunID(local) = %q, want the UTC time", id)
+	}
+	if id.Shard() != "2024-01-02T04" {
+		t.Errorf("Shard() = %q, want 2024-01-02T04", id.Shard())
+	}
+	at, err := id.CreatedAt()
+	if err != nil || !at.Equal(local) {
+		t.Errorf("CreatedAt() = %v, %v; want %v", at, err, local)
+	}
+}
+
+func TestNewRunIDUnique(t *testing.T) {
+	// Same instant for all: uniqueness must come from the random part.
+	now := time.Now()
+	seen := make(map[RunID]bool, 10000)
+	for range 10000 {
+		id := NewRunID(now)
+		if seen[id] {
+			t.Fatalf("duplicate run id %s", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestRunIDLexicalOrderIsCreationOrder(t *testing.T) {
+	// Times chosen to break any non-fixed-width encoding: digit-count
+	// changes in every field, nanoseconds that would lose leading zeros,
+	// month/day/hour rollovers.
+	base := time.Date(2023, 12, 31, 23, 59, 59, 999_999_990, time.UTC)
+	var times []time.Time
+	for i := range 20 {
+		times = append(times, base.Add(time.Duration(i)))
+	}
+	times = append(times,
+		time.Date(2024, 1, 1, 0, 0, 0, 1_000_000_000-1, time.UTC),
+		time.Date(2024, 1, 1, 0, 0, 1, 0, time.UTC),
+		time.Date(2024, 1, 1, 0, 0, 1, 9, time.UTC),
+		time.Date(2024, 1, 1, 0, 0, 1, 10, time.UTC),
+		time.Date(2024, 1, 1, 0, 0, 1, 100_000_000, time.UTC),
+		time.Date(2024, 1, 1, 9, 0, 0, 0, time.UTC),
+		time.Date(2024, 1, 1, 10, 0, 0, 0, time.UTC),
+		time.Date(2024, 1, 9, 0, 0, 0, 0, time.UTC),
+		time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC),
+		time.Date(2024, 9, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2024, 10, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC),
+	)
+	// And 10000 from one instant on, a step of 1µs plus a few ns.
+	now := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 10000 {
+		times = append(times, now.Add(time.Duration(i)*time.Microsecond+time.Duration(i%7)))
+	}
+	ids := make([]RunID, len(times))
+	for i, tm := range times {
+		ids[i] = NewRunID(tm)
+	}
+	for i := 1; i < len(ids); i++ {
+		if !times[i-1].Before(times[i]) {
+			t.Fatalf("test bug: times not increasing at %d", i)
+		}
+		if ids[i-1] >= ids[i] {
+			t.Fatalf("id %s (created %v) sorts after %s (created %v)", ids[i-1], times[i-1], ids[i], times[i])
+		}
+	}
+	shuffled := slices.Clone(ids)
+	slices.Reverse(shuffled)
+	slices.Sort(shuffled)
+	if !slices.Equal(shuffled, ids) {
+		t.Fatal("sorting ids does not give creation order")
+	}
+	// Fixed width.
+	for _, id := range ids {
+		if len(id) != len(ids[0]) {
+			t.Fatalf("id %s has length %d, want %d", id, len(id), len(ids[0]))
+		}
+	}
+}
+
+func TestRunIDOrderFromRealClock(t *testing.T) {
+	// ids made one after another from the wall clock sort in the order
+	// they were made, whenever the clock moved between them.
+	var times []time.Time
+	var ids []RunID
+	for range 10000 {
+		now := time.Now().Round(0) // wall clock only, as in the id
+		times = append(times, now)
+		ids = append(ids, NewRunID(now))
+	}
+	for i := 1; i < len(ids); i++ {
+		if times[i-1].Before(times[i]) && ids[i-1] >= ids[i] {
+			t.Fatalf("id %s (made at %v) sorts after the later %s (%v)", ids[i-1], times[i-1], ids[i], times[i])
+		}
+	}
+}
+
+func TestParseRunID(t *testing.T) {
+	valid := "r-20240102T030405.000000006Z-0123456789abcdef"
+	if id, err := ParseRunID(valid); err != nil || string(id) != valid {
+		t.Fatalf("ParseRunID(%q) = %q, %v", valid, id, err)
+	}
+	invalid := []string{
+		"",
+		"r-",
+		"20240102T030405.000000006Z-0123456789abcdef",    // no prefix
+		"R-20240102T030405.000000006Z-0123456789abcdef",  // wrong prefix case
+		"r-20240102T030405.000000006Z-0123456789ABCDEF",  // upper-case hex
+		"r-20240102T030405.000000006Z-0123456789abcde",   // 15 hex
+		"r-20240102T030405.000000006Z-0123456789abcdef0", // 17 hex
+		"r-20240102T030405.00000006Z-0123456789abcdef",   // 8-digit nanos
+		"r-20240102T030405Z-0123456789abcdef",            // no nanos
+		"r-20240102T030405.000000006-0123456789abcdef",   // no Z
+		"r-2024-01-02T03:04:05.000000006Z-0123456789abcdef",
+		"r-20240102T030405.000000006Z-0123456789abcdeg",
+		"r-20240102T030405.000000006Z-0123456789abcdef\n",
+		"r-20240102T030405.000000006Z-0123456789abcdef.json",
+		" r-20240102T030405.000000006Z-0123456789abcdef",
+		"../r-20240102T030405.000000006Z-0123456789abcdef",
+		"r-20240102T030405.000000006Z-0123456789abcdef/..",
+		"r-２0240102T030405.000000006Z-0123456789abcdef", // non-ASCII digit
+	}
+	for _, s := range invalid {
+		if id, err := ParseRunID(s); err == nil {
+			t.Errorf("ParseRunID(%q) = %q, want an error", s, id)
+		} else if !strings.Contains(err.Error(), "not a run id") {
+			t.Errorf("ParseRunID(%q) error %q", s, err)
+		}
+		if LooksLikeRunID(s) {
+			t.Errorf("LooksLikeRunID(%q) = true", s)
+		}
+	}
+}
+
+func TestRunIDDayAndCreatedAtOnMalformedIDs(t *testing.T) {
+	// Never panics, whatever the string.
+	for _, s := range []string{"", "r", "r-2024", "r-20240102", "r-20240102T", "r-99999999T999999.999999999Z-x"} {
+		id := RunID(s)
+		_ = id.Shard()
+		if _, err := id.CreatedAt(); err == nil {
+			t.Errorf("CreatedAt(%q) succeeded", s)
+		}
+	}
+	if d := RunID("r-2024").Shard(); d != "unknown" {
+		t.Errorf("Day of a short id = %q, want unknown", d)
+	}
+}

@@ -1,0 +1,127 @@
+// Package recovery finalizes runs whose owners are gone and cleans up what
+// crashes and finished runs leave behind: the fenced finalization every
+// process uses for a run it does not own (admission reaping dead runs,
+// crew recover, crew wait, crew stop), crew recover itself, and crew prune.
+package recovery
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/crew-dev/crew/internal/failpoint"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// ReapOutcome says what FinalizeDead did with one run.
+type ReapOutcome int
+
+const (
+	// Reaped: the run's owner was gone; its record is now final
+	// (interrupted) and out of the active set.
+	Reaped ReapOutcome = iota + 1
+	// LeftoverRemoved: the run had already been finalized; only its active
+	// file and lock files were left, and are now removed.
+	LeftoverRemoved
+	// OwnerBusy: someone holds the run's locks (the run lives, or another
+	// process is finalizing it); nothing was touched.
+	OwnerBusy
+	// AlreadyDone: the run was finalized by someone else meanwhile.
+	AlreadyDone
+)
+
+// FinalizeDead finalizes a run whose owner is gone, and returns its final
+// record. The run's fence makes it safe against the run's own processes
+// and against every other finalizer: no run is finalized twice and no live
+// run at all. The record is re-read under the fence because it may have
+// changed since it was listed.
+func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (ReapOutcome, *record.Run, error) {
+	return finalizeFenced(st, id, func(rec *record.Run) {
+		markInterrupted(rec, now, st.HasLog(id))
+	})
+}
+
+// FinalizeStopped records a run whose supervisor was already gone, and
+// whose command crew stop has just seen end, as stopped by req.
+func FinalizeStopped(st *runstore.Store, id record.RunID, req *record.StopRequest, now time.Time) (ReapOutcome, *record.Run, error) {
+	return finalizeFenced(st, id, func(rec *record.Run) {
+		rec.Signal = req.Signal
+		rec.Finish(record.Stopped, now, nil, fmt.Sprintf(
+			"%s; its supervisor (pid %d) was already gone, so the command's exit status is unknown",
+			req.Describe(rec.PGID), rec.SupervisorPID))
+	})
+}
+
+// finalizeFenced takes the run's fence, re-reads its record and, if it is
+// still active, makes it final with end; a run already final is only
+// cleaned up.
+func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) (ReapOutcome, *record.Run, error) {
+	locks, err := st.Fence(id)
+	switch {
+	case errors.Is(err, runstore.ErrRunBusy):
+		return OwnerBusy, nil, nil
+	case errors.Is(err, runstore.ErrRunDone):
+		return AlreadyDone, nil, nil
+	case err != nil:
+		return 0, nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	failpoint.Hit("recover-locked")
+
+	outcome := Reaped
+	rec, err := st.ReadDone(id)
+	switch {
+	case err == nil:
+		outcome = LeftoverRemoved
+	case !errors.Is(err, os.ErrNotExist):
+		locks.Release()
+		return 0, nil, err
+	default:
+		rec, err = st.ReadActive(id)
+		if errors.Is(err, os.ErrNotExist) {
+			locks.Release()
+			return AlreadyDone, nil, nil
+		}
+		if err != nil {
+			locks.Release()
+			return 0, nil, err
+		}
+		if rec.State.Active() {
+			end(rec)
+		} else {
+			outcome = LeftoverRemoved // a final record whose move was cut short
+		}
+	}
+	if err := locks.Finish(rec); err != nil {
+		locks.Release()
+		return 0, nil, err
+	}
+	return outcome, rec, nil
+}
+
+// markInterrupted turns an active record whose owner died into a final
+// one that says what is known and what is not.
+func markInterrupted(rec *record.Run, now time.Time, logExists bool) {
+	since := rec.CreatedAt
+	if rec.StartedAt != nil {
+		since = *rec.StartedAt
+	}
+	var what string
+	switch {
+	case rec.State == record.Running:
+		what = fmt.Sprintf("command pid %d is gone too", rec.TaskPID)
+	case !logExists:
+		what = "the command was never started"
+	default:
+		what = "the command may have started (its start was not recorded) and is gone if it did"
+	}
+	reason := fmt.Sprintf("owner process %d on host %s exited without finalizing the run (killed or crashed); "+
+		"state was %s since %s; %s; exit status unknown",
+		rec.SupervisorPID, rec.Host, rec.State, since.UTC().Format(time.RFC3339), what)
+	rec.State = record.Interrupted
+	rec.FinishedAt = &now
+	rec.ExitCode = nil
+	rec.Reason = reason
+	rec.AddEvent(now, "interrupted: finalized by crew process %d: %s", os.Getpid(), reason)
+}

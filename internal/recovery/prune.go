@@ -1,0 +1,100 @@
+package recovery
+
+import (
+	"errors"
+	"io/fs"
+	"time"
+
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// PruneVersion is the version of `crew prune --json`.
+const PruneVersion = 1
+
+// PruneOptions selects finished runs to remove. A run is removed if it
+// finished longer than OlderThan ago (when set) and is not among the Keep
+// newest finished runs (when set).
+type PruneOptions struct {
+	OlderThan time.Duration
+	Keep      int
+	KeepSet   bool
+	DryRun    bool
+	Now       time.Time
+}
+
+// PrunedRun is one removed (or, dry, removable) finished run.
+type PrunedRun struct {
+	RunID      record.RunID `json:"runId"`
+	Task       string       `json:"task"`
+	FinishedAt *time.Time   `json:"finishedAt"`
+	Path       string       `json:"path"`
+	Bytes      int64        `json:"bytes"`
+}
+
+// PruneReport is what Prune did.
+type PruneReport struct {
+	Version int         `json:"version"`
+	DryRun  bool        `json:"dryRun"`
+	Removed []PrunedRun `json:"removed"`
+	Kept    int         `json:"kept"`
+	Errors  []string    `json:"errors"`
+}
+
+// Prune removes finished runs' records and logs, newest kept first. It
+// only ever touches finished runs (and their logs): active and queued runs
+// live elsewhere, so it is safe while starts and recoveries run. A
+// finished record whose active file still exists (a finalization cut
+// short) is kept, so the active file is never mistaken for a living run.
+func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
+	report := &PruneReport{Version: PruneVersion, DryRun: opts.DryRun, Removed: []PrunedRun{}, Errors: []string{}}
+	seen := 0
+	touched := map[string]bool{}
+	err := st.WalkFinished(func(id record.RunID) bool {
+		seen++
+		rec, err := st.ReadDone(id)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return true // pruned by someone else meanwhile
+		case err != nil:
+			report.Errors = append(report.Errors, err.Error())
+			return true
+		case !prunable(rec, seen, opts):
+			report.Kept++
+			return true
+		}
+		p := PrunedRun{RunID: id, Task: rec.Task, FinishedAt: rec.FinishedAt, Path: st.DonePath(id), Bytes: st.FinishedSize(id)}
+		if !opts.DryRun {
+			switch err := st.RemoveFinished(id); {
+			case errors.Is(err, runstore.ErrRunBusy):
+				report.Kept++
+				return true
+			case err != nil:
+				report.Errors = append(report.Errors, err.Error())
+				return true
+			}
+			touched[id.Shard()] = true
+		}
+		report.Removed = append(report.Removed, p)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	for shard := range touched {
+		st.RemoveShardIfEmpty(shard)
+	}
+	return report, nil
+}
+
+func prunable(rec *record.Run, rank int, opts PruneOptions) bool {
+	if opts.KeepSet && rank <= opts.Keep {
+		return false
+	}
+	if opts.OlderThan > 0 {
+		if rec.FinishedAt == nil || opts.Now.Sub(*rec.FinishedAt) < opts.OlderThan {
+			return false
+		}
+	}
+	return true
+}

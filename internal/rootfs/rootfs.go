@@ -1,0 +1,157 @@
+// Package rootfs opens files inside an *os.Root the way every state-root
+// file must be opened: only regular files, never through a symbolic link,
+// never blocking on a FIFO or device, and read with a bound. os.Root keeps
+// every access inside the root; this package adds what os.Root does not
+// promise (it follows symbolic links that stay inside the root).
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// NotRegularError is a name that exists but is not a regular file (a
+// symbolic link, FIFO, device, socket or directory). Nothing was opened.
+type NotRegularError struct {
+	Name string
+	Mode fs.FileMode
+}
+
+func (e *NotRegularError) Error() string {
+	return fmt.Sprintf("%s is %s, not a regular file", e.Name, describeMode(e.Mode))
+}
+
+// TooLargeError is a file larger than its reader's limit; it was not read.
+type TooLargeError struct {
+	Name  string
+	Size  int64
+	Limit int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s is %d bytes, over the limit of %d for this kind of file", e.Name, e.Size, e.Limit)
+}
+
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return fmt.Sprintf("a file of mode %v", m)
+}
+
+// Open opens name in dir for flag, refusing anything but a regular file
+// reached without a symbolic link. The open itself never blocks: a FIFO
+// swapped in between the check and the open is opened non-blocking and then
+// refused. O_CREATE|O_EXCL creates a fresh file (os.Root never follows a
+// link for that); other flags need the file to be, or become, regular.
+func Open(dir *os.Root, name string, flag int, perm os.FileMode) (*os.File, error) {
+	excl := flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL
+	var before os.FileInfo
+	if !excl {
+		fi, err := dir.Lstat(name)
+		switch {
+		case err == nil && !fi.Mode().IsRegular():
+			return nil, &NotRegularError{Name: name, Mode: fi.Mode()}
+		case err == nil:
+			before = fi
+		case !errors.Is(err, fs.ErrNotExist) || flag&os.O_CREATE == 0:
+			return nil, err
+		}
+	}
+	f, err := dir.OpenFile(name, flag|syscall.O_NONBLOCK, perm)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(dir, name, f, before); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// check confirms that f is a regular file and the one now at name (not a
+// file some link pointed to, nor one swapped in after the Lstat).
+func check(dir *os.Root, name string, f *os.File, before os.FileInfo) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return &NotRegularError{Name: name, Mode: fi.Mode()}
+	}
+	if before == nil {
+		// Created just now (or raced into existence): what is at the name
+		// must be what we opened.
+		if before, err = dir.Lstat(name); err != nil {
+			return err
+		}
+		if !before.Mode().IsRegular() {
+			return &NotRegularError{Name: name, Mode: before.Mode()}
+		}
+	}
+	if !os.SameFile(fi, before) {
+		return fmt.Errorf("%s was replaced while being opened", name)
+	}
+	return nil
+}
+
+// ReadFile reads a regular file of at most limit bytes.
+func ReadFile(dir *os.Root, name string, limit int64) ([]byte, error) {
+	f, err := Open(dir, name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > limit {
+		return nil, &TooLargeError{Name: name, Size: fi.Size(), Limit: limit}
+	}
+	// The size may grow while we read; never read past the limit.
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, &TooLargeError{Name: name, Size: int64(len(data)), Limit: limit}
+	}
+	return data, nil
+}
+
+// OpenFIFO opens the FIFO name in dir, refusing anything else, without
+// ever blocking (O_NONBLOCK: a write end with no reader fails with ENXIO
+// instead of waiting).
+func OpenFIFO(dir *os.Root, name string, flag int) (*os.File, error) {
+	before, err := dir.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if before.Mode().Type() != fs.ModeNamedPipe {
+		return nil, &NotRegularError{Name: name, Mode: before.Mode()}
+	}
+	f, err := dir.OpenFile(name, flag|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode().Type() != fs.ModeNamedPipe || !os.SameFile(fi, before) {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s was replaced while being opened", name)
+	}
+	return f, nil
+}

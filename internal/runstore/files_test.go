@@ -1,0 +1,223 @@
+package runstore
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
+func TestStopRequests(t *testing.T) {
+	s := newStore(t)
+	if r := s.ReadStopRequest(testID); r != nil {
+		t.Errorf("ReadStopRequest(none) = %+v", r)
+	}
+	want := &record.StopRequest{PID: 99, User: "ops", Signal: "SIGTERM", At: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), Killed: true, Grace: "10s"}
+	if err := s.WriteStopRequest(testID, want); err != nil {
+		t.Fatal(err)
+	}
+	assertMode(t, s.osPath(ownersDir, stopRequestName(testID)), FilePerm)
+	got := s.ReadStopRequest(testID)
+	if got == nil || *got != *want {
+		t.Errorf("ReadStopRequest = %+v, want %+v", got, want)
+	}
+	if err := s.RemoveStopRequest(testID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveStopRequest(testID); err != nil {
+		t.Errorf("RemoveStopRequest twice = %v", err)
+	}
+	assertOnlyFiles(t, s.osPath(ownersDir))
+	// No state root: nothing to remove, nothing created.
+	missing := New(filepath.Join(t.TempDir(), "none"))
+	if err := missing.RemoveStopRequest(testID); err != nil {
+		t.Errorf("RemoveStopRequest(no root) = %v", err)
+	}
+	if err := missing.WriteStopRequest(testID, want); err == nil || !strings.Contains(err.Error(), string(testID)) {
+		t.Errorf("WriteStopRequest(no root) = %v, want an error naming the run", err)
+	}
+	assertMissing(t, missing.Root())
+}
+
+// A stop request only adds who asked to a stopped run's reason: one that
+// cannot be read is no request, and reading it never blocks or follows a
+// link.
+func TestReadStopRequestIgnoresBadFiles(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "stop")
+	writeString(t, outside, `{"pid":1,"user":"intruder"}`)
+	for name, plant := range map[string]func(path string){
+		"corrupt":   func(path string) { writeString(t, path, "{") },
+		"oversized": func(path string) { writeString(t, path, `{"pid":1}`+strings.Repeat(" ", 64<<10)) },
+		"FIFO":      func(path string) { mkfifo(t, path) },
+		"link": func(path string) {
+			if err := os.Symlink(outside, path); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t)
+			plant(s.osPath(ownersDir, stopRequestName(testID)))
+			r, _ := returnsAtOnce(t, "ReadStopRequest", func() (*record.StopRequest, error) { return s.ReadStopRequest(testID), nil })
+			if r != nil {
+				t.Errorf("ReadStopRequest = %+v, want nil", r)
+			}
+		})
+	}
+}
+
+func TestLogs(t *testing.T) {
+	s := newStore(t)
+	if s.HasLog(testID) {
+		t.Error("HasLog before CreateLog")
+	}
+	if _, err := s.OpenLog(testID); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), string(testID)) {
+		t.Errorf("OpenLog(none) = %v, want ErrNotExist naming the run", err)
+	}
+	for _, line := range []string{"one\n", "two\n"} { // appends, never truncates
+		f, err := s.CreateLog(testID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if !s.HasLog(testID) {
+		t.Error("HasLog = false")
+	}
+	if s.LogPath(testID) != s.osPath(logsDir, logName(testID)) {
+		t.Errorf("LogPath = %q", s.LogPath(testID))
+	}
+	assertMode(t, s.LogPath(testID), FilePerm)
+	f, err := s.OpenLog(testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "one\ntwo\n" {
+		t.Errorf("log = %q", b)
+	}
+
+	// A link or FIFO at a log's name is refused, at once.
+	outside := filepath.Join(t.TempDir(), "victim")
+	writeString(t, outside, "precious")
+	linked, fifo := idAt(time.Now(), 1), idAt(time.Now(), 2)
+	if err := os.Symlink(outside, s.LogPath(linked)); err != nil {
+		t.Fatal(err)
+	}
+	mkfifo(t, s.LogPath(fifo))
+	for _, id := range []record.RunID{linked, fifo} {
+		if s.HasLog(id) {
+			t.Errorf("HasLog(%s) = true for a non-regular file", id)
+		}
+		for op, open := range map[string]func(record.RunID) (*os.File, error){"CreateLog": s.CreateLog, "OpenLog": s.OpenLog} {
+			f, err := returnsAtOnce(t, op, func() (*os.File, error) { return open(id) })
+			if err == nil {
+				f.Close()
+				t.Errorf("%s(%s) opened a non-regular file", op, id)
+			}
+		}
+	}
+	if readString(t, outside) != "precious" {
+		t.Error("a log was written through a link")
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	s := newStore(t)
+	if r := s.LastRefusal("build"); r != nil {
+		t.Errorf("LastRefusal(none) = %+v", r)
+	}
+	at := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, task := range []string{"build", "deploy", "build"} {
+		s.AppendRefusal(record.Refusal{At: at.Add(time.Duration(i) * time.Second), Task: task, Reason: "slots full", ExitCode: 75 + i, PID: 100 + i})
+	}
+	r := s.LastRefusal("build")
+	if r == nil || r.PID != 102 || r.ExitCode != 77 || !r.At.Equal(at.Add(2*time.Second)) {
+		t.Errorf("LastRefusal(build) = %+v, want the newest", r)
+	}
+	if r := s.LastRefusal("deploy"); r == nil || r.PID != 101 {
+		t.Errorf("LastRefusal(deploy) = %+v", r)
+	}
+	if r := s.LastRefusal("test"); r != nil {
+		t.Errorf("LastRefusal(test) = %+v, want nil", r)
+	}
+	assertMode(t, s.osPath(refusalsName), FilePerm)
+
+	// Past its limit the log starts over; the previous one is still read.
+	writeString(t, s.osPath(refusalsName), readString(t, s.osPath(refusalsName))+strings.Repeat("x", refusalsLogLimit)+"\n")
+	s.AppendRefusal(record.Refusal{At: at, Task: "deploy", PID: 200})
+	if fi, err := os.Stat(s.osPath(refusalsName)); err != nil || fi.Size() > 1024 {
+		t.Errorf("refusals.log after rotation: %v, %v", fi, err)
+	}
+	if r := s.LastRefusal("build"); r == nil || r.PID != 102 {
+		t.Errorf("LastRefusal(build) after rotation = %+v, want it from the previous log", r)
+	}
+	if r := s.LastRefusal("deploy"); r == nil || r.PID != 200 {
+		t.Errorf("LastRefusal(deploy) after rotation = %+v", r)
+	}
+
+	// Refusals are diagnostics: a link at the log's name is neither written
+	// through nor read, and never fails the caller.
+	s2 := newStore(t)
+	outside := filepath.Join(t.TempDir(), "victim")
+	writeString(t, outside, `{"task":"build","pid":666}`+"\n")
+	if err := os.Symlink(outside, s2.osPath(refusalsName)); err != nil {
+		t.Fatal(err)
+	}
+	s2.AppendRefusal(record.Refusal{Task: "build", PID: 1})
+	if r := s2.LastRefusal("build"); r != nil {
+		t.Errorf("LastRefusal through a link = %+v", r)
+	}
+	if got := readString(t, outside); got != `{"task":"build","pid":666}`+"\n" {
+		t.Errorf("refusal written through a link: %q", got)
+	}
+	// No state root: nothing happens, nothing is created.
+	missing := New(filepath.Join(t.TempDir(), "none"))
+	missing.AppendRefusal(record.Refusal{Task: "build"})
+	assertMissing(t, missing.Root())
+}
+
+func TestQuarantineActive(t *testing.T) {
+	s := newStore(t)
+	writeString(t, s.ActivePath(testID), "garbage")
+	now := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	dest, err := s.QuarantineActive(recordName(testID), "not a JSON run record", now, "ci-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dest != s.osPath(quarantineDir, recordName(testID)) {
+		t.Errorf("QuarantineActive = %q", dest)
+	}
+	if s.ActiveFileExists(recordName(testID)) {
+		t.Error("the file is still in the active set")
+	}
+	if got := readString(t, dest); got != "garbage" {
+		t.Errorf("quarantined content = %q", got)
+	}
+	why := readString(t, dest+".why")
+	for _, want := range []string{"not a JSON run record", s.ActivePath(testID), "ci-7", now.Format(time.RFC3339)} {
+		if !strings.Contains(why, want) {
+			t.Errorf("note %q lacks %q", why, want)
+		}
+	}
+	// The same name again: kept apart, never overwritten.
+	writeString(t, s.ActivePath(testID), "garbage 2")
+	dest2, err := s.QuarantineActive(recordName(testID), "again", now, "ci-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dest2 == dest || readString(t, dest) != "garbage" || readString(t, dest2) != "garbage 2" {
+		t.Errorf("second quarantine: %s (first %s)", dest2, dest)
+	}
+	assertOnlyFiles(t, s.osPath(activeDir))
+}

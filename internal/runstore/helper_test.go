@@ -1,0 +1,550 @@
+package runstore
+
+// Shared fixtures, and the cross-process harness: flock(2) locks belong to
+// open file descriptions, so what another crew process sees is proved with
+// another process. The test binary re-executes itself with
+// CREW_RUNSTORE_HELPER=<mode>:<arg>, and TestMain runs the helper instead of
+// the tests. A helper prints a status line on stdout once it holds what it
+// was asked to hold, then obeys commands read from stdin and exits on EOF.
+// Every helper is SIGKILLed and reaped in t.Cleanup.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
+const (
+	helperEnv     = "CREW_RUNSTORE_HELPER"
+	helperTimeout = "CREW_RUNSTORE_TIMEOUT"
+	helperID      = "CREW_RUNSTORE_ID"
+)
+
+// lineTimeout bounds how long the parent waits for a helper's status line.
+const lineTimeout = 10 * time.Second
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		os.Exit(runHelper(spec))
+	}
+	os.Exit(m.Run())
+}
+
+func runHelper(spec string) int {
+	mode, arg, _ := strings.Cut(spec, ":")
+	fail := func(err error) int {
+		fmt.Printf("error: %v\n", err)
+		return 1
+	}
+	timeout := 10 * time.Second
+	if s := os.Getenv(helperTimeout); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fail(err)
+		}
+		timeout = d
+	}
+	switch mode {
+	case "hold-admission": // New(arg).LockAdmission, then hold it
+		s := New(arg)
+		fmt.Println("waiting")
+		a, err := s.LockAdmission(context.Background(), timeout)
+		var te *LockTimeoutError
+		if errors.As(err, &te) {
+			fmt.Printf("timeout %v\n", err)
+			return 0
+		}
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Println("locked")
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if sc.Text() == "release" {
+				a.Release()
+				fmt.Println("released")
+			}
+		}
+		return 0
+
+	case "hold-flock": // a bare exclusive flock on the file or directory arg, no holder note
+		f, err := os.Open(arg)
+		if err != nil {
+			return fail(err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			return fail(err)
+		}
+		fmt.Println("locked")
+		waitEOF()
+		return 0
+
+	case "reserve": // reserve run $CREW_RUNSTORE_ID in the state root arg and hold its locks
+		s := New(arg)
+		a, err := s.LockAdmission(context.Background(), timeout)
+		if err != nil {
+			return fail(err)
+		}
+		id := record.RunID(os.Getenv(helperID))
+		locks, err := a.Reserve(testRecord(id, record.Provisioning))
+		a.Release()
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Println("reserved")
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if sc.Text() == "finish" {
+				if err := locks.Finish(testRecord(id, record.Succeeded)); err != nil {
+					return fail(err)
+				}
+				fmt.Println("finished")
+			}
+		}
+		return 0
+
+	case "enqueue": // queue a ticket $CREW_RUNSTORE_ID in the state root arg and wait
+		s := New(arg)
+		a, err := s.LockAdmission(context.Background(), timeout)
+		if err != nil {
+			return fail(err)
+		}
+		w, err := a.Enqueue(testTicket(record.RunID(os.Getenv(helperID)), "queued-task"))
+		a.Release()
+		if err != nil {
+			return fail(err)
+		}
+		var mu sync.Mutex // stdout lines must not interleave
+		println := func(s string) { mu.Lock(); fmt.Println(s); mu.Unlock() }
+		go func() {
+			for range w.Rung() {
+				println("rung")
+			}
+		}()
+		println("queued")
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if sc.Text() == "remove" {
+				w.Remove()
+				println("removed")
+			}
+		}
+		return 0
+	}
+	return fail(fmt.Errorf("unknown helper mode %q", mode))
+}
+
+// helperGORACE keeps the race detector (when on) from sleeping a second
+// at every helper's exit.
+func helperGORACE() string {
+	return "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")
+}
+
+func waitEOF() { _, _ = io.Copy(io.Discard, os.Stdin) }
+
+// helper is a running helper process seen from the test.
+type helper struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	stderr *syncBuffer
+	wait   func() error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startHelper starts the test binary as helper mode:arg, with extra
+// environment variables.
+func startHelper(t *testing.T, mode, arg string, env ...string) *helper {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+mode+":"+arg, helperGORACE()), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16), stderr: &syncBuffer{}}
+	cmd.Stderr = h.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h.wait = sync.OnceValue(cmd.Wait)
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = h.wait()
+	})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+		close(h.lines)
+	}()
+	return h
+}
+
+func (h *helper) pid() int { return h.cmd.Process.Pid }
+
+// expect waits for the helper's next status line and checks its prefix.
+func (h *helper) expect(prefix string) string {
+	h.t.Helper()
+	select {
+	case line, ok := <-h.lines:
+		if !ok {
+			h.t.Fatalf("helper %d exited before printing %q; stderr: %s", h.pid(), prefix, h.stderr.String())
+		}
+		if !strings.HasPrefix(line, prefix) {
+			h.t.Fatalf("helper %d printed %q, want %q...; stderr: %s", h.pid(), line, prefix, h.stderr.String())
+		}
+		return line
+	case <-time.After(lineTimeout):
+		h.t.Fatalf("helper %d printed nothing within %s, want %q; stderr: %s", h.pid(), lineTimeout, prefix, h.stderr.String())
+	}
+	return ""
+}
+
+// silentFor asserts that the helper prints nothing for d.
+func (h *helper) silentFor(d time.Duration) {
+	h.t.Helper()
+	select {
+	case line, ok := <-h.lines:
+		if ok {
+			h.t.Fatalf("helper %d printed %q, want silence (still blocked)", h.pid(), line)
+		}
+		h.t.Fatalf("helper %d exited, want it blocked; stderr: %s", h.pid(), h.stderr.String())
+	case <-time.After(d):
+	}
+}
+
+func (h *helper) send(cmd string) {
+	h.t.Helper()
+	if _, err := io.WriteString(h.stdin, cmd+"\n"); err != nil {
+		h.t.Fatalf("write to helper %d: %v", h.pid(), err)
+	}
+}
+
+// kill SIGKILLs the helper and reaps it: when kill returns, the kernel has
+// closed every descriptor the helper had.
+func (h *helper) kill() {
+	h.t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		h.t.Fatalf("kill helper %d: %v", h.pid(), err)
+	}
+	_ = h.wait()
+}
+
+// finish closes the helper's stdin and waits for it to exit cleanly.
+func (h *helper) finish() {
+	h.t.Helper()
+	_ = h.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- h.wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			h.t.Fatalf("helper %d: %v; stderr: %s", h.pid(), err, h.stderr.String())
+		}
+	case <-time.After(lineTimeout):
+		h.t.Fatalf("helper %d did not exit after stdin closed", h.pid())
+	}
+}
+
+// Fixtures.
+
+const testID record.RunID = "r-20240102T030405.000000006Z-0123456789abcdef"
+
+// testRecord is a valid record of run id in state.
+func testRecord(id record.RunID, state record.State) *record.Run {
+	created, err := id.CreatedAt()
+	if err != nil {
+		panic(err)
+	}
+	r := &record.Run{
+		Version:           record.RecordVersion,
+		RunID:             id,
+		Task:              "nightly-backup",
+		State:             state,
+		Command:           []string{"make", "backup"},
+		Dir:               "/srv",
+		Host:              "ci-7",
+		CreatedAt:         created,
+		SupervisorPID:     4711,
+		SlotsInUse:        1,
+		MaximumInProgress: 4,
+	}
+	if state != record.Provisioning {
+		started := created.Add(time.Second)
+		r.StartedAt = &started
+		r.TaskPID = 4712
+		r.PGID = 4712
+	}
+	if !state.Active() {
+		finished := created.Add(time.Minute)
+		code := 0
+		r.FinishedAt = &finished
+		r.ExitCode = &code
+		r.Reason = "exited"
+	}
+	return r
+}
+
+func testTicket(id record.RunID, task string) *record.Ticket {
+	created, _ := id.CreatedAt()
+	return &record.Ticket{Version: record.TicketVersion, RunID: id, Task: task, Command: []string{"true"},
+		Host: "ci-7", PID: os.Getpid(), CreatedAt: created}
+}
+
+// idAt makes a deterministic run id for a creation time and a suffix.
+func idAt(tm time.Time, n int) record.RunID {
+	return record.RunID(fmt.Sprintf("r-%s-%016x", tm.UTC().Format("20060102T150405.000000000Z"), n))
+}
+
+// newStore is an ensured state root in a fresh directory.
+func newStore(t testing.TB) *Store {
+	t.Helper()
+	s := New(filepath.Join(t.TempDir(), "state"))
+	if err := s.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// path is the full path of a file of the state root, for the test's own
+// checks and fixtures (which use os.* directly, as an outsider would).
+func (s *Store) osPath(rel ...string) string { return s.display(rel...) }
+
+// lockAdmission takes the admission lock or fails the test; it is released
+// in t.Cleanup (releasing twice is harmless).
+func lockAdmission(t testing.TB, s *Store) *Admission {
+	t.Helper()
+	a, err := s.LockAdmission(context.Background(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Release)
+	return a
+}
+
+// mustWriteActive writes rec into the active set, durably.
+func mustWriteActive(t testing.TB, s *Store, rec *record.Run) {
+	t.Helper()
+	if err := s.writeActive(rec, durable); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustWriteDone(t testing.TB, s *Store, rec *record.Run) {
+	t.Helper()
+	if err := s.writeDone(rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeString(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readString(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func mkdirAll(t testing.TB, path string) {
+	t.Helper()
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertOnlyFiles checks that dir holds exactly the named entries: in
+// particular, no leftover temporary files.
+func assertOnlyFiles(t testing.TB, dir string, want ...string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	want = slices.Clone(want)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s holds %q, want exactly %q", dir, got, want)
+	}
+}
+
+func assertMode(t testing.TB, path string, want os.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != want {
+		t.Errorf("%s has mode %v, want %v", path, got, want)
+	}
+}
+
+func assertMissing(t testing.TB, path string) {
+	t.Helper()
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s exists (lstat: %v), want it gone", path, err)
+	}
+}
+
+func assertExists(t testing.TB, path string) {
+	t.Helper()
+	if _, err := os.Lstat(path); err != nil {
+		t.Errorf("%s: %v, want it to exist", path, err)
+	}
+}
+
+// holdLock takes the lock file at rel/name as another open file
+// description would (another process, for flock): through a root of its
+// own. It is released in t.Cleanup.
+func holdLock(t testing.TB, s *Store, rel, name string) func() {
+	t.Helper()
+	r, err := os.OpenRoot(s.osPath(rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := r.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("hold %s/%s: %v", rel, name, err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { f.Close(); r.Close() }) }
+	t.Cleanup(release)
+	return release
+}
+
+// blockedOn waits until process pid is blocked in flock on the file at
+// path, as /proc/locks shows it ("->" lines are waiters). It skips the
+// test where /proc/locks does not exist.
+func blockedOn(t *testing.T, path string, pid int) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+	deadline := time.Now().Add(lineTimeout)
+	for {
+		b, err := os.ReadFile("/proc/locks")
+		if err != nil {
+			t.Skipf("cannot see blocked lock waiters here: %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 7 || f[1] != "->" {
+				continue
+			}
+			// 1: -> FLOCK ADVISORY WRITE <pid> <maj>:<min>:<ino> 0 EOF
+			devIno := f[6]
+			if f[5] == fmt.Sprint(pid) && devIno[strings.LastIndexByte(devIno, ':')+1:] == fmt.Sprint(ino) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is not blocked on %s after %s", pid, path, lineTimeout)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// mkfifo makes a FIFO nobody writes to. Should code under test block on it
+// anyway, the cleanup opens it for reading and writing, which releases any
+// open blocked on it, so a failing test leaves no goroutine stuck.
+func mkfifo(t testing.TB, path string) {
+	t.Helper()
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NONBLOCK, 0); err == nil {
+			_, _ = f.Write([]byte{0})
+			f.Close()
+		}
+	})
+}
+
+// blockLimit is how long a call may take before a test decides it is
+// blocked. Nothing here should take more than milliseconds; the bound is
+// generous for loaded machines and is not a performance assertion.
+const blockLimit = 5 * time.Second
+
+// returnsAtOnce runs fn on another goroutine and fails the test if it has
+// not returned within blockLimit. The assertion stays on the test
+// goroutine.
+func returnsAtOnce[T any](t testing.TB, what string, fn func() (T, error)) (T, error) {
+	t.Helper()
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-time.After(blockLimit):
+		t.Fatalf("%s blocked (no return within %s)", what, blockLimit)
+	}
+	var zero T
+	return zero, nil
+}

@@ -1,0 +1,265 @@
+package runstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/crew-dev/crew/internal/failpoint"
+	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/record"
+)
+
+// A run has two lock files in owners/: the owner lock, held by the
+// supervisor and inherited by every process of the command (it is the
+// slot), and the supervisor lock, held by the supervisor alone (it tells
+// an orphaned command from a supervised one).
+func ownerLockName(id record.RunID) string      { return string(id) + ".lock" }
+func supervisorLockName(id record.RunID) string { return string(id) + ".supervisor.lock" }
+
+var (
+	// ErrRunBusy: a living process holds one of the run's locks.
+	ErrRunBusy = errors.New("run is locked by a living process")
+	// ErrRunDone: the run is no longer in the active set.
+	ErrRunDone = errors.New("run is no longer active")
+)
+
+// RunLocks are a run's locks as held by this process: by its supervisor
+// (from Reserve, or inherited with AdoptRunLocks), or by a finalizer that
+// fenced a dead run (Fence).
+type RunLocks struct {
+	s     *Store
+	id    record.RunID
+	owner *lockfs.Lock
+	sup   *lockfs.Lock // nil in a fence whose supervisor lock file was gone
+}
+
+// Reserve makes rec (a provisioning record with a fresh id) the
+// reservation of a slot: it creates and locks the run's lock files, then
+// writes the record durably. On failure it leaves nothing behind. An id
+// that is taken already is an error satisfying errors.Is(err, fs.ErrExist):
+// pick another id.
+func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
+	s := a.s
+	dir, err := s.dir(ownersDir)
+	if err != nil {
+		return nil, fmt.Errorf("reserve run %s: %w", rec.RunID, err)
+	}
+	defer dir.Close()
+	owner, err := lockfs.Create(dir, ownerLockName(rec.RunID))
+	if err != nil {
+		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
+	}
+	sup, err := lockfs.Create(dir, supervisorLockName(rec.RunID))
+	if err != nil {
+		_ = owner.RemoveAndRelease()
+		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
+	}
+	failpoint.Hit("owner-locked")
+	if err := s.writeActive(rec, durable); err != nil {
+		// The write may have reached the directory before failing (on the
+		// directory fsync); a reservation we could not make durable is
+		// withdrawn before our locks go.
+		if d, derr := s.dir(activeDir); derr == nil {
+			_ = removeFile(d, recordName(rec.RunID))
+			d.Close()
+		}
+		_ = sup.RemoveAndRelease()
+		_ = owner.RemoveAndRelease()
+		return nil, err
+	}
+	return &RunLocks{s: s, id: rec.RunID, owner: owner, sup: sup}, nil
+}
+
+// Fence takes a run's locks to change a run this process does not own:
+// its supervisor lock, then its owner lock. A living supervisor, a living
+// command, or another finalizer holds at least one of them, so holding
+// both proves nobody else works on the run. ErrRunBusy: someone does.
+// ErrRunDone: the run left the active set.
+func (s *Store) Fence(id record.RunID) (*RunLocks, error) {
+	l := &RunLocks{s: s, id: id}
+	dir, err := s.dir(ownersDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrRunDone
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	if failpoint.Skip("fence") {
+		return l, nil // test builds only: prove the fence tests can fail
+	}
+	sup, err := lockfs.Take(dir, supervisorLockName(id))
+	switch {
+	case errors.Is(err, lockfs.ErrBusy):
+		return nil, ErrRunBusy
+	case errors.Is(err, lockfs.ErrGone):
+		// Removed with its run, or never created (a crash between the two
+		// lock files, before any record existed).
+	case err != nil:
+		return nil, fmt.Errorf("fence run %s: %w", id, err)
+	default:
+		l.sup = sup
+	}
+	owner, err := lockfs.Take(dir, ownerLockName(id))
+	switch {
+	case errors.Is(err, lockfs.ErrBusy):
+		l.Release()
+		return nil, ErrRunBusy
+	case errors.Is(err, lockfs.ErrGone):
+		// The owner lock file is removed only after the run left the active
+		// set. If the record is still there, the file was lost; a fresh one,
+		// created exclusively, is the fence for everyone else.
+		if !s.hasActiveFile(id) {
+			l.Release()
+			return nil, ErrRunDone
+		}
+		owner, err = lockfs.Create(dir, ownerLockName(id))
+		if err != nil {
+			l.Release()
+			if errors.Is(err, fs.ErrExist) {
+				return nil, ErrRunBusy
+			}
+			return nil, fmt.Errorf("fence run %s: %w", id, err)
+		}
+	case err != nil:
+		l.Release()
+		return nil, fmt.Errorf("fence run %s: %w", id, err)
+	}
+	l.owner = owner
+	return l, nil
+}
+
+func (s *Store) hasActiveFile(id record.RunID) bool {
+	dir, err := s.dir(activeDir)
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	_, err = dir.Lstat(recordName(id))
+	return err == nil
+}
+
+// AdoptRunLocks wraps the run's lock descriptors this process inherited (a
+// detached supervisor). They are held already: a flock belongs to the open
+// file description, which the parent shared with us.
+func (s *Store) AdoptRunLocks(id record.RunID, owner, sup *os.File) (*RunLocks, error) {
+	dir, err := s.dir(ownersDir)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	o, err := lockfs.Adopt(owner, dir, ownerLockName(id))
+	if err != nil {
+		return nil, err
+	}
+	sl, err := lockfs.Adopt(sup, dir, supervisorLockName(id))
+	if err != nil {
+		return nil, err
+	}
+	return &RunLocks{s: s, id: id, owner: o, sup: sl}, nil
+}
+
+// ID is the run these locks belong to.
+func (l *RunLocks) ID() record.RunID { return l.id }
+
+// OwnerFile is the owner lock's descriptor, for the command to inherit:
+// the slot then stays held while any process of the run lives.
+func (l *RunLocks) OwnerFile() *os.File { return l.owner.File() }
+
+// SupervisorFile is the supervisor lock's descriptor, for a detached
+// supervisor to inherit (never the command).
+func (l *RunLocks) SupervisorFile() *os.File {
+	if l.sup == nil {
+		return nil
+	}
+	return l.sup.File()
+}
+
+// Release drops this process's hold on the locks; processes that
+// inherited them keep them.
+func (l *RunLocks) Release() {
+	if l.owner != nil {
+		_ = l.owner.Release()
+	}
+	if l.sup != nil {
+		_ = l.sup.Release()
+	}
+}
+
+// Finish records the run's final state and lets go: the final record is
+// made durable among the finished runs, the run leaves the active set, its
+// stop request goes, and only then its lock files are removed and released,
+// the owner lock last.
+func (l *RunLocks) Finish(rec *record.Run) error {
+	if rec.RunID != l.id {
+		return fmt.Errorf("finish run %s with the locks of run %s", rec.RunID, l.id)
+	}
+	if err := l.s.finish(rec); err != nil {
+		return err
+	}
+	return l.removeAndRelease()
+}
+
+// Withdraw removes the run's lock files and releases them, for a run whose
+// record has already left the active set (quarantined).
+func (l *RunLocks) Withdraw() error { return l.removeAndRelease() }
+
+func (l *RunLocks) removeAndRelease() error {
+	dir, err := l.s.dir(ownersDir)
+	if err != nil {
+		l.Release()
+		return err
+	}
+	defer dir.Close()
+	var errs []error
+	if l.sup != nil {
+		errs = append(errs, l.sup.RemoveAndRelease())
+	} else {
+		errs = append(errs, removeFile(dir, supervisorLockName(l.id)))
+	}
+	if l.owner != nil {
+		errs = append(errs, l.owner.RemoveAndRelease())
+	} else {
+		errs = append(errs, removeFile(dir, ownerLockName(l.id)))
+	}
+	l.owner, l.sup = nil, nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("run %s: %w", l.id, err)
+	}
+	return nil
+}
+
+// OwnerState is the one answer to "does anyone still work on this run?":
+// whether a living process holds its owner lock, and its supervisor lock.
+// A probe that fails is Unknown, never Dead.
+func (s *Store) OwnerState(id record.RunID) record.Owner {
+	dir, err := s.dir(ownersDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return record.Owner{Owner: record.Dead, Supervisor: record.Dead}
+	}
+	if err != nil {
+		return record.Owner{Owner: record.Unknown, Supervisor: record.Unknown, Err: err}
+	}
+	defer dir.Close()
+	var o record.Owner
+	o.Owner, err = probe(dir, ownerLockName(id))
+	var serr error
+	o.Supervisor, serr = probe(dir, supervisorLockName(id))
+	if err = errors.Join(err, serr); err != nil {
+		o.Err = fmt.Errorf("run %s: %w", id, err)
+	}
+	return o
+}
+
+func probe(dir *os.Root, name string) (record.Liveness, error) {
+	held, err := lockfs.Probe(dir, name)
+	switch {
+	case err != nil:
+		return record.Unknown, err
+	case held:
+		return record.Alive, nil
+	}
+	return record.Dead, nil
+}

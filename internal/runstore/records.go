@@ -1,0 +1,264 @@
+package runstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/crew-dev/crew/internal/failpoint"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/rootfs"
+)
+
+// MaxRecordBytes bounds a run record. A record is a few kilobytes; a file
+// over the limit is unreadable, never read, so no file in the active set
+// can make admission slow or exhaust memory inside the admission lock.
+const MaxRecordBytes = 1 << 20
+
+// ActiveEntry is one file of the active set. Unless Finished is set,
+// exactly one of Rec and Err is set: a file that cannot be read as a record
+// is reported, never skipped silently and never fatal to the listing.
+type ActiveEntry struct {
+	ID   record.RunID // from the file name; empty if the name is not a run id
+	Name string       // the file's name in the active set
+	Path string       // its full path, for messages
+	Rec  *record.Run
+	Err  error
+	// Finished: the run already has a finished record; this active file is
+	// a leftover of its finalization and holds no slot.
+	Finished bool
+}
+
+func recordName(id record.RunID) string { return string(id) + ".json" }
+
+// ListActive reads every record in the active set, each decoded once. Its
+// cost is O(active runs), whatever the history.
+func (s *Store) ListActive() ([]ActiveEntry, error) {
+	dir, err := s.dir(activeDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list active runs: %w", err)
+	}
+	defer dir.Close()
+	names, err := listNames(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list active runs in %s: %w", s.display(activeDir), unwrapPath(err))
+	}
+	out := make([]ActiveEntry, 0, len(names))
+	for _, name := range names {
+		if IsTempName(name) {
+			continue
+		}
+		out = append(out, s.readActive(dir, name))
+	}
+	return out, nil
+}
+
+func (s *Store) readActive(dir *os.Root, name string) ActiveEntry {
+	ent := ActiveEntry{Name: name, Path: s.display(activeDir, name)}
+	idStr, isJSON := strings.CutSuffix(name, ".json")
+	if !isJSON || !record.LooksLikeRunID(idStr) {
+		ent.Err = fmt.Errorf("foreign file %s in the active set: not <run-id>.json", ent.Path)
+		return ent
+	}
+	ent.ID = record.RunID(idStr)
+	if s.IsDone(ent.ID) {
+		ent.Finished = true
+		return ent
+	}
+	rec, err := s.readRecord(dir, name, ent.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Finalized (moved out) since the directory was read: it is no
+		// longer part of the active set.
+		ent.Finished = true
+		return ent
+	}
+	if err != nil {
+		ent.Err = err
+		return ent
+	}
+	if rec.RunID != ent.ID {
+		ent.Err = fmt.Errorf("run record %s: says runId %s, but its file name says %s", ent.Path, rec.RunID, ent.ID)
+		return ent
+	}
+	ent.Rec = rec
+	return ent
+}
+
+// readRecord reads and decodes one record file; errors name the file.
+func (s *Store) readRecord(dir *os.Root, name, display string) (*record.Run, error) {
+	data, err := rootfs.ReadFile(dir, name, MaxRecordBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read run record %s: %w", display, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("run record %s: %w", display, unwrapPath(err))
+	}
+	rec, err := record.DecodeRun(data)
+	if err != nil {
+		return nil, fmt.Errorf("run record %s: %w", display, err)
+	}
+	return rec, nil
+}
+
+// ReadActive reads a run's record in the active set.
+func (s *Store) ReadActive(id record.RunID) (*record.Run, error) {
+	dir, err := s.dir(activeDir)
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", id, err)
+	}
+	defer dir.Close()
+	return s.readRecord(dir, recordName(id), s.display(activeDir, recordName(id)))
+}
+
+// ReadDone reads a run's finished record.
+func (s *Store) ReadDone(id record.RunID) (*record.Run, error) {
+	shard := shardDir(id)
+	dir, err := s.dir(shard)
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", id, err)
+	}
+	defer dir.Close()
+	return s.readRecord(dir, recordName(id), s.display(shard, recordName(id)))
+}
+
+// ReadRun finds a run's record: the finished one if it exists, else the
+// active one.
+func (s *Store) ReadRun(id record.RunID) (*record.Run, error) {
+	rec, err := s.ReadDone(id)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return rec, err
+	}
+	rec, err = s.ReadActive(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		// It may have been finalized between the two reads.
+		if rec, err2 := s.ReadDone(id); err2 == nil {
+			return rec, nil
+		}
+		return nil, fmt.Errorf("no run %s in %s: %w", id, s.path, fs.ErrNotExist)
+	}
+	return rec, err
+}
+
+// IsDone reports whether the run has a finished record.
+func (s *Store) IsDone(id record.RunID) bool {
+	dir, err := s.dir(shardDir(id))
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	_, err = dir.Lstat(recordName(id))
+	return err == nil
+}
+
+// writeActive writes rec into the active set.
+func (s *Store) writeActive(rec *record.Run, how durability) error {
+	b, err := rec.Encode()
+	if err != nil {
+		return err
+	}
+	dir, err := s.dir(activeDir)
+	if err == nil {
+		defer dir.Close()
+		err = writeFile(dir, recordName(rec.RunID), b, how)
+	}
+	if err != nil {
+		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(activeDir), unwrapPath(err))
+	}
+	return nil
+}
+
+// UpdateActive replaces an active record atomically but without the
+// directory fsync. It is for the provisioning → running step: after a power
+// loss the provisioning record may come back, which recovery reports
+// truthfully ("the command may have started"), and nothing acts on the
+// running record before the run is finalized durably.
+func (s *Store) UpdateActive(rec *record.Run) error {
+	return s.writeActive(rec, atomic)
+}
+
+// writeDone durably writes a final record among the finished runs. Until
+// removeActive runs, the run's stale active record still exists; every
+// reader treats an active record whose finished record exists as finished
+// (see ActiveEntry.Finished), so the two never disagree.
+func (s *Store) writeDone(rec *record.Run) error {
+	if rec.State.Active() {
+		return fmt.Errorf("write finished record of run %s: state %s is not final", rec.RunID, rec.State)
+	}
+	b, err := rec.Encode()
+	if err != nil {
+		return err
+	}
+	shard := shardDir(rec.RunID)
+	// crew prune removes empty shard directories; if it removes this one
+	// between our mkdir and our write, make it again.
+	for attempt := 0; ; attempt++ {
+		dir, err := s.ensureShard(shard)
+		if err == nil {
+			err = writeFile(dir, recordName(rec.RunID), b, durable)
+			dir.Close()
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
+			return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(shard), unwrapPath(err))
+		}
+	}
+}
+
+// ensureShard opens a finished-run shard, creating it (durably) if needed.
+func (s *Store) ensureShard(shard string) (*os.Root, error) {
+	dir, err := s.dir(shard)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return dir, err
+	}
+	done, err := s.dir(doneDir)
+	if err != nil {
+		return nil, err
+	}
+	defer done.Close()
+	if err := done.Mkdir(path.Base(shard), DirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, err
+	}
+	if err := syncDir(done); err != nil {
+		return nil, err
+	}
+	return s.dir(shard)
+}
+
+// removeActive takes a finalized run out of the active set. No directory
+// fsync: if the removal is lost in a power loss, the stale active record
+// comes back next to its finished record, and is treated as finished.
+func (s *Store) removeActive(id record.RunID) error {
+	dir, err := s.dir(activeDir)
+	if err == nil {
+		defer dir.Close()
+		err = removeFile(dir, recordName(id))
+	}
+	if err != nil {
+		return fmt.Errorf("remove run %s from the active set: %w", id, unwrapPath(err))
+	}
+	return nil
+}
+
+// finish makes a run's final record durable among the finished runs and
+// takes it out of the active set: the steps every finalizer (the run's own
+// supervisor, a recoverer, crew stop) takes while holding the run's locks.
+func (s *Store) finish(rec *record.Run) error {
+	if err := s.writeDone(rec); err != nil {
+		return err
+	}
+	failpoint.Hit("finalized")
+	if err := s.removeActive(rec.RunID); err != nil {
+		return err
+	}
+	return s.RemoveStopRequest(rec.RunID)
+}
+
+func shardDir(id record.RunID) string { return doneDir + "/" + id.Shard() }

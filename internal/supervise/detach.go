@@ -1,0 +1,135 @@
+package supervise
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/crew-dev/crew/internal/failpoint"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// Command is the hidden crew subcommand a detached run's supervisor runs
+// as.
+const Command = "__supervise"
+
+// Descriptors a detached supervisor inherits, after stdin, stdout, stderr.
+const (
+	fdOwner      = 3
+	fdSupervisor = 4
+	fdReady      = 5
+)
+
+// Detach hands an admitted run to a supervisor process of its own (crew
+// itself, as `crew __supervise`), in its own session so that it survives
+// the terminal, and returns once the run's record says running (or the
+// command could not start). The child inherits the open file descriptions
+// of both run locks, so they are held by both processes until this one
+// exits: at no instant is the slot free.
+func Detach(req Request) error {
+	id := req.Rec.RunID
+	exe, err := os.Executable()
+	if err != nil {
+		return Abandon(req, fmt.Errorf("find crew's own executable: %w", err))
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return Abandon(req, fmt.Errorf("create the handover pipe: %w", err))
+	}
+	defer readyR.Close()
+	cmd := exec.Command(exe, Command, "--root", req.Store.Root(), "--grace", req.Grace.String(), string(id))
+	cmd.Env = req.Env
+	cmd.Dir = req.Rec.Dir
+	cmd.ExtraFiles = []*os.File{req.Locks.OwnerFile(), req.Locks.SupervisorFile(), readyW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		readyW.Close()
+		return Abandon(req, fmt.Errorf("start the detached supervisor: %w", err))
+	}
+	readyW.Close()
+	failpoint.Hit("detach-handover")
+	// The child is not ours to wait for; it outlives us.
+	_ = cmd.Process.Release()
+
+	line, _ := bufio.NewReader(readyR).ReadString('\n')
+	// Our copies of the locks go; the supervisor's stay.
+	req.Locks.Release()
+	return handoverResult(req.Store, id, strings.TrimSpace(line))
+}
+
+// handoverResult turns the detached supervisor's one line into Detach's
+// result.
+func handoverResult(st *runstore.Store, id record.RunID, line string) error {
+	switch {
+	case line == "running":
+		return nil
+	case strings.HasPrefix(line, "launch "):
+		kind, reason, _ := strings.Cut(strings.TrimPrefix(line, "launch "), " ")
+		return &LaunchError{RunID: id, NotFound: kind == "notfound", Reason: reason}
+	}
+	// The supervisor died or failed before the command ran: say what the
+	// record says.
+	rec, err := st.ReadRun(id)
+	if err == nil && !rec.State.Active() {
+		return &InternalError{RunID: id, Err: fmt.Errorf("detached supervisor ended the run as %s: %s", rec.State, rec.Reason)}
+	}
+	return &InternalError{RunID: id, Err: errors.New("detached supervisor exited before the command started; `crew recover` will finalize the run")}
+}
+
+// RunDetached is the detached supervisor's side: it adopts the inherited
+// locks, launches the command with output to the run's log only and stdin
+// from /dev/null, tells the parent when the record says running, and
+// supervises the run to its end.
+func RunDetached(st *runstore.Store, id record.RunID, grace time.Duration, signals <-chan os.Signal, finished func()) error {
+	ready := os.NewFile(fdReady, "ready")
+	locks, err := st.AdoptRunLocks(id, os.NewFile(fdOwner, "owner"), os.NewFile(fdSupervisor, "supervisor"))
+	if err != nil {
+		return err
+	}
+	rec, err := st.ReadActive(id)
+	if err != nil {
+		return err
+	}
+	if rec.State != record.Provisioning {
+		return fmt.Errorf("run %s is %s, not provisioning", id, rec.State)
+	}
+	rec.SupervisorPID = os.Getpid()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	req := Request{Store: st, Rec: rec, Locks: locks, Grace: grace, Stdin: devnull, Env: os.Environ(),
+		Signals: signals, Finished: finished, ready: ready}
+	s := newSupervisor(req)
+	err = func() (err error) {
+		defer s.recoverPanic(&err)
+		return s.run()
+	}()
+	s.signalReady(readyLine(err))
+	return err
+}
+
+// readyLine tells the parent why the supervisor ended before it could say
+// "running".
+func readyLine(err error) string {
+	var launch *LaunchError
+	if errors.As(err, &launch) {
+		kind := "notexec"
+		if launch.NotFound {
+			kind = "notfound"
+		}
+		return "launch " + kind + " " + strings.ReplaceAll(launch.Reason, "\n", " ")
+	}
+	if err == nil {
+		return "exit 0"
+	}
+	return "exit " + strconv.Quote(err.Error())
+}

@@ -1,0 +1,57 @@
+package supervise
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
+// ExitError is a command that ran and exited non-zero (or was killed by
+// a signal): crew start exits with the same code.
+type ExitError struct {
+	RunID record.RunID
+	// Code is the command's exit status, 128+N if signal N killed it.
+	Code int
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("run %s: command exited with status %d", e.RunID, e.Code)
+}
+
+// LaunchError is a command that could not be started; the run is recorded
+// as failed with Reason.
+type LaunchError struct {
+	RunID record.RunID
+	// NotFound: the command does not exist (else: it is not executable).
+	NotFound bool
+	Reason   string
+}
+
+func (e *LaunchError) Error() string { return e.Reason }
+
+// InternalError is crew failing after admission; the run is recorded as
+// failed with a reason that starts "crew internal error:".
+type InternalError struct {
+	RunID record.RunID
+	Err   error
+}
+
+func (e *InternalError) Error() string {
+	return fmt.Sprintf("crew internal error in run %s: %v", e.RunID, e.Err)
+}
+func (e *InternalError) Unwrap() error { return e.Err }
+
+// SignalledError is a start abandoned because crew was told to stop before
+// the command ran.
+type SignalledError struct {
+	Signal syscall.Signal
+	RunID  record.RunID // empty if no run was reserved
+}
+
+func (e *SignalledError) Error() string {
+	if e.RunID == "" {
+		return fmt.Sprintf("received %s while waiting for admission; nothing was started", SignalName(e.Signal))
+	}
+	return fmt.Sprintf("received %s before the command started; run %s recorded as stopped", SignalName(e.Signal), e.RunID)
+}

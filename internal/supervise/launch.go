@@ -1,0 +1,60 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
+// launch starts the command in a process group of its own, with the
+// run's owner lock as fd 3 (so the slot stays held while any process of
+// the run lives, even if this supervisor dies) and, on a terminal, as the
+// terminal's foreground group.
+func (s *supervisor) launch(out *output) error {
+	st, rec := s.Store, s.rec
+	cmd := exec.Command(rec.Command[0], rec.Command[1:]...)
+	cmd.Dir = rec.Dir
+	cmd.Stdin = s.Stdin
+	cmd.Stdout = out.child[0]
+	cmd.Stderr = out.child[1]
+	cmd.Env = append(append([]string{}, s.Env...),
+		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, "CREW_ROOT="+st.Root())
+	cmd.ExtraFiles = []*os.File{s.Locks.OwnerFile()}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if fd, ok := foregroundTTY(s.Stdin); ok {
+		cmd.SysProcAttr.Foreground = true
+		cmd.SysProcAttr.Ctty = fd
+		s.ownsTTY, s.ttyFD = true, fd
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.cmd = cmd
+	s.pgid = cmd.Process.Pid
+	return nil
+}
+
+// launchFailure records a command that could not be started.
+func (s *supervisor) launchFailure(startErr error) error {
+	name := s.rec.Command[0]
+	notFound := errors.Is(startErr, exec.ErrNotFound) || errors.Is(startErr, fs.ErrNotExist)
+	code, reason := 126, fmt.Sprintf("cannot run %s: %v", name, startErr)
+	switch {
+	case notFound:
+		code, reason = 127, fmt.Sprintf("command not found: %s", name)
+	case errors.Is(startErr, fs.ErrPermission):
+		reason = fmt.Sprintf("command not executable: %s: permission denied", name)
+	case errors.Is(startErr, syscall.ENOEXEC):
+		reason = fmt.Sprintf("command not executable: %s: not a binary or script the system can run", name)
+	}
+	s.rec.Finish(record.Failed, s.now(), &code, reason)
+	if err := s.finish(); err != nil {
+		return &InternalError{RunID: s.rec.RunID, Err: err}
+	}
+	return &LaunchError{RunID: s.rec.RunID, NotFound: notFound, Reason: reason}
+}

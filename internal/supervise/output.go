@@ -1,0 +1,114 @@
+package supervise
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// drainTimeout is how long crew keeps copying output after the command
+// exited, for background processes of the command that still write to its
+// stdout or stderr. After that the run is finalized regardless.
+const drainTimeout = 2 * time.Second
+
+// output carries the command's stdout and stderr to crew's own streams and
+// to the run's log. It uses pipes of its own rather than exec.Cmd's, so that
+// the command's exit is seen at once even while a grandchild keeps a pipe
+// open — which lets a stop kill that grandchild without waiting.
+type output struct {
+	child   [2]*os.File // the command's ends
+	readers [2]*os.File // crew's ends
+	tees    [2]*tee
+	wg      sync.WaitGroup
+}
+
+func newOutput(stdout, stderr io.Writer, log *os.File) (*output, error) {
+	o := &output{}
+	for i, w := range []io.Writer{stdout, stderr} {
+		r, cw, err := os.Pipe()
+		if err != nil {
+			o.closeAll()
+			return nil, fmt.Errorf("create output pipe: %w", err)
+		}
+		o.readers[i], o.child[i] = r, cw
+		o.tees[i] = &tee{out: w, log: log}
+	}
+	return o, nil
+}
+
+// started closes the command's ends in crew and starts copying.
+func (o *output) started() {
+	for i := range 2 {
+		_ = o.child[i].Close()
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			_, _ = io.Copy(o.tees[i], o.readers[i])
+			// If crew's own stream failed (a closed pipe, a full disk),
+			// stop reading too: the command then gets EPIPE or SIGPIPE as
+			// it would without crew, instead of blocking on a full pipe.
+			_ = o.readers[i].Close()
+		}()
+	}
+}
+
+// drain waits for the copies to reach end of file, at most drainTimeout.
+func (o *output) drain() {
+	done := make(chan struct{})
+	go func() { o.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drainTimeout):
+		for _, r := range o.readers {
+			_ = r.Close()
+		}
+		<-done
+	}
+	for _, r := range o.readers {
+		_ = r.Close()
+	}
+}
+
+// closeAll releases every pipe end, for a command that did not start.
+func (o *output) closeAll() {
+	for i := range 2 {
+		for _, f := range []*os.File{o.child[i], o.readers[i]} {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+	}
+}
+
+// logErr is the first error writing the log, if any.
+func (o *output) logErr() error {
+	for _, t := range o.tees {
+		if t.logErr != nil {
+			return t.logErr
+		}
+	}
+	return nil
+}
+
+// tee copies the command's output to crew's own stream and to the log.
+// A failing log never stops the output; a failing output stream (a closed
+// pipe) is reported to the command as it would be without crew.
+type tee struct {
+	out    io.Writer
+	log    *os.File
+	logErr error
+}
+
+func (t *tee) Write(p []byte) (int, error) {
+	if t.logErr == nil {
+		if _, err := t.log.Write(p); err != nil {
+			t.logErr = err
+		}
+	}
+	if t.out == nil {
+		return len(p), nil
+	}
+	return t.out.Write(p)
+}

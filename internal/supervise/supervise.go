@@ -1,0 +1,144 @@
+// Package supervise runs an admitted run's command and sees it to its
+// final record: launch (with the owner lock inherited as fd 3), output to
+// the terminal and the log, the terminal's foreground, stop signals and the
+// grace period, and the run's final state. It also hands a run to a
+// detached supervisor process (--detach).
+package supervise
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/crew-dev/crew/internal/failpoint"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// Request is one admitted run to supervise: its provisioning record is
+// durable and this process holds its locks.
+type Request struct {
+	Store *runstore.Store
+	Rec   *record.Run
+	Locks *runstore.RunLocks
+	// Grace is how long the command's process group has between a
+	// forwarded stop signal and SIGKILL.
+	Grace time.Duration
+	// Stdin, Stdout and Stderr are the command's streams; Stdout and
+	// Stderr are also copied to the run's log.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Env is the command's environment before crew adds CREW_RUN_ID,
+	// CREW_TASK and CREW_ROOT.
+	Env []string
+	// Signals delivers the stop signals crew received (SIGINT, SIGTERM,
+	// SIGHUP); they are forwarded to the command's process group.
+	Signals <-chan os.Signal
+	// Warn receives warnings for the user.
+	Warn func(string)
+	// Now is the clock.
+	Now func() time.Time
+	// Finished, if set, runs once the run is final and its slot free.
+	Finished func()
+
+	// ready, for a detached supervisor, tells the parent how the launch went.
+	ready *os.File
+}
+
+// supervisor is one run being supervised.
+type supervisor struct {
+	Request
+	rec  *record.Run
+	cmd  *exec.Cmd
+	pgid int
+	// ownsTTY: the command's group is its terminal's foreground group.
+	ownsTTY bool
+	ttyFD   int
+	done    bool // the record is final
+}
+
+func newSupervisor(req Request) *supervisor {
+	if req.Warn == nil {
+		req.Warn = func(string) {}
+	}
+	if req.Now == nil {
+		req.Now = time.Now
+	}
+	return &supervisor{Request: req, rec: req.Rec}
+}
+
+func (s *supervisor) now() time.Time { return s.Now().UTC() }
+
+// Run launches the command and supervises it to its final record. It
+// returns nil when the command exited 0, an *ExitError with the command's
+// exit status otherwise, a *LaunchError if it could not be started, and an
+// *InternalError if crew itself failed (the run is then recorded failed).
+func Run(req Request) (err error) {
+	s := newSupervisor(req)
+	defer s.recoverPanic(&err)
+	return s.run()
+}
+
+func (s *supervisor) run() error {
+	id := s.rec.RunID
+	logf, err := s.Store.CreateLog(id)
+	if err != nil {
+		return s.internalFailure(err)
+	}
+	defer logf.Close()
+	out, err := newOutput(s.Stdout, s.Stderr, logf)
+	if err != nil {
+		return s.internalFailure(err)
+	}
+	if err := s.launch(out); err != nil {
+		out.closeAll()
+		return s.launchFailure(err)
+	}
+	if s.ownsTTY {
+		defer reclaimTTY(s.ttyFD)
+	}
+	out.started()
+	failpoint.Hit("launched")
+	if err := s.recordRunning(); err != nil {
+		return s.internalFailure(err)
+	}
+	s.signalReady("running")
+
+	ws, stop := s.wait()
+	out.drain()
+	failpoint.Hit("exited")
+	s.describeExit(ws, stop)
+	if err := out.logErr(); err != nil {
+		s.Warn(fmt.Sprintf("run %s: the log %s is incomplete: %v", id, s.Store.LogPath(id), err))
+	}
+	if err := s.finish(); err != nil {
+		return &InternalError{RunID: id, Err: err}
+	}
+	if code := exitCode(ws); code != 0 {
+		return &ExitError{RunID: id, Code: code}
+	}
+	return nil
+}
+
+// recordRunning records the command's pid and process group.
+func (s *supervisor) recordRunning() error {
+	now := s.now()
+	s.rec.State = record.Running
+	s.rec.StartedAt = &now
+	s.rec.TaskPID = s.cmd.Process.Pid
+	s.rec.PGID = s.pgid
+	s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d", s.rec.TaskPID, s.rec.SupervisorPID)
+	return s.Store.UpdateActive(s.rec)
+}
+
+// signalReady tells a detached supervisor's parent how the launch went.
+func (s *supervisor) signalReady(line string) {
+	if s.ready == nil {
+		return
+	}
+	_, _ = s.ready.WriteString(line + "\n")
+	_ = s.ready.Close()
+	s.ready = nil
+}
