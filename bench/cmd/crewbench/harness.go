@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,7 +21,7 @@ type harness struct {
 	work    string // private work directory; removed at the end unless -keep
 	crew    string // the crew binary under test
 	self    string // this program, re-executed as observer, gate and noop
-	repo    string // the module root crew was built from ("" with -crew)
+	crewSrc string // crew's source tree it was built from ("" with -crew)
 	env     []string
 	peers   map[string]*peer
 	cleanMu sync.Mutex
@@ -132,40 +131,63 @@ func (h *harness) cleanup() {
 	}
 }
 
-// findRepo walks up from the working directory to crew's module root.
-func findRepo() (string, error) {
-	dir, err := os.Getwd()
+const crewModule = "github.com/crew-dev/crew"
+
+// crewSource returns crew's source tree: dir (-crew-src) when given, else
+// the nearest parent of the working directory whose go.mod declares crew's
+// module (the harness's own module, crew/bench, is not it). Either way the
+// directory must hold crew's go.mod, so a wrong path fails here, not in
+// the middle of a build.
+func crewSource(dir string) (string, error) {
+	if dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return "", fmt.Errorf("-crew-src %s: %w", dir, err)
+		}
+		if !isCrewModule(abs) {
+			return "", fmt.Errorf("-crew-src %s: no go.mod declaring module %s there", dir, crewModule)
+		}
+		return abs, nil
+	}
+	wd, err := os.Getwd()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("find crew's source: %w", err)
 	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(b), "module github.com/crew-dev/crew\n") {
-			return dir, nil
+	for d := wd; ; d = filepath.Dir(d) {
+		if isCrewModule(d) {
+			return d, nil
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside crew's module (github.com/crew-dev/crew); run from the repository or pass -repo")
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod declaring module %s in %s or above; pass -crew-src DIR (make bench does)", crewModule, wd)
 		}
-		dir = parent
 	}
+}
+
+func isCrewModule(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return f[1] == crewModule
+		}
+	}
+	return false
 }
 
 // buildCrew makes the production binary under test: no tags, no race
 // detector, exactly what `go build ./cmd/crew` gives a user.
 func (h *harness) buildCrew() error {
-	repo := h.cfg.repo
-	if repo == "" {
-		var err error
-		if repo, err = findRepo(); err != nil {
-			return err
-		}
+	src, err := crewSource(h.cfg.crewSrc)
+	if err != nil {
+		return err
 	}
-	h.repo = repo
+	h.crewSrc = src
 	h.crew = h.path("crew")
-	h.progress("building crew: go build -o %s ./cmd/crew (in %s)", h.crew, repo)
+	h.progress("building crew: go build -o %s ./cmd/crew (in %s)", h.crew, src)
 	cmd := exec.Command("go", "build", "-o", h.crew, "./cmd/crew")
-	cmd.Dir = repo
+	cmd.Dir = src
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("build crew: %w", err)
@@ -227,7 +249,7 @@ func (h *harness) machine() {
 	if h.cfg.quick {
 		quick = " (-quick: fewer iterations, smaller history; not for publication)"
 	}
-	r.para("Produced by `go run ./bench/cmd/crewbench`" + quick + ". Every figure is a median (or p90) over many runs; contenders of one comparison run alternately (A B A B ...).")
+	r.para("Produced by `make bench` (`cd bench && go run ./cmd/crewbench -crew-src ..`)" + quick + ". Every figure is a median (or p90) over many runs; contenders of one comparison run alternately (A B A B ...).")
 	var rows [][]string
 	rows = append(rows, []string{"date (UTC)", time.Now().UTC().Format("2006-01-02 15:04")})
 	cpu := firstMatch("/proc/cpuinfo", "model name")
@@ -294,9 +316,9 @@ func (h *harness) crewVersion() string {
 	s := "`" + h.crew + "`"
 	if h.cfg.crewBin == "" {
 		s = "production build (`go build ./cmd/crew`, no tags) of the working tree"
-		if rev == "" && h.repo != "" {
+		if rev == "" && h.crewSrc != "" {
 			// No VCS stamp in the binary: ask git, read-only.
-			if out, err := output(h.env, "git", "-C", h.repo, "rev-parse", "--short=12", "HEAD"); err == nil {
+			if out, err := output(h.env, "git", "-C", h.crewSrc, "rev-parse", "--short=12", "HEAD"); err == nil {
 				s += " at HEAD " + strings.TrimSpace(out)
 			}
 		}

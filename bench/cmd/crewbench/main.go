@@ -9,13 +9,16 @@
 // single run. Absent peers are skipped with a note and the apt-get line
 // that would install them; the harness never installs anything itself.
 //
-// It imports nothing from crew's internal packages: it drives the binary as
-// a user does, and writes state-root files (history, dead runs) in exactly
-// the format the binary itself wrote, copied from records crew made.
+// It is its own module (github.com/crew-dev/crew/bench) and imports nothing
+// from crew: it drives the binary as a user does, reads what crew prints
+// (--json), and writes state-root files (history, dead runs) in exactly the
+// format the binary itself wrote, copied from records crew made.
 //
-//	go run ./bench/cmd/crewbench            # full run (5-6 minutes on 2 cores)
-//	go run ./bench/cmd/crewbench -quick     # fewer iterations, smaller history
-//	go run ./bench/cmd/crewbench -only uncontended,rss -o /tmp/bench.md
+// From bench/ (make bench runs it with -crew-src set to the repository):
+//
+//	go run ./cmd/crewbench -crew-src ..          # full run
+//	go run ./cmd/crewbench -crew-src .. -quick   # fewer iterations, smaller history
+//	go run ./cmd/crewbench -crew-src .. -only uncontended,rss -o /tmp/bench.md
 package main
 
 import (
@@ -33,7 +36,7 @@ var scenarioNames = []string{"uncontended", "diag", "history", "recover", "rss",
 
 type config struct {
 	quick   bool
-	repo    string // module root to build crew from
+	crewSrc string // crew's source tree (root module) to build crew from
 	crewBin string // prebuilt crew; skips the build
 	tmpBase string // where work directories (and so the state roots) live
 	only    map[string]bool
@@ -80,7 +83,7 @@ func run() int {
 	var c config
 	var only string
 	flag.BoolVar(&c.quick, "quick", false, "fewer iterations, a 10,000-run history, 2,000 dead runs (a smoke run, about 2 minutes)")
-	flag.StringVar(&c.repo, "repo", "", "crew's module root (default: found from the working directory)")
+	flag.StringVar(&c.crewSrc, "crew-src", "", "crew's source tree, the directory of its root go.mod (default: the nearest parent of the working directory whose go.mod is module github.com/crew-dev/crew)")
 	flag.StringVar(&c.crewBin, "crew", "", "use this crew binary instead of building one")
 	flag.StringVar(&c.tmpBase, "tmp", os.TempDir(), "directory for the work directory; state roots live there, so its filesystem is the one measured")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run: "+strings.Join(scenarioNames, ","))
