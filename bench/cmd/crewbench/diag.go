@@ -113,7 +113,7 @@ func (h *harness) scenarioDiagnostics() error {
 			return err
 		}
 		// One start first, so the profile is of a steady-state start, not of
-		// the first of the day (which also creates runs/done/<day>/).
+		// the first of the hour (which also creates the hour's finished-runs directory).
 		if _, err := output(h.env, h.crew, "--root", root, "start", "t", "--", "true"); err != nil {
 			return err
 		}
@@ -145,14 +145,13 @@ func (h *harness) scenarioDiagnostics() error {
 		r.para(fmt.Sprintf("%d fsync calls per start; their time under strace, median of 5 starts: %s.", fsyncs, ms(percentile(totals, 50))))
 
 		// fsyncs per recovered run.
-		_, activeT, err := h.templates()
-		if err == nil {
+		{
 			rroot := h.path("roots", "diag-recover")
 			if err := h.initRoot(rroot, 4); err != nil {
 				return err
 			}
 			const dead = 200
-			if err := writeDead(rroot, activeT, dead); err != nil {
+			if err := writeDead(rroot, h.sample, dead); err != nil {
 				return err
 			}
 			rsum := h.path("tmp", "strace-recover.txt")

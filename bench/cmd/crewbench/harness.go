@@ -28,12 +28,14 @@ type harness struct {
 	cleans  []func()
 	cleaned bool
 	counter atomic.Int64
-	// record templates copied from crew's own files, made once.
-	doneT, activeT *template
+	// what the layout check learned from crew (probe.go).
+	sample *crewSample
 	// results collected for the summary table at the end.
 	summary [][]string
 }
 
+// newHarness makes the private work directory and registers its removal;
+// setup does the rest, once the caller has arranged for cleanup to run.
 func newHarness(c *config) (*harness, error) {
 	h := &harness{cfg: c}
 	self, err := os.Executable()
@@ -42,11 +44,10 @@ func newHarness(c *config) (*harness, error) {
 	}
 	h.self = self
 	if err := os.MkdirAll(c.tmpBase, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("work directory: %w", err)
 	}
-	h.work, err = os.MkdirTemp(c.tmpBase, "crewbench-")
-	if err != nil {
-		return nil, err
+	if h.work, err = os.MkdirTemp(c.tmpBase, "crewbench-"); err != nil {
+		return nil, fmt.Errorf("work directory: %w", err)
 	}
 	h.work, _ = filepath.Abs(h.work)
 	h.atCleanup(func() {
@@ -59,25 +60,29 @@ func newHarness(c *config) (*harness, error) {
 			fmt.Fprintf(os.Stderr, "crewbench: remove %s: %v\n", h.work, err)
 		}
 	})
+	h.env = h.baseEnv()
+	return h, nil
+}
+
+// setup makes the work directory's parts, gets the crew binary (built, or
+// -crew), finds the peers, and checks crew's state-root layout.
+func (h *harness) setup() error {
 	for _, d := range []string{"tmp", "stderr", "parallel-home", "roots"} {
-		if err := os.MkdirAll(filepath.Join(h.work, d), 0o700); err != nil {
-			return nil, err
+		if err := os.MkdirAll(h.path(d), 0o700); err != nil {
+			return fmt.Errorf("work directory: %w", err)
 		}
 	}
-	h.env = h.baseEnv()
-
-	if c.crewBin != "" {
-		h.crew, err = filepath.Abs(c.crewBin)
+	if h.cfg.crewBin != "" {
+		abs, err := filepath.Abs(h.cfg.crewBin)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("-crew: %w", err)
 		}
-	} else {
-		if err := h.buildCrew(); err != nil {
-			return nil, err
-		}
+		h.crew = abs
+	} else if err := h.buildCrew(); err != nil {
+		return err
 	}
 	h.peers = findPeers(h.env)
-	return h, nil
+	return h.checkLayout()
 }
 
 // baseEnv is the environment every measured process gets: ours, without

@@ -141,6 +141,10 @@ func run() int {
 		os.Exit(130)
 	}()
 	defer h.cleanup()
+	if err := h.setup(); err != nil {
+		fmt.Fprintln(os.Stderr, "crewbench:", err)
+		return 1
+	}
 
 	if c.makeDead != "" || c.makeHistory != "" {
 		if err := h.makeRoots(); err != nil {

@@ -334,7 +334,6 @@ func (h *harness) burst(dir string, env []string, n int, obs string, argsFor fun
 }
 
 var (
-	runIDRe  = regexp.MustCompile(`r-\d{8}T\d{6}\.\d{9}Z-[0-9a-f]{16}`)
 	numberRe = regexp.MustCompile(`\d+`)
 )
 

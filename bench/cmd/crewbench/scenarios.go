@@ -11,11 +11,6 @@ import (
 	"time"
 )
 
-func (h *harness) initRoot(root string, max int) error {
-	_, err := output(h.env, h.crew, "--root", root, "init", "--max", fmt.Sprint(max))
-	return err
-}
-
 // ---------------------------------------------------------------------------
 // Uncontended start.
 
@@ -151,10 +146,7 @@ func (h *harness) scenarioHistory() error {
 	r := &h.rep
 	n := h.cfg.history
 	r.heading(2, fmt.Sprintf("History: admission and `crew status` with %d finished runs", n))
-	doneT, _, err := h.templates()
-	if err != nil {
-		return err
-	}
+	doneT := h.sample.done
 	now := time.Now()
 	// The worst case for status: every run in the shard it reads first,
 	// the current hour's (crew shards finished runs by creation hour).
@@ -189,8 +181,8 @@ func (h *harness) scenarioHistory() error {
 			return err
 		}
 		took := time.Since(start)
-		got := countFiles(filepath.Join(root, "runs", "done"))
-		days, _ := os.ReadDir(filepath.Join(root, "runs", "done"))
+		got := countFiles(doneDir(root))
+		days, _ := os.ReadDir(doneDir(root))
 		genRows = append(genRows, []string{l.name, l.desc, fmt.Sprint(got), fmt.Sprint(len(days)), took.Round(10 * time.Millisecond).String()})
 		// crew must read what we wrote as its own: no problems, ten
 		// finished runs listed.
@@ -286,10 +278,6 @@ func (h *harness) scenarioRecover() error {
 	n := h.cfg.dead
 	small := min(n, h.cfg.n(1000, 500))
 	r.heading(2, fmt.Sprintf("`crew recover` over %d dead runs", n))
-	_, activeT, err := h.templates()
-	if err != nil {
-		return err
-	}
 	limit := h.cfg.recoverLimit
 	if limit <= 0 {
 		limit = 24 * time.Hour
@@ -310,7 +298,7 @@ func (h *harness) scenarioRecover() error {
 	for _, p := range passes {
 		var walls []time.Duration
 		for rep := range p.reps {
-			res, err := h.recoverOnce(activeT, p.size, rep, p.limit)
+			res, err := h.recoverOnce(p.size, rep, p.limit)
 			if err != nil {
 				return err
 			}
@@ -348,7 +336,7 @@ func (h *harness) scenarioRecover() error {
 		r.para(fmt.Sprintf("Cost per run: %s at %d dead runs, %s at %d (%.2fx). A linear pass costs the same per run at any size; a quadratic one (a directory listing per run) shows here first.",
 			us(s), small, us(per), n, ratio(per, s)))
 	}
-	r.para(fmt.Sprintf("Each dead run is an active record in state `running` (a copy of the record crew wrote for `crew start tmpl-active -- sleep 5` while it ran, with a new run id, task and times) plus its empty owner lock files `owners/<id>.lock` and `<id>.supervisor.lock`, held by nobody: what a supervisor and command killed with SIGKILL leave behind. The command is `crew --root R recover --json --timeout D`; every run must come out `finalized`, leaving no active record. The %d-run pass is bounded by `--timeout %s` (harness flag `-recover-limit`; 0 lets it run to the end) to keep the whole harness run short.", n, limit))
+	r.para(fmt.Sprintf("Each dead run is an active record in state `running` (a copy of the record crew wrote for `crew start layout-active -- sleep 5` while it ran, with a new run id, task and times) plus a copy of every other file that live run had (%s), locks held by nobody: what a supervisor and command killed with SIGKILL leave behind. The command is `crew --root R recover --json --timeout D`; every run must come out `finalized`, leaving no active record. The %d-run pass is bounded by `--timeout %s` (harness flag `-recover-limit`; 0 lets it run to the end) to keep the whole harness run short.", companionNames(h.sample.companions), n, limit))
 	h.target(fmt.Sprintf("crew recover over %d dead runs", n), measured, "≤ 10 s for 10,000", met)
 	return nil
 }
@@ -362,17 +350,17 @@ type recoverResult struct {
 
 // recoverOnce writes n dead runs into a fresh root and times one
 // `crew recover` over them.
-func (h *harness) recoverOnce(activeT *template, n, rep int, limit time.Duration) (*recoverResult, error) {
+func (h *harness) recoverOnce(n, rep int, limit time.Duration) (*recoverResult, error) {
 	root := h.path("roots", fmt.Sprintf("recover-%d-%d", n, rep))
 	defer os.RemoveAll(root)
 	if err := h.initRoot(root, 4); err != nil {
 		return nil, err
 	}
 	h.progress("recover: writing %d dead runs (rep %d)", n, rep+1)
-	if err := writeDead(root, activeT, n); err != nil {
+	if err := writeDead(root, h.sample, n); err != nil {
 		return nil, err
 	}
-	if got := countFiles(filepath.Join(root, "runs", "active")); got != n {
+	if got := countFiles(activeDir(root)); got != n {
 		return nil, fmt.Errorf("expected %d active records, found %d", n, got)
 	}
 	outPath := h.path("tmp", fmt.Sprintf("recover-%d-%d.json", n, rep))
@@ -405,8 +393,8 @@ func (h *harness) recoverOnce(activeT *template, n, rep int, limit time.Duration
 	}
 	res := &recoverResult{wall: wall, cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(),
 		finalized: counts["finalized"],
-		left:      countFiles(filepath.Join(root, "runs", "active")),
-		done:      countFiles(filepath.Join(root, "runs", "done"))}
+		left:      countFiles(activeDir(root)),
+		done:      countFiles(doneDir(root))}
 	res.cut = cmd.ProcessState.ExitCode() == 1 && counts["failed"] > 0 && wall >= limit-time.Second
 	if !res.cut && (cmd.ProcessState.ExitCode() != 0 || res.finalized != n || res.left != 0 || res.done != n) {
 		return nil, fmt.Errorf("recover did not finalize every dead run: exit %d, outcomes %v, %d active left, %d finished records",
