@@ -23,7 +23,7 @@ func (h *harness) scenarioDiagnostics() error {
 	if err := os.MkdirAll(diskDir, 0o700); err != nil {
 		return err
 	}
-	shm := h.tmpfsDir()
+	shm := h.tmpfs()
 
 	// 1. fsync latency on the state root's filesystem (and tmpfs).
 	n := h.cfg.n(200, 50)
@@ -243,20 +243,23 @@ func fsyncLatency(dir string, n int) (fsyncSamples, error) {
 	return s, nil
 }
 
-// tmpfsDir makes a private directory on /dev/shm when that is a tmpfs,
-// removed at clean-up; "" otherwise.
-func (h *harness) tmpfsDir() string {
-	if fsType(h.env, "/dev/shm") != "tmpfs" {
-		return ""
+// tmpfs is a private directory on /dev/shm when that is a tmpfs (made
+// once, removed at clean-up); "" otherwise.
+func (h *harness) tmpfs() string {
+	if h.shm != "" || fsType(h.env, "/dev/shm") != "tmpfs" {
+		return h.shm
 	}
 	d, err := os.MkdirTemp("/dev/shm", "crewbench-")
 	if err != nil {
 		return ""
 	}
 	h.atCleanup(func() { _ = os.RemoveAll(d) })
+	h.shm = d
 	return d
 }
 
+// fsType is the filesystem type of dir as `stat -f` names it (ext4 is
+// "ext2/ext3"), or "unknown".
 func fsType(env []string, dir string) string {
 	out, err := output(env, "stat", "-f", "-c", "%T", dir)
 	if err != nil {

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -30,14 +28,17 @@ type harness struct {
 	counter atomic.Int64
 	// what the layout check learned from crew (probe.go).
 	sample *crewSample
-	// results collected for the summary table at the end.
+	// the performance issue's figures (figures.go), and other checks,
+	// for the summary tables at the end.
+	figures []figure
 	summary [][]string
+	shm     string // private directory on tmpfs, made once ("" when none)
 }
 
 // newHarness makes the private work directory and registers its removal;
 // setup does the rest, once the caller has arranged for cleanup to run.
 func newHarness(c *config) (*harness, error) {
-	h := &harness{cfg: c}
+	h := &harness{cfg: c, figures: issueFigures()}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find my own executable: %w", err)
@@ -201,7 +202,8 @@ func (h *harness) buildCrew() error {
 }
 
 // runAll runs the selected scenarios; a scenario that fails is reported
-// and the others still run.
+// and the others still run. The figures of the issue come last, side by
+// side, measured or not.
 func (h *harness) runAll() (failed bool) {
 	h.machine()
 	steps := []struct {
@@ -213,6 +215,8 @@ func (h *harness) runAll() (failed bool) {
 		// delete 100,000s of files: on ext4 without a journal, file
 		// creation slows for minutes after mass deletions.
 		{"diag", h.scenarioDiagnostics},
+		{"concurrent", h.scenarioConcurrent},
+		{"active", h.scenarioActive},
 		{"history", h.scenarioHistory},
 		{"recover", h.scenarioRecover},
 		{"rss", h.scenarioRSS},
@@ -228,12 +232,14 @@ func (h *harness) runAll() (failed bool) {
 			failed = true
 			h.progress("%s FAILED: %v", s.name, err)
 			h.rep.note(fmt.Sprintf("Scenario %s failed: %v", s.name, err))
+			h.failFigures(s.name, err)
 		}
 		h.progress("%s took %s", s.name, time.Since(start).Round(100*time.Millisecond))
 	}
+	h.reportFigures()
 	if len(h.summary) > 0 {
-		h.rep.heading(2, "Summary: targets")
-		h.rep.table([]string{"scenario", "measured", "target", "result"}, h.summary)
+		h.rep.heading(2, "Other checks")
+		h.rep.table([]string{"check", "measured", "goal", "result"}, h.summary)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	if len(load) > 0 {
@@ -244,183 +250,4 @@ func (h *harness) runAll() (failed bool) {
 
 func (h *harness) target(scenario, measured, target string, ok bool) {
 	h.summary = append(h.summary, []string{scenario, measured, target, metStr(ok)})
-}
-
-// machine reports what the numbers were measured on.
-func (h *harness) machine() {
-	r := &h.rep
-	r.heading(1, "crew benchmark results")
-	quick := ""
-	if h.cfg.quick {
-		quick = " (-quick: fewer iterations, smaller history; not for publication)"
-	}
-	r.para("Produced by `make bench` (`cd bench && go run ./cmd/crewbench -crew-src ..`)" + quick + ". Every figure is a median (or p90) over many runs; contenders of one comparison run alternately (A B A B ...).")
-	var rows [][]string
-	rows = append(rows, []string{"date (UTC)", time.Now().UTC().Format("2006-01-02 15:04")})
-	cpu := firstMatch("/proc/cpuinfo", "model name")
-	rows = append(rows, []string{"CPU", fmt.Sprintf("%d cores (runtime.NumCPU), %s", runtime.NumCPU(), cpu)})
-	if mem := firstMatch("/proc/meminfo", "MemTotal"); mem != "" {
-		rows = append(rows, []string{"memory", mem})
-	}
-	if out, err := output(h.env, "uname", "-srm"); err == nil {
-		rows = append(rows, []string{"kernel", strings.TrimSpace(out)})
-	}
-	fs, dev, mnt := filesystemOf(h.env, h.work)
-	rows = append(rows, []string{"state roots", "`" + h.work + "`"})
-	rows = append(rows, []string{"filesystem of the state roots", fs})
-	if opts := mountOptions(mnt); opts != "" {
-		rows = append(rows, []string{"mount options", "`" + opts + "`"})
-	}
-	if dev != "" {
-		rows = append(rows, []string{"block device", blockDevice(dev)})
-		if j := ext4Journal(dev); j != "" {
-			rows = append(rows, []string{"ext4 journal", j})
-		}
-	}
-	rows = append(rows, []string{"Go (harness)", runtime.Version()})
-	if out, err := output(h.env, "go", "version"); err == nil {
-		rows = append(rows, []string{"Go (crew build)", strings.TrimSpace(out)})
-	}
-	rows = append(rows, []string{"crew", h.crewVersion()})
-	for _, name := range peerOrder {
-		p := h.peers[name]
-		if p.bin == "" {
-			rows = append(rows, []string{name, "not installed (" + p.note + "): `" + p.install + "`"})
-			continue
-		}
-		rows = append(rows, []string{name, fmt.Sprintf("`%s`: %s", p.bin, p.version)})
-	}
-	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
-		rows = append(rows, []string{"load average at start", "`" + strings.TrimSpace(string(load)) + "`"})
-	}
-	r.table([]string{"", ""}, rows)
-	for _, name := range peerOrder {
-		if p := h.peers[name]; p.bin == "" {
-			r.note(fmt.Sprintf("%s is not installed, so its columns are skipped. Install it with `%s`.", name, p.install))
-		}
-	}
-}
-
-func (h *harness) crewVersion() string {
-	out, err := output(h.env, "go", "version", "-m", h.crew)
-	if err != nil {
-		return h.crew
-	}
-	rev, mod := "", ""
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "build" {
-			if v, ok := strings.CutPrefix(f[1], "vcs.revision="); ok {
-				rev = v
-			}
-			if v, ok := strings.CutPrefix(f[1], "vcs.modified="); ok {
-				mod = v
-			}
-		}
-	}
-	s := "`" + h.crew + "`"
-	if h.cfg.crewBin == "" {
-		s = "production build (`go build ./cmd/crew`, no tags) of the working tree"
-		if rev == "" && h.crewSrc != "" {
-			// No VCS stamp in the binary: ask git, read-only.
-			if out, err := output(h.env, "git", "-C", h.crewSrc, "rev-parse", "--short=12", "HEAD"); err == nil {
-				s += " at HEAD " + strings.TrimSpace(out)
-			}
-		}
-	}
-	if rev != "" {
-		s += ", commit " + rev[:min(12, len(rev))]
-		if mod == "true" {
-			s += " + uncommitted changes"
-		}
-	}
-	return s
-}
-
-// firstMatch returns the value of the first "key : value" line of a
-// /proc file, or "".
-func firstMatch(path, key string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && strings.TrimSpace(k) == key {
-			return strings.Join(strings.Fields(v), " ")
-		}
-	}
-	return ""
-}
-
-// filesystemOf describes dir's filesystem with df -T and stat -f, and
-// returns its device and mount point.
-func filesystemOf(env []string, dir string) (desc, dev, mnt string) {
-	var parts []string
-	if out, err := output(env, "df", "-T", dir); err == nil {
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if f := strings.Fields(lines[len(lines)-1]); len(f) >= 7 {
-			dev, mnt = f[0], f[6]
-			parts = append(parts, fmt.Sprintf("`df -T`: %s on %s, type %s", dev, mnt, f[1]))
-		}
-	}
-	if out, err := output(env, "stat", "-f", "-c", "%T, block size %S", dir); err == nil {
-		parts = append(parts, "`stat -f`: "+strings.TrimSpace(out))
-	}
-	if len(parts) == 0 {
-		return "unknown", "", ""
-	}
-	return strings.Join(parts, "; "), dev, mnt
-}
-
-func mountOptions(mnt string) string {
-	if mnt == "" {
-		return ""
-	}
-	b, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return ""
-	}
-	found := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 4 && f[1] == mnt {
-			found = f[2] + " " + f[3] // the last mount at that point wins
-		}
-	}
-	return found
-}
-
-func blockDevice(dev string) string {
-	name := strings.TrimPrefix(dev, "/dev/")
-	if strings.Contains(name, "/") {
-		return dev
-	}
-	q := "/sys/block/" + name + "/queue/"
-	if _, err := os.Stat(q); err != nil {
-		return dev
-	}
-	read := func(f string) string {
-		b, _ := os.ReadFile(q + f)
-		return strings.TrimSpace(string(b))
-	}
-	rot := map[string]string{"0": "non-rotational", "1": "rotational"}[read("rotational")]
-	return fmt.Sprintf("%s: %s, write cache %q", dev, rot, read("write_cache"))
-}
-
-// ext4Journal says whether an ext4 filesystem has a journal, from
-// /sys/fs/ext4/<dev>/journal_task ("<none>" without one); "" if unknown.
-func ext4Journal(dev string) string {
-	b, err := os.ReadFile("/sys/fs/ext4/" + strings.TrimPrefix(dev, "/dev/") + "/journal_task")
-	if err != nil {
-		return ""
-	}
-	switch t := strings.TrimSpace(string(b)); t {
-	case "<none>", "":
-		return "**none** (`journal_task` is `<none>`): fsync writes the inode and data in place, and creating a file scans past inodes deleted in the last minutes (ext4 `recently_deleted`, only done without a journal)"
-	default:
-		return "yes (jbd2 thread " + t + ")"
-	}
 }
