@@ -12,28 +12,28 @@ import (
 
 // crew recover over dead runs.
 
+// recoverPass is one size of dead-run set, recovered reps times.
+type recoverPass struct {
+	size, reps int
+	limit      time.Duration
+}
+
 func (h *harness) scenarioRecover() error {
-	r := &h.rep
 	n := h.cfg.dead
 	small := min(n, h.cfg.n(1000, 500))
-	r.heading(2, fmt.Sprintf("`crew recover` over %d dead runs", n))
+	h.rep.heading(2, fmt.Sprintf("`crew recover` over %d dead runs", n))
 	limit := h.cfg.recoverLimit
 	if limit <= 0 {
 		limit = 24 * time.Hour
 	}
-	type pass struct {
-		size, reps int
-		limit      time.Duration
-	}
-	passes := []pass{{size: n, reps: 1, limit: limit}}
+	passes := []recoverPass{{size: n, reps: 1, limit: limit}}
 	if small < n {
 		// A smaller size, repeated, shows how the cost per run grows.
-		passes = []pass{{size: small, reps: h.cfg.n(3, 1), limit: 24 * time.Hour}, {size: n, reps: 1, limit: limit}}
+		passes = []recoverPass{{size: small, reps: h.cfg.n(3, 1), limit: 24 * time.Hour}, {size: n, reps: 1, limit: limit}}
 	}
-	var rows [][]string
 	perRun := map[int]time.Duration{}
-	var fullWall time.Duration
-	fullDone, fullCut := 0, false
+	var full *recoverResult
+	var rows [][]string
 	for _, p := range passes {
 		var walls []time.Duration
 		for rep := range p.reps {
@@ -42,46 +42,53 @@ func (h *harness) scenarioRecover() error {
 				return err
 			}
 			walls = append(walls, res.wall)
-			per := res.wall / time.Duration(max(1, res.finalized))
-			note := fmt.Sprintf("%d active left, %d finished records", res.left, res.done)
-			if res.cut {
-				note = fmt.Sprintf("**stopped by `--timeout %s`**: %d of %d finalized; ", p.limit, res.finalized, p.size) + note
-			}
-			rows = append(rows, []string{fmt.Sprint(p.size), fmt.Sprint(rep + 1), res.wall.Round(time.Millisecond).String(), res.cpu.Round(time.Millisecond).String(),
-				us(per), res.outcomes, note})
+			rows = append(rows, res.row(p, rep))
 			if p.size == n {
-				fullWall, fullDone, fullCut = res.wall, res.finalized, res.cut
+				full = res
 			}
 		}
 		perRun[p.size] = percentile(walls, 50) / time.Duration(p.size)
 	}
-	r.table([]string{"dead runs", "rep", "wall", "CPU (user+sys)", "wall per finalized run", "outcomes (from --json)", "after"}, rows)
+	h.rep.table([]string{"dead runs", "rep", "wall", "CPU (user+sys)", "wall per finalized run", "outcomes (from --json)", "after"}, rows)
+	h.recoverFigure(full, n, limit, small, perRun)
+	return nil
+}
 
-	per := fullWall / time.Duration(max(1, fullDone))
+func (res *recoverResult) row(p recoverPass, rep int) []string {
+	per := res.wall / time.Duration(max(1, res.finalized))
+	note := fmt.Sprintf("%d active left, %d finished records", res.left, res.done)
+	if res.cut {
+		note = fmt.Sprintf("**stopped by `--timeout %s`**: %d of %d finalized; ", p.limit, res.finalized, p.size) + note
+	}
+	return []string{fmt.Sprint(p.size), fmt.Sprint(rep + 1), res.wall.Round(time.Millisecond).String(), res.cpu.Round(time.Millisecond).String(),
+		us(per), res.outcomes, note}
+}
+
+// recoverFigure judges the full pass against 10 s for 10,000 (scaled by
+// the cost per run when -dead is not 10,000).
+func (h *harness) recoverFigure(full *recoverResult, n int, limit time.Duration, small int, perRun map[int]time.Duration) {
+	per := full.wall / time.Duration(max(1, full.finalized))
 	var measured string
 	var met bool
 	switch {
-	case fullCut:
-		measured = fmt.Sprintf("not done within %s: %d of %d finalized (%s per run)", limit, fullDone, n, us(per))
+	case full.cut:
+		measured = fmt.Sprintf("not done within %s: %d of %d finalized (%s per run)", limit, full.finalized, n, us(per))
 	case n == 10000:
-		measured = fmt.Sprintf("%s (%s per run)", fullWall.Round(time.Millisecond), us(per))
-		met = fullWall <= 10*time.Second
+		measured = fmt.Sprintf("%s (%s per run)", full.wall.Round(time.Millisecond), us(per))
+		met = full.wall <= 10*time.Second
 	default:
-		measured = fmt.Sprintf("%s for %d runs (%s per run); 10,000 not measured", fullWall.Round(time.Millisecond), n, us(per))
+		measured = fmt.Sprintf("%s for %d runs (%s per run); 10,000 not measured", full.wall.Round(time.Millisecond), n, us(per))
 		met = per*10000 <= 10*time.Second
 	}
-	r.para(fmt.Sprintf("%d dead runs: %s. Goal ≤ 10 s for 10,000: %s.", n, measured, metStr(met)))
-	if s, ok := perRun[small]; ok && small < n {
-		r.para(fmt.Sprintf("Cost per run: %s at %d dead runs, %s at %d (%.2fx). A linear pass costs the same per run at any size; a quadratic one (a directory listing per run) shows here first.",
-			us(s), small, us(per), n, ratio(per, s)))
-	}
-	r.para(fmt.Sprintf("Each dead run is an active record in state `running` (a copy of the record crew wrote for `crew start layout-active -- sleep 5` while it ran, with a new run id, task and times) plus a copy of every other file that live run had (%s), locks held by nobody: what a supervisor and command killed with SIGKILL leave behind. The command is `crew --root R recover --json --timeout D`; every run must come out `finalized`, leaving no active record. The %d-run pass is bounded by `--timeout %s` (harness flag `-recover-limit`; 0 lets it run to the end) to keep the whole harness run short.", companionNames(h.sample.companions), n, limit))
+	h.rep.para(fmt.Sprintf("%d dead runs: %s. Goal ≤ 10 s for 10,000: %s.", n, measured, metStr(met)))
 	spread := "one pass"
 	if s, ok := perRun[small]; ok && small < n {
+		h.rep.para(fmt.Sprintf("Cost per run: %s at %d dead runs, %s at %d (%.2fx). A linear pass costs the same per run at any size; a quadratic one (a directory listing per run) shows here first.",
+			us(s), small, us(per), n, ratio(per, s)))
 		spread = fmt.Sprintf("one pass; %s per run at %d dead runs (%d passes)", us(s), small, h.cfg.n(3, 1))
 	}
+	h.rep.para(fmt.Sprintf("Each dead run is an active record in state `running` (a copy of the record crew wrote for `crew start layout-active -- sleep 5` while it ran, with a new run id, task and times) plus a copy of every other file that live run had (%s), locks held by nobody: what a supervisor and command killed with SIGKILL leave behind. The command is `crew --root R recover --json --timeout D`; every run must come out `finalized`, leaving no active record. The %d-run pass is bounded by `--timeout %s` (harness flag `-recover-limit`; 0 lets it run to the end) to keep the whole harness run short.", companionNames(h.sample.companions), n, limit))
 	h.measured(figRecover, "**"+measured+"**", spread, met)
-	return nil
 }
 
 type recoverResult struct {

@@ -11,33 +11,16 @@ import (
 
 // Peak RSS.
 
+// rssTool is one process whose peak memory is measured.
+type rssTool struct {
+	name, what string
+	args, env  []string
+	stop       func()
+}
+
 func (h *harness) scenarioRSS() error {
-	r := &h.rep
-	r.heading(2, "Peak memory of a supervising `crew start t -- sleep 1`")
-	root := h.path("roots", "rss")
-	if err := h.initRoot(root, 4); err != nil {
-		return err
-	}
-	type tool struct {
-		name, what string
-		args       []string
-		env        []string
-		stop       func()
-	}
-	tools := []tool{{name: "crew", what: "crew --root R start t -- sleep 1", args: []string{h.crew, "--root", root, "start", "t", "--", "sleep", "1"}, env: h.env}}
-	if p := h.peers["flock"]; p.bin != "" {
-		tools = append(tools, tool{name: "flock", what: "flock FILE sleep 1", args: []string{p.bin, h.path("tmp", "rss.flock"), "sleep", "1"}, env: h.env})
-	}
-	if p := h.peers["sem"]; p.bin != "" {
-		tools = append(tools, tool{name: "sem", what: "sem --will-cite --fg -j 4 --id rss sleep 1", args: []string{p.bin, "--will-cite", "--fg", "-j", "4", "--id", "rss", "sleep", "1"}, env: h.env})
-	}
-	if p := h.peers["tsp"]; p.bin != "" {
-		env, stop, err := h.tspServer("rss", 4)
-		if err != nil {
-			return err
-		}
-		tools = append(tools, tool{name: "tsp", what: "tsp -f -n sleep 1 (the client process; the server is separate)", args: []string{p.bin, "-f", "-n", "sleep", "1"}, env: env, stop: stop})
-	}
+	h.rep.heading(2, "Peak memory of a supervising `crew start t -- sleep 1`")
+	tools, err := h.rssTools()
 	defer func() {
 		for _, t := range tools {
 			if t.stop != nil {
@@ -45,6 +28,9 @@ func (h *harness) scenarioRSS() error {
 			}
 		}
 	}()
+	if err != nil {
+		return err
+	}
 	reps := h.cfg.n(4, 2)
 	gnuTime := findGNUTime(h.env)
 	got := make([][]memSample, len(tools))
@@ -53,42 +39,69 @@ func (h *harness) scenarioRSS() error {
 		for i, t := range tools {
 			m, err := h.peakRSS(t.env, t.args, gnuTime)
 			if err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
+				return fmt.Errorf("peak RSS of %s: %w", t.name, err)
 			}
 			got[i] = append(got[i], m)
 		}
 	}
-	const limit = 5 << 20
 	var rows [][]string
 	for i, t := range tools {
-		col := func(f func(memSample) int64) []int64 {
-			var out []int64
-			for _, m := range got[i] {
-				out = append(out, f(m))
-			}
-			return out
-		}
-		hwm, life := col(func(m memSample) int64 { return m.hwm }), col(func(m memSample) int64 { return m.life })
-		tgt, res := "", ""
-		if t.name == "crew" {
-			worst := max(slices.Max(hwm), slices.Max(life))
-			med := max(medianInt(hwm), medianInt(life))
-			tgt = "≤ 5 MiB"
-			res = metStr(worst <= limit)
-			h.measured(figRSS, fmt.Sprintf("**%s** worst", mib(worst)), fmt.Sprintf("median %s over %d runs (VmHWM and GNU time maxrss)", mib(med), len(hwm)), worst <= limit)
-		}
-		rows = append(rows, []string{t.name, "`" + t.what + "`", fmt.Sprint(reps), mib(medianInt(hwm)), mib(slices.Max(hwm)),
-			mib(medianInt(col(func(m memSample) int64 { return m.anon }))), mib(medianInt(col(func(m memSample) int64 { return m.file }))),
-			mib(medianInt(life)), mib(slices.Max(life)), tgt, res})
+		rows = append(rows, h.rssRow(t, got[i]))
 	}
-	r.table([]string{"tool", "command", "runs", "VmHWM median", "VmHWM worst", "RssAnon", "RssFile", "whole-life maxrss median", "worst", "target", "result"}, rows)
+	h.rep.table([]string{"tool", "command", "runs", "VmHWM median", "VmHWM worst", "RssAnon", "RssFile", "whole-life maxrss median", "worst", "goal", "result"}, rows)
 	lifeNote := "GNU time is not installed (`apt-get install -y time`), so there is no whole-life figure."
 	if gnuTime != "" {
 		lifeNote = "The whole-life maxrss is the kernel's own peak for the process, from wait4(2) as reported by GNU time (`" + gnuTime + " -f %M`), which starts the tool with fork(2). It is not taken from the harness's own wait4: Go starts children with CLONE_VM|CLONE_VFORK, and the kernel charges the parent's (the harness's) peak RSS to the child's maxrss when it execs, so a Go-started child's ru_maxrss is the harness's size, whatever the child does."
 	}
-	r.para("VmHWM (peak), RssAnon and RssFile come from `/proc/<pid>/status` of the process the user started, read every 10 ms until it exits (last reading shown for RssAnon/RssFile). " + lifeNote + " RssFile is mostly the executable's own pages, shared with every other process running the same binary. The target is checked against the worst run of either measure.")
-	r.note("Peak RSS of a *waiting* crew is in the queue section.")
+	h.rep.para("VmHWM (peak), RssAnon and RssFile come from `/proc/<pid>/status` of the process the user started, read every 10 ms until it exits (last reading shown for RssAnon/RssFile). " + lifeNote + " RssFile is mostly the executable's own pages, shared with every other process running the same binary. The goal is checked against the worst run of either measure.")
+	h.rep.note("Peak RSS of a *waiting* crew is in the queue section.")
 	return nil
+}
+
+// rssTools are crew and the installed peers, each running `sleep 1`.
+func (h *harness) rssTools() ([]rssTool, error) {
+	root := h.path("roots", "rss")
+	if err := h.initRoot(root, 4); err != nil {
+		return nil, err
+	}
+	tools := []rssTool{{name: "crew", what: "crew --root R start t -- sleep 1", args: []string{h.crew, "--root", root, "start", "t", "--", "sleep", "1"}, env: h.env}}
+	if p := h.peers["flock"]; p.bin != "" {
+		tools = append(tools, rssTool{name: "flock", what: "flock FILE sleep 1", args: []string{p.bin, h.path("tmp", "rss.flock"), "sleep", "1"}, env: h.env})
+	}
+	if p := h.peers["sem"]; p.bin != "" {
+		tools = append(tools, rssTool{name: "sem", what: "sem --will-cite --fg -j 4 --id rss sleep 1", args: []string{p.bin, "--will-cite", "--fg", "-j", "4", "--id", "rss", "sleep", "1"}, env: h.env})
+	}
+	if p := h.peers["tsp"]; p.bin != "" {
+		env, stop, err := h.tspServer("rss", 4)
+		if err != nil {
+			return tools, err
+		}
+		tools = append(tools, rssTool{name: "tsp", what: "tsp -f -n sleep 1 (the client process; the server is separate)", args: []string{p.bin, "-f", "-n", "sleep", "1"}, env: env, stop: stop})
+	}
+	return tools, nil
+}
+
+// rssRow reports one tool's samples; for crew it fills the figure.
+func (h *harness) rssRow(t rssTool, samples []memSample) []string {
+	col := func(f func(memSample) int64) []int64 {
+		var out []int64
+		for _, m := range samples {
+			out = append(out, f(m))
+		}
+		return out
+	}
+	hwm, life := col(func(m memSample) int64 { return m.hwm }), col(func(m memSample) int64 { return m.life })
+	goal, res := "", ""
+	if t.name == "crew" {
+		const limit = 5 << 20
+		worst := max(slices.Max(hwm), slices.Max(life))
+		med := max(medianInt(hwm), medianInt(life))
+		goal, res = "≤ 5 MiB", metStr(worst <= limit)
+		h.measured(figRSS, fmt.Sprintf("**%s** worst", mib(worst)), fmt.Sprintf("median %s over %d runs (VmHWM and GNU time maxrss)", mib(med), len(hwm)), worst <= limit)
+	}
+	return []string{t.name, "`" + t.what + "`", fmt.Sprint(len(samples)), mib(medianInt(hwm)), mib(slices.Max(hwm)),
+		mib(medianInt(col(func(m memSample) int64 { return m.anon }))), mib(medianInt(col(func(m memSample) int64 { return m.file }))),
+		mib(medianInt(life)), mib(slices.Max(life)), goal, res}
 }
 
 // memSample is the memory of one process: its peak and makeup from
