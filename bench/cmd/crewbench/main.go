@@ -1,12 +1,14 @@
 // Command crewbench is crew's whole-process benchmark harness.
 //
 // It builds crew (a production build: `go build -o <tmp>/crew ./cmd/crew`,
-// no tags), then runs each scenario of issue 6 for crew and for every peer
-// installed on the machine — flock(1), GNU parallel's sem, task-spooler
-// (tsp) and nq — and prints the results as Markdown on stdout (progress
-// goes to stderr). Contenders of one comparison run alternately (A B A B
-// ...), and every figure is a median (with p90) over many runs, never a
-// single run. Absent peers are skipped with a note and the apt-get line
+// no tags), checks crew's state-root layout against a real run
+// (layout.go, probe.go), then measures every figure of the performance
+// issue (#11) for crew and for every peer installed on the machine —
+// flock(1), GNU parallel's sem, task-spooler (tsp) and nq — and prints the
+// results as Markdown on stdout (progress goes to stderr), ending with
+// each figure against its goal (figures.go). Contenders of one comparison
+// run alternately (A B A B ...), and every figure is a median (with its
+// p10-p90 spread) over many runs, never a single run. Absent peers are skipped with a note and the apt-get line
 // that would install them; the harness never installs anything itself.
 //
 // It is its own module (github.com/crew-dev/crew/bench) and imports nothing

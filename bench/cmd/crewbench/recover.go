@@ -85,7 +85,7 @@ func (h *harness) recoverFigure(full *recoverResult, n int, limit time.Duration,
 	if s, ok := perRun[small]; ok && small < n {
 		h.rep.para(fmt.Sprintf("Cost per run: %s at %d dead runs, %s at %d (%.2fx). A linear pass costs the same per run at any size; a quadratic one (a directory listing per run) shows here first.",
 			us(s), small, us(per), n, ratio(per, s)))
-		spread = fmt.Sprintf("one pass; %s per run at %d dead runs (%d passes)", us(s), small, h.cfg.n(3, 1))
+		spread = fmt.Sprintf("one pass; %s per run at %d dead runs (median of %d)", us(s), small, h.cfg.n(3, 1))
 	}
 	h.rep.para(fmt.Sprintf("Each dead run is an active record in state `running` (a copy of the record crew wrote for `crew start layout-active -- sleep 5` while it ran, with a new run id, task and times) plus a copy of every other file that live run had (%s), locks held by nobody: what a supervisor and command killed with SIGKILL leave behind. The command is `crew --root R recover --json --timeout D`; every run must come out `finalized`, leaving no active record. The %d-run pass is bounded by `--timeout %s` (harness flag `-recover-limit`; 0 lets it run to the end) to keep the whole harness run short.", companionNames(h.sample.companions), n, limit))
 	h.measured(figRecover, "**"+measured+"**", spread, met)
