@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -82,72 +83,22 @@ func main() {
 }
 
 func run() int {
-	var c config
-	var only string
-	flag.BoolVar(&c.quick, "quick", false, "fewer iterations, a 10,000-run history, 2,000 dead runs (a smoke run, about 2 minutes)")
-	flag.StringVar(&c.crewSrc, "crew-src", "", "crew's source tree, the directory of its root go.mod (default: the nearest parent of the working directory whose go.mod is module github.com/crew-dev/crew)")
-	flag.StringVar(&c.crewBin, "crew", "", "use this crew binary instead of building one")
-	flag.StringVar(&c.tmpBase, "tmp", os.TempDir(), "directory for the work directory; state roots live there, so its filesystem is the one measured")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run: "+strings.Join(scenarioNames, ","))
-	flag.IntVar(&c.history, "history", 0, "finished runs for the history scenarios (default 100000, -quick 10000)")
-	flag.IntVar(&c.dead, "dead", 0, "dead runs for the recover scenario (default 10000, -quick 2000)")
-	flag.DurationVar(&c.recoverLimit, "recover-limit", 45*time.Second, "bound on the full-size crew recover pass (its --timeout); 0: let it finish")
-	flag.StringVar(&c.out, "o", "", "also write the Markdown report to this file")
-	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (state roots, observer files) for inspection")
-	flag.StringVar(&c.makeDead, "make-dead", "", "only write -dead dead runs into this new state root (for profiling crew recover by hand), then exit")
-	flag.StringVar(&c.makeHistory, "make-history", "", "only write -history finished runs (spread over today's hours) into this new state root, then exit")
-	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: crewbench [flags]\n\nBuilds crew and compares it, whole process against whole process, with flock(1),\nGNU parallel's sem, task-spooler and nq. Markdown report on stdout.\n\n")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() > 0 {
-		flag.Usage()
+	c, err := parseFlags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crewbench:", err)
 		return 2
 	}
-	if only != "" {
-		c.only = map[string]bool{}
-		for _, s := range strings.Split(only, ",") {
-			s = strings.TrimSpace(s)
-			known := false
-			for _, k := range scenarioNames {
-				known = known || k == s
-			}
-			if !known {
-				fmt.Fprintf(os.Stderr, "crewbench: unknown scenario %q in -only (known: %s)\n", s, strings.Join(scenarioNames, ","))
-				return 2
-			}
-			c.only[s] = true
-		}
-	}
-	if c.history == 0 {
-		c.history = c.n(100000, 10000)
-	}
-	if c.dead == 0 {
-		c.dead = c.n(10000, 2000)
-	}
-
-	h, err := newHarness(&c)
+	h, err := newHarness(c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crewbench:", err)
 		return 1
 	}
-	// Leave nothing behind on ^C either: stop tsp servers, remove the work
-	// directory. Children in our process group get the signal themselves.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		s := <-sigs
-		fmt.Fprintf(os.Stderr, "crewbench: %v: cleaning up\n", s)
-		h.cleanup()
-		os.Exit(130)
-	}()
+	cleanupOnSignal(h)
 	defer h.cleanup()
 	if err := h.setup(); err != nil {
 		fmt.Fprintln(os.Stderr, "crewbench:", err)
 		return 1
 	}
-
 	if c.makeDead != "" || c.makeHistory != "" {
 		if err := h.makeRoots(); err != nil {
 			fmt.Fprintln(os.Stderr, "crewbench:", err)
@@ -155,7 +106,6 @@ func run() int {
 		}
 		return 0
 	}
-
 	start := time.Now()
 	failed := h.runAll()
 	h.progress("done in %s", time.Since(start).Round(time.Second))
@@ -168,4 +118,71 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// cleanupOnSignal leaves nothing behind on ^C either: stop the runs and
+// waiters the harness holds and the tsp servers, remove the work
+// directories.
+func cleanupOnSignal(h *harness) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sigs
+		fmt.Fprintf(os.Stderr, "crewbench: %v: cleaning up\n", s)
+		h.cleanup()
+		os.Exit(130)
+	}()
+}
+
+func parseFlags() (*config, error) {
+	var c config
+	var only string
+	flag.BoolVar(&c.quick, "quick", false, "fewer iterations, a 10,000-run history, 2,000 dead runs (a smoke run, about 2 minutes)")
+	flag.StringVar(&c.crewSrc, "crew-src", "", "crew's source tree, the directory of its root go.mod (default: the nearest parent of the working directory whose go.mod is module github.com/crew-dev/crew)")
+	flag.StringVar(&c.crewBin, "crew", "", "use this crew binary instead of building one")
+	flag.StringVar(&c.tmpBase, "tmp", os.TempDir(), "directory for the work directory; state roots live there, so its filesystem is the one measured as \"disk\"")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run: "+strings.Join(scenarioNames, ","))
+	flag.IntVar(&c.history, "history", 0, "finished runs for the history scenarios (default 100000, -quick 10000)")
+	flag.IntVar(&c.dead, "dead", 0, "dead runs for the recover scenario (default 10000, -quick 2000)")
+	flag.DurationVar(&c.recoverLimit, "recover-limit", 45*time.Second, "bound on the full-size crew recover pass (its --timeout); 0: let it finish")
+	flag.StringVar(&c.out, "o", "", "also write the Markdown report to this file")
+	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (state roots, observer files) for inspection")
+	flag.StringVar(&c.makeDead, "make-dead", "", "only write -dead dead runs into this new state root (for profiling crew recover by hand), then exit")
+	flag.StringVar(&c.makeHistory, "make-history", "", "only write -history finished runs (spread over today's hours) into this new state root, then exit")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: crewbench [flags]\n\nBuilds crew and measures every figure of the performance issue, whole process\nagainst whole process, with flock(1), GNU parallel's sem, task-spooler and nq.\nMarkdown report on stdout.\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() > 0 {
+		flag.Usage()
+		return nil, fmt.Errorf("unexpected arguments: %v", flag.Args())
+	}
+	var err error
+	if c.only, err = parseOnly(only); err != nil {
+		return nil, err
+	}
+	if c.history == 0 {
+		c.history = c.n(100000, 10000)
+	}
+	if c.dead == 0 {
+		c.dead = c.n(10000, 2000)
+	}
+	return &c, nil
+}
+
+// parseOnly reads -only: nil (everything) or the set of known names given.
+func parseOnly(only string) (map[string]bool, error) {
+	if only == "" {
+		return nil, nil
+	}
+	set := map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(scenarioNames, s) {
+			return nil, fmt.Errorf("unknown scenario %q in -only (known: %s)", s, strings.Join(scenarioNames, ","))
+		}
+		set[s] = true
+	}
+	return set, nil
 }
