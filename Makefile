@@ -5,7 +5,7 @@ PKGS := ./...
 BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test vet unit e2e cross fuzz bench clean
+.PHONY: all build test vet unit e2e cross fuzz bench bench-check clean
 
 all: build
 
@@ -40,9 +40,18 @@ fuzz:
 
 # Go benchmarks, then the whole-process comparison with flock, sem, tsp and nq
 # (bench/README.md; results in docs/benchmarks.md). Smoke run: make bench BENCHFLAGS=-quick
+# The harness is its own module (bench/go.mod): it builds crew from this
+# tree as a user would and drives only the binary. A relative -o in
+# BENCHFLAGS is relative to bench/.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
-	$(GO) run ./bench/cmd/crewbench $(BENCHFLAGS)
+	cd bench && $(GO) run ./cmd/crewbench -crew-src "$(CURDIR)" $(BENCHFLAGS)
+
+# gofmt, vet and unit tests of the harness module only (make test skips it).
+bench-check:
+	@cd bench && test -z "$$(gofmt -l .)" || (echo "gofmt needed on (in bench/):"; gofmt -l .; exit 1)
+	cd bench && $(GO) vet ./...
+	cd bench && $(GO) test -count=1 ./...
 
 clean:
 	rm -rf bin

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -117,16 +116,5 @@ func TestTemplateInstance(t *testing.T) {
 	}
 	if _, err := (object{{key: "x", val: []byte("1")}}).with("runId", "r"); err == nil {
 		t.Fatal("setting a field the template lacks must fail")
-	}
-}
-
-func TestRunIDFormat(t *testing.T) {
-	at := time.Date(2026, 11, 29, 10, 2, 11, 123456789, time.UTC)
-	id := newRunID(at, rand.New(rand.NewPCG(1, 2)))
-	if len(id) != len("r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69") || id[:29] != "r-20261129T100211.123456789Z-" {
-		t.Fatalf("run id %q", id)
-	}
-	if d := shardOf(id); d != "2026-11-29T10" {
-		t.Fatalf("shard %q", d)
 	}
 }

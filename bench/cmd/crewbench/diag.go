@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,46 +12,61 @@ import (
 	"time"
 )
 
-// ---------------------------------------------------------------------------
-// Diagnostics: where crew's time goes. No targets here; these are the
-// evidence behind a missed target.
+// Diagnostics: where crew's time goes. No goals here; these are the
+// evidence behind a missed one.
+
+// diagFacts is what the diagnostics steps pass on to the reading at the end.
+type diagFacts struct {
+	fileMed, dirMed time.Duration // fsync latency on the work directory's filesystem
+	floors          map[string]*series
+	fsyncs          int // fsync calls per start, from strace
+}
 
 func (h *harness) scenarioDiagnostics() error {
-	r := &h.rep
-	r.heading(2, "Diagnostics: where the time of a `crew start` goes")
+	h.rep.heading(2, "Diagnostics: where the time of a `crew start` goes")
+	d := &diagFacts{floors: map[string]*series{}}
+	for _, step := range []func(*diagFacts) error{h.diagFsync, h.diagFloors, h.diagDrift, h.diagStrace} {
+		if err := step(d); err != nil {
+			return err
+		}
+	}
+	h.diagReading(d)
+	return nil
+}
 
+// diagFsync: fsync latency on the state root's filesystem (and tmpfs).
+func (h *harness) diagFsync(d *diagFacts) error {
 	diskDir := h.path("tmp", "fsync")
 	if err := os.MkdirAll(diskDir, 0o700); err != nil {
-		return err
+		return fmt.Errorf("fsync latency: %w", err)
 	}
-	shm := h.tmpfsDir()
-
-	// 1. fsync latency on the state root's filesystem (and tmpfs).
 	n := h.cfg.n(200, 50)
 	h.progress("diag: fsync latency, %d samples", n)
 	disk, err := fsyncLatency(diskDir, n)
 	if err != nil {
-		return err
+		return fmt.Errorf("fsync latency: %w", err)
 	}
-	rows := [][]string{fsyncRow("state-root filesystem ("+fsType(h.env, diskDir)+")", disk)}
-	if shm != "" {
+	rows := [][]string{fsyncRow("state-root filesystem ("+h.diskLabel()+")", disk)}
+	if shm := h.tmpfs(); shm != "" {
 		mem, err := fsyncLatency(shm, n)
 		if err != nil {
-			return err
+			return fmt.Errorf("fsync latency on tmpfs: %w", err)
 		}
 		rows = append(rows, fsyncRow("tmpfs (/dev/shm), for contrast", mem))
 	}
-	r.heading(3, "fsync latency on this disk")
-	r.para(fmt.Sprintf("Measured in-process, %d samples each: write a 600-byte file (a record's size) under a temporary name, fsync it, rename it into place, fsync the directory — what crew's durable write does.", n))
-	r.table([]string{"where", "fsync(file) median", "p90", "fsync(dir) median", "p90", "whole durable write median", "p90"}, rows)
-	fileMed := percentile(disk.file, 50)
-	dirMed := percentile(disk.dir, 50)
+	h.rep.heading(3, "fsync latency on this disk")
+	h.rep.para(fmt.Sprintf("Measured in-process, %d samples each: write a 600-byte file (a record's size) under a temporary name, fsync it, rename it into place, fsync the directory — what crew's durable write does.", n))
+	h.rep.table([]string{"where", "fsync(file) median", "p90", "fsync(dir) median", "p90", "whole durable write median", "p90"}, rows)
+	d.fileMed, d.dirMed = percentile(disk.file, 50), percentile(disk.dir, 50)
+	return nil
+}
 
-	// 2. Floors: what a process costs before crew does any work.
+// diagFloors: what a process costs before crew does any work.
+func (h *harness) diagFloors(d *diagFacts) error {
 	ok := []int{0}
 	cs := []contender{{name: "crew (disk root)", what: "crew --root DISK start t -- true",
 		run: h.execRunner(h.env, ok, h.crew, "--root", h.path("roots", "diag-disk"), "start", "t", "--", "true")}}
-	if shm != "" {
+	if shm := h.tmpfs(); shm != "" {
 		cs = append(cs, contender{name: "crew (tmpfs root)", what: "crew --root /dev/shm/... start t -- true",
 			run: h.execRunner(h.env, ok, h.crew, "--root", filepath.Join(shm, "root"), "start", "t", "--", "true")})
 	}
@@ -64,133 +80,170 @@ func (h *harness) scenarioDiagnostics() error {
 	if err != nil {
 		return err
 	}
-	rows = nil
+	var rows [][]string
 	for _, s := range ss {
-		rows = append(rows, []string{s.name, "`" + s.what + "`", fmt.Sprint(len(s.samples)), ms(s.median()), ms(s.p90()), ms(s.cpuMedian())})
+		rows = append(rows, seriesRow(s.name, s))
+		d.floors[s.name] = s
 	}
-	r.heading(3, "Floors, alternating")
-	r.table([]string{"contender", "command", "runs", "median", "p90", "CPU median"}, rows)
-	byName := map[string]*series{}
-	for _, s := range ss {
-		byName[s.name] = s
-	}
+	h.rep.heading(3, "Floors, alternating")
+	h.rep.table([]string{"contender", "command", "runs", "median", "p10–p90", "CPU median"}, rows)
+	h.rep.para(fmt.Sprintf("Linkage (ELF program interpreter): crew %s; crewbench (the Go no-op) %s. A dynamically linked Go binary pays for the dynamic loader and libc set-up at every start.",
+		linkage(h.crew), linkage(h.self)))
+	return nil
+}
 
-	// 2b. Drift: does a start cost more as the minutes of churn pile up?
-	if shm != "" {
-		diskRoot, memRoot := h.path("roots", "diag-drift"), filepath.Join(shm, "drift")
-		for _, root := range []string{diskRoot, memRoot} {
-			if err := h.initRoot(root, 4); err != nil {
-				return err
-			}
-		}
-		block := h.cfg.n(100, 30)
-		ds, err := h.alternate("diag drift", []contender{
-			{name: "disk", what: "crew --root DISK start t -- true", run: h.execRunner(h.env, ok, h.crew, "--root", diskRoot, "start", "t", "--", "true")},
-			{name: "tmpfs", what: "crew --root TMPFS start t -- true", run: h.execRunner(h.env, ok, h.crew, "--root", memRoot, "start", "t", "--", "true")},
-		}, 3*block, 0)
-		if err != nil {
-			return err
-		}
-		rows = nil
-		for b := range 3 {
-			row := []string{fmt.Sprintf("%d–%d", b*block+1, (b+1)*block)}
-			for _, s := range ds {
-				blk := &series{samples: s.samples[b*block : (b+1)*block]}
-				row = append(row, ms(blk.median()), ms(blk.cpuMedian()))
-			}
-			rows = append(rows, row)
-		}
-		r.heading(3, "Drift: the same start, over and over, on two fresh roots")
-		r.para(fmt.Sprintf("%d starts on a new root on the state-root filesystem alternating with %d on a new root on tmpfs; medians per block of %d. Every start creates 6 files (2 owner-lock files, 3 record temporaries, 1 log) and frees 4 inodes (3 unlinks, and the provisioning record replaced by the running one); on ext4 without a journal each creation skips the inodes freed in the last minutes, so the cost grows with the churn; on tmpfs it does not.", 3*block, 3*block, block))
-		r.table([]string{"starts", "disk: wall median", "disk: CPU median", "tmpfs: wall median", "tmpfs: CPU median"}, rows)
+// diagDrift: does a start cost more as the minutes of churn pile up?
+func (h *harness) diagDrift(*diagFacts) error {
+	shm := h.tmpfs()
+	if shm == "" {
+		return nil
 	}
-
-	// 3. strace: syscalls and fsyncs of one crew start.
-	var fsyncs int
-	if _, err := exec.LookPath("strace"); err == nil {
-		root := h.path("roots", "diag-strace")
+	diskRoot, memRoot := h.path("roots", "diag-drift"), filepath.Join(shm, "drift")
+	for _, root := range []string{diskRoot, memRoot} {
 		if err := h.initRoot(root, 4); err != nil {
 			return err
 		}
-		// One start first, so the profile is of a steady-state start, not of
-		// the first of the day (which also creates runs/done/<day>/).
-		if _, err := output(h.env, h.crew, "--root", root, "start", "t", "--", "true"); err != nil {
-			return err
-		}
-		summary := h.path("tmp", "strace-c.txt")
-		if _, err := output(h.env, "strace", "-f", "-c", "-o", summary, h.crew, "--root", root, "start", "t", "--", "true"); err != nil {
-			return err
-		}
-		b, _ := os.ReadFile(summary)
-		r.heading(3, "`strace -f -c` of one `crew start t -- true`")
-		r.para("strace slows every syscall down, so the times in this table are inflated; the counts are exact.")
-		r.code(trimStrace(string(b), 22))
-
-		var totals []time.Duration
-		for i := range 5 {
-			trace := h.path("tmp", fmt.Sprintf("strace-fsync-%d.txt", i))
-			if _, err := output(h.env, "strace", "-f", "-T", "-e", "trace=fsync,fdatasync,sync_file_range", "-o", trace,
-				h.crew, "--root", root, "start", "t", "--", "true"); err != nil {
-				return err
-			}
-			b, _ := os.ReadFile(trace)
-			c, total := sumSyscallTimes(string(b), "fsync", "fdatasync", "sync_file_range")
-			fsyncs = c
-			totals = append(totals, total)
-			if i == 0 {
-				r.heading(3, "The fsyncs of one `crew start t -- true` (`strace -f -T -e trace=fsync,fdatasync`)")
-				r.code(string(b))
-			}
-		}
-		r.para(fmt.Sprintf("%d fsync calls per start; their time under strace, median of 5 starts: %s.", fsyncs, ms(percentile(totals, 50))))
-
-		// fsyncs per recovered run.
-		_, activeT, err := h.templates()
-		if err == nil {
-			rroot := h.path("roots", "diag-recover")
-			if err := h.initRoot(rroot, 4); err != nil {
-				return err
-			}
-			const dead = 200
-			if err := writeDead(rroot, activeT, dead); err != nil {
-				return err
-			}
-			rsum := h.path("tmp", "strace-recover.txt")
-			if _, err := output(h.env, "strace", "-f", "-c", "-o", rsum, h.crew, "--root", rroot, "recover", "--timeout", "10m"); err != nil {
-				return err
-			}
-			b, _ := os.ReadFile(rsum)
-			r.heading(3, fmt.Sprintf("`strace -f -c` of `crew recover` over %d dead runs", dead))
-			r.code(trimStrace(string(b), 16))
-			if c := straceCount(string(b), "fsync"); c > 0 {
-				r.para(fmt.Sprintf("%.1f fsync calls per recovered run.", float64(c)/dead))
-			}
-		}
-	} else {
-		r.note("strace is not installed (`apt-get install -y strace`): no syscall profile.")
 	}
+	ok := []int{0}
+	block := h.cfg.n(100, 30)
+	ds, err := h.alternate("diag drift", []contender{
+		{name: "disk", what: "crew --root DISK start t -- true", run: h.execRunner(h.env, ok, h.crew, "--root", diskRoot, "start", "t", "--", "true")},
+		{name: "tmpfs", what: "crew --root TMPFS start t -- true", run: h.execRunner(h.env, ok, h.crew, "--root", memRoot, "start", "t", "--", "true")},
+	}, 3*block, 0)
+	if err != nil {
+		return err
+	}
+	var rows [][]string
+	for b := range 3 {
+		row := []string{fmt.Sprintf("%d–%d", b*block+1, (b+1)*block)}
+		for _, s := range ds {
+			blk := &series{samples: s.samples[b*block : (b+1)*block]}
+			row = append(row, ms(blk.median()), ms(blk.cpuMedian()))
+		}
+		rows = append(rows, row)
+	}
+	h.rep.heading(3, "Drift: the same start, over and over, on two fresh roots")
+	h.rep.para(fmt.Sprintf("%d starts on a new root on the state-root filesystem alternating with %d on a new root on tmpfs; medians per block of %d. Every start creates files (owner locks, record temporaries, a log) and frees inodes; on ext4 without a journal each creation skips the inodes freed in the last minutes, so the cost grows with the churn; on tmpfs it does not.", 3*block, 3*block, block))
+	h.rep.table([]string{"starts", "disk: wall median", "disk: CPU median", "tmpfs: wall median", "tmpfs: CPU median"}, rows)
+	return nil
+}
 
-	// 4. What the numbers say.
+// diagStrace: syscalls and fsyncs of one crew start, and of a recover.
+func (h *harness) diagStrace(d *diagFacts) error {
+	if _, err := exec.LookPath("strace"); err != nil {
+		h.rep.note("strace is not installed (`apt-get install -y strace`): no syscall profile.")
+		return nil
+	}
+	if err := h.straceStart(d); err != nil {
+		return err
+	}
+	return h.straceRecover()
+}
+
+func (h *harness) straceStart(d *diagFacts) error {
+	root := h.path("roots", "diag-strace")
+	if err := h.initRoot(root, 4); err != nil {
+		return err
+	}
+	start := []string{h.crew, "--root", root, "start", "t", "--", "true"}
+	// One start first, so the profile is of a steady-state start, not of
+	// the first of the hour (which also creates the hour's finished-runs
+	// directory).
+	if _, err := output(h.env, start...); err != nil {
+		return err
+	}
+	summary := h.path("tmp", "strace-c.txt")
+	if _, err := output(h.env, append([]string{"strace", "-f", "-c", "-o", summary}, start...)...); err != nil {
+		return err
+	}
+	b, _ := os.ReadFile(summary)
+	h.rep.heading(3, "`strace -f -c` of one `crew start t -- true`")
+	h.rep.para("strace slows every syscall down, so the times in this table are inflated; the counts are exact.")
+	h.rep.code(trimStrace(string(b), 22))
+	var totals []time.Duration
+	for i := range 5 {
+		trace := h.path("tmp", fmt.Sprintf("strace-fsync-%d.txt", i))
+		if _, err := output(h.env, append([]string{"strace", "-f", "-T", "-e", "trace=fsync,fdatasync,sync_file_range", "-o", trace}, start...)...); err != nil {
+			return err
+		}
+		b, _ := os.ReadFile(trace)
+		c, total := sumSyscallTimes(string(b), "fsync", "fdatasync", "sync_file_range")
+		d.fsyncs = c
+		totals = append(totals, total)
+		if i == 0 {
+			h.rep.heading(3, "The fsyncs of one `crew start t -- true` (`strace -f -T -e trace=fsync,fdatasync`)")
+			h.rep.code(string(b))
+		}
+	}
+	h.rep.para(fmt.Sprintf("%d fsync calls per start; their time under strace, median of 5 starts: %s.", d.fsyncs, ms(percentile(totals, 50))))
+	return nil
+}
+
+// straceRecover: fsyncs per recovered run.
+func (h *harness) straceRecover() error {
+	root := h.path("roots", "diag-recover")
+	if err := h.initRoot(root, 4); err != nil {
+		return err
+	}
+	const dead = 200
+	if err := writeDead(root, h.sample, dead); err != nil {
+		return err
+	}
+	summary := h.path("tmp", "strace-recover.txt")
+	if _, err := output(h.env, "strace", "-f", "-c", "-o", summary, h.crew, "--root", root, "recover", "--timeout", "10m"); err != nil {
+		return err
+	}
+	b, _ := os.ReadFile(summary)
+	h.rep.heading(3, fmt.Sprintf("`strace -f -c` of `crew recover` over %d dead runs", dead))
+	h.rep.code(trimStrace(string(b), 16))
+	if c := straceCount(string(b), "fsync"); c > 0 {
+		h.rep.para(fmt.Sprintf("%.1f fsync calls per recovered run.", float64(c)/dead))
+	}
+	return nil
+}
+
+// diagReading: what the numbers say.
+func (h *harness) diagReading(d *diagFacts) {
 	var lines []string
-	if d, t := byName["crew (disk root)"], byName["crew (tmpfs root)"]; d != nil && t != nil {
+	if disk, mem := d.floors["crew (disk root)"], d.floors["crew (tmpfs root)"]; disk != nil && mem != nil {
 		lines = append(lines, fmt.Sprintf("- Durability, measured: crew on the disk root minus crew on tmpfs (where fsync returns at once) = %s − %s = **%s per start**, of which %s is CPU (%s − %s): time the kernel spends working, not waiting for the device.",
-			ms(d.median()), ms(t.median()), ms(d.median()-t.median()), ms(d.cpuMedian()-t.cpuMedian()), ms(d.cpuMedian()), ms(t.cpuMedian())))
+			ms(disk.median()), ms(mem.median()), ms(disk.median()-mem.median()), ms(disk.cpuMedian()-mem.cpuMedian()), ms(disk.cpuMedian()), ms(mem.cpuMedian())))
 	}
-	if fsyncs > 0 {
+	if d.fsyncs > 0 {
 		lines = append(lines, fmt.Sprintf("- Durability, predicted: %d fsyncs per start (strace), of which 2 on directories; at this disk's medians (%s per file fsync, %s per directory fsync) ≈ **%s**.",
-			fsyncs, ms(fileMed), ms(dirMed), ms(time.Duration(fsyncs-2)*fileMed+2*dirMed)))
+			d.fsyncs, ms(d.fileMed), ms(d.dirMed), ms(time.Duration(max(0, d.fsyncs-2))*d.fileMed+2*d.dirMed)))
 	}
-	if c, g := byName["crew help"], byName["Go no-op"]; c != nil && g != nil {
-		lines = append(lines, fmt.Sprintf("- Process floor: a Go binary that does nothing takes %s; `crew help` (runtime + cobra command tree, no state root) %s.", ms(g.median()), ms(c.median())))
+	if c, g := d.floors["crew help"], d.floors["Go no-op"]; c != nil && g != nil {
+		lines = append(lines, fmt.Sprintf("- Process floor: a Go binary that does nothing (%s) takes %s; `crew help` (runtime + cobra command tree, no state root; %s) %s.",
+			linkage(h.self), ms(g.median()), linkage(h.crew), ms(c.median())))
 	}
-	if t, f := byName["crew (tmpfs root)"], byName["flock"]; t != nil && f != nil {
+	if t, f := d.floors["crew (tmpfs root)"], d.floors["flock"]; t != nil && f != nil {
 		lines = append(lines, fmt.Sprintf("- Even with fsync free (tmpfs), crew ÷ flock = %s ÷ %s = **%.2f**.", ms(t.median()), ms(f.median()), ratio(t.median(), f.median())))
 	}
 	if len(lines) > 0 {
-		r.heading(3, "Reading")
-		r.para(strings.Join(lines, "\n"))
+		h.rep.heading(3, "Reading")
+		h.rep.para(strings.Join(lines, "\n"))
 	}
-	return nil
+}
+
+// linkage says whether an ELF binary is statically or dynamically linked
+// (it has a program interpreter, the dynamic loader).
+func linkage(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "linkage unknown (" + err.Error() + ")"
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err == nil {
+				return "dynamically linked (`" + strings.TrimRight(string(b), "\x00") + "`)"
+			}
+			return "dynamically linked"
+		}
+	}
+	return "statically linked"
 }
 
 type fsyncSamples struct{ file, dir, total []time.Duration }
@@ -244,20 +297,23 @@ func fsyncLatency(dir string, n int) (fsyncSamples, error) {
 	return s, nil
 }
 
-// tmpfsDir makes a private directory on /dev/shm when that is a tmpfs,
-// removed at clean-up; "" otherwise.
-func (h *harness) tmpfsDir() string {
-	if fsType(h.env, "/dev/shm") != "tmpfs" {
-		return ""
+// tmpfs is a private directory on /dev/shm when that is a tmpfs (made
+// once, removed at clean-up); "" otherwise.
+func (h *harness) tmpfs() string {
+	if h.shm != "" || fsType(h.env, "/dev/shm") != "tmpfs" {
+		return h.shm
 	}
 	d, err := os.MkdirTemp("/dev/shm", "crewbench-")
 	if err != nil {
 		return ""
 	}
 	h.atCleanup(func() { _ = os.RemoveAll(d) })
+	h.shm = d
 	return d
 }
 
+// fsType is the filesystem type of dir as `stat -f` names it (ext4 is
+// "ext2/ext3"), or "unknown".
 func fsType(env []string, dir string) string {
 	out, err := output(env, "stat", "-f", "-c", "%T", dir)
 	if err != nil {

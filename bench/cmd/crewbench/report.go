@@ -74,10 +74,3 @@ func ms(d time.Duration) string {
 func us(d time.Duration) string {
 	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
 }
-
-func metStr(ok bool) string {
-	if ok {
-		return "**met**"
-	}
-	return "**missed**"
-}

@@ -79,23 +79,50 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[rank-1]
 }
 
-// pairedRatio is the median over rounds of a[i]/b[i]: a second estimate of
-// the ratio that cancels slow phases of a shared machine, since each round
-// runs the two back to back.
-func pairedRatio(a, b *series) float64 {
+// pairedRatios are the per-round ratios a[i]/b[i]: each round runs the
+// two back to back, so their median cancels slow phases of a shared
+// machine, and their p10-p90 is the spread of the ratio.
+func pairedRatios(a, b *series) []float64 {
 	n := min(len(a.samples), len(b.samples))
-	if n == 0 {
-		return 0
-	}
 	r := make([]float64, n)
 	for i := range n {
 		r[i] = float64(a.samples[i].wall) / float64(b.samples[i].wall)
 	}
-	slices.Sort(r)
-	if n%2 == 1 {
-		return r[n/2]
+	return r
+}
+
+func pairedRatio(a, b *series) float64 { return medianFloat(pairedRatios(a, b)) }
+
+// ratioSpread is the p10-p90 of the per-round ratios, for reports.
+func ratioSpread(a, b *series) string {
+	r := pairedRatios(a, b)
+	return fmt.Sprintf("per-round ratio %.2f (p10–p90 %.2f–%.2f, %d rounds)", medianFloat(r), percentileFloat(r, 10), percentileFloat(r, 90), len(r))
+}
+
+// spread is the p10-p90 of a series' wall times.
+func (s *series) spread() string {
+	return ms(percentile(s.walls(), 10)) + "–" + ms(s.p90())
+}
+
+func medianFloat(xs []float64) float64 { return percentileFloat(xs, 50) }
+
+// percentileFloat is percentile for floats: nearest rank, the median of an
+// even count the mean of the middle two; 0 for no data.
+func percentileFloat(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
 	}
-	return (r[n/2-1] + r[n/2]) / 2
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if p == 50 {
+		n := len(s)
+		if n%2 == 1 {
+			return s[n/2]
+		}
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	rank := int(p/100*float64(len(s)) + 0.999999)
+	return s[max(1, min(rank, len(s)))-1]
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunIDFormat(t *testing.T) {
+	at := time.Date(2026, 11, 29, 10, 2, 11, 123456789, time.UTC)
+	id := newRunID(at, rand.New(rand.NewPCG(1, 2)))
+	if !isRunID(id) || id[:29] != "r-20261129T100211.123456789Z-" {
+		t.Fatalf("run id %q", id)
+	}
+	if got, err := runIDTime(id); err != nil || !got.Equal(at) {
+		t.Fatalf("runIDTime(%q) = %v, %v; want %v", id, got, err, at)
+	}
+	if d := shardOf(id); d != "2026-11-29T10" {
+		t.Fatalf("shard %q", d)
+	}
+	want := filepath.Join("R", "runs", "done", "2026-11-29T10", id+".json")
+	if got := donePath("R", id); got != want {
+		t.Fatalf("donePath = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"", "r-20261129T100211Z-3f2a", id + "0", "x" + id[1:], id[:len(id)-1] + "G"} {
+		if isRunID(bad) {
+			t.Errorf("isRunID(%q) = true", bad)
+		}
+	}
+}
+
+// A dead run is the record plus a copy of every companion file, with the
+// id put in.
+func TestWriteDead(t *testing.T) {
+	root := t.TempDir()
+	tp, err := parseTemplate([]byte("{\n  \"runId\": \"x\",\n  \"task\": \"t\",\n  \"createdAt\": null,\n  \"startedAt\": null,\n  \"finishedAt\": null\n}\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &crewSample{active: tp, companions: []companion{{rel: filepath.Join("owners", idMark+".lock")}, {rel: filepath.Join("logs", idMark+".log"), data: []byte("out")}}}
+	if err := writeDead(root, s, 3); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := filepath.Glob(filepath.Join(activeDir(root), "r-*.json"))
+	if len(recs) != 3 || countFiles(root) != 9 {
+		t.Fatalf("%d records, %d files; want 3 and 9", len(recs), countFiles(root))
+	}
+	id := strings.TrimSuffix(filepath.Base(recs[0]), ".json")
+	if b, err := os.ReadFile(filepath.Join(root, "logs", id+".log")); err != nil || string(b) != "out" {
+		t.Fatalf("log of %s: %q, %v", id, b, err)
+	}
+}
