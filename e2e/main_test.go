@@ -88,11 +88,25 @@ func (e *env) command(extraEnv []string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// run runs crew to completion.
-func (e *env) run(args ...string) result { return e.runEnv(nil, args...) }
+// run runs crew to completion. It fails the test if crew cannot be run at
+// all, so call it only from the test's goroutine; goroutines use tryRun.
+func (e *env) run(args ...string) result {
+	e.t.Helper()
+	return e.runEnv(nil, args...)
+}
 
 func (e *env) runEnv(extraEnv []string, args ...string) result {
 	e.t.Helper()
+	r, err := e.tryRunEnv(extraEnv, args...)
+	require.NoError(e.t, err)
+	return r
+}
+
+// tryRun runs crew to completion and never fails the test itself: err
+// says why crew could not be run at all. Any goroutine may call it.
+func (e *env) tryRun(args ...string) (result, error) { return e.tryRunEnv(nil, args...) }
+
+func (e *env) tryRunEnv(extraEnv []string, args ...string) (result, error) {
 	cmd := e.command(extraEnv, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -104,10 +118,10 @@ func (e *env) runEnv(extraEnv []string, args ...string) result {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			code = 128 + int(ws.Signal())
 		}
-	} else {
-		require.NoError(e.t, err)
+	} else if err != nil {
+		return result{}, fmt.Errorf("run crew %v: %w", args, err)
 	}
-	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}, nil
 }
 
 // proc is a crew process running in the background.
@@ -135,14 +149,24 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// start runs crew in the background; the test's cleanup kills it (and the
-// process group of any command it started) if it is still running.
+// start runs crew in the background; the test's cleanup kills it if it is
+// still running. Call it from the test's goroutine; goroutines use
+// tryStart.
 func (e *env) start(extraEnv []string, args ...string) *proc {
 	e.t.Helper()
+	p, err := e.tryStart(extraEnv, args...)
+	require.NoError(e.t, err)
+	return p
+}
+
+// tryStart is start for any goroutine: it never fails the test itself.
+func (e *env) tryStart(extraEnv []string, args ...string) (*proc, error) {
 	cmd := e.command(extraEnv, args...)
 	p := &proc{cmd: cmd, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.errb
-	require.NoError(e.t, cmd.Start())
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start crew %v: %w", args, err)
+	}
 	go func() {
 		err := cmd.Wait()
 		p.res = result{Stdout: p.out.String(), Stderr: p.errb.String()}
@@ -159,22 +183,32 @@ func (e *env) start(extraEnv []string, args ...string) *proc {
 		select {
 		case <-p.done:
 		default:
+			// Our own child: os.Process signals it and nobody else.
 			_ = cmd.Process.Kill()
 			<-p.done
 		}
 	})
-	return p
+	return p, nil
 }
 
-// wait waits for the process to exit.
+// wait waits for the process to exit. Call it from the test's goroutine;
+// goroutines use tryWait.
 func (p *proc) wait(t *testing.T, timeout time.Duration) result {
 	t.Helper()
+	r, err := p.tryWait(timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tryWait is wait for any goroutine: it never fails the test itself.
+func (p *proc) tryWait(timeout time.Duration) (result, error) {
 	select {
 	case <-p.done:
-		return p.res
+		return p.res, nil
 	case <-time.After(timeout):
-		t.Fatalf("crew %v did not exit within %s; stderr so far:\n%s", p.cmd.Args[1:], timeout, p.errb.String())
-		return result{}
+		return result{}, fmt.Errorf("crew %v did not exit within %s; stderr so far:\n%s", p.cmd.Args[1:], timeout, p.errb.String())
 	}
 }
 
