@@ -180,15 +180,17 @@ func TestSelfHealingAfterSIGKILL(t *testing.T) {
 	gate, _ := e.gate("never")
 	victim := e.start(nil, append([]string{"start", "victim", "--"}, waitCmd(gate)...)...)
 	run := e.activeRun("victim")
-	killGroupAtCleanup(t, run.PGID)
+	e.killRunAtCleanup(run)
+	require.Equal(t, victim.cmd.Process.Pid, run.SupervisorPID, "the supervisor is the crew start the test ran")
+	task, group := e.proveRunTask(run), e.proveRunGroup(run)
 
 	r := e.run("start", "other", "--", "true")
 	require.Equal(t, 75, r.Code, "the slot is held while the victim lives: %s", r.Stderr)
 
-	require.NoError(t, syscall.Kill(run.SupervisorPID, syscall.SIGKILL))
-	require.NoError(t, syscall.Kill(-run.PGID, syscall.SIGKILL))
+	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, group.signal(syscall.SIGKILL))
 	victim.wait(t, 10*time.Second)
-	eventually(t, 10*time.Second, "the command to be reaped", func() bool { return !processAlive(run.TaskPID) })
+	eventually(t, 10*time.Second, "the command to be reaped", func() bool { return !task.alive() })
 
 	r = e.run("start", "other", "--", "true")
 	require.Equal(t, 0, r.Code, "the next start is admitted at once: %s", r.Stderr)
@@ -210,11 +212,13 @@ func TestSupervisorKilledCommandKeepsSlot(t *testing.T) {
 	gate, openGate := e.gate("release")
 	victim := e.start(nil, append([]string{"start", "victim", "--"}, waitCmd(gate)...)...)
 	run := e.activeRun("victim")
-	killGroupAtCleanup(t, run.PGID)
+	e.killRunAtCleanup(run)
+	require.Equal(t, victim.cmd.Process.Pid, run.SupervisorPID, "the supervisor is the crew start the test ran")
+	task := e.proveRunTask(run)
 
-	require.NoError(t, syscall.Kill(run.SupervisorPID, syscall.SIGKILL))
+	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
 	victim.wait(t, 10*time.Second)
-	require.True(t, processAlive(run.TaskPID), "the command outlives its supervisor")
+	require.True(t, task.alive(), "the command outlives its supervisor")
 
 	r := e.run("start", "other", "--", "true")
 	require.Equal(t, 75, r.Code, "an orphaned command still holds its slot: %s", r.Stderr)
@@ -225,7 +229,7 @@ func TestSupervisorKilledCommandKeepsSlot(t *testing.T) {
 	assert.True(t, s.Active[0].OwnerAlive)
 
 	openGate()
-	eventually(t, 10*time.Second, "the command to exit", func() bool { return !processAlive(run.TaskPID) })
+	eventually(t, 10*time.Second, "the command to exit", func() bool { return !task.alive() })
 	eventually(t, 10*time.Second, "the slot to free itself", func() bool { return e.status().SlotsInUse == 0 })
 	r = e.run("start", "other", "--", "true")
 	require.Equal(t, 0, r.Code, r.Stderr)

@@ -64,7 +64,9 @@ func TestChaosStartsKillsAndRecovers(t *testing.T) {
 				return
 			}
 			time.Sleep(delays[i])
-			_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
+			// Through os.Process, not the bare pid: if crew has already
+			// exited and been reaped, its pid may be anyone's by now.
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 			p.wait(t, 10*time.Second)
 		}()
 	}

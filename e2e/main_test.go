@@ -321,32 +321,6 @@ func (e *env) initMax(n int) {
 	require.Equal(e.t, 0, r.Code, r.Stderr)
 }
 
-// processAlive reports whether pid exists and is not a zombie.
-func processAlive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true // not Linux: trust kill(0)
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
-// killGroupAtCleanup makes sure a command's process group is gone at the
-// end of the test, whatever crew did.
-func killGroupAtCleanup(t *testing.T, pgid int) {
-	t.Cleanup(func() {
-		if pgid > 0 {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-	})
-}
-
 func runGo(args ...string) (string, error) {
 	out, err := exec.Command("go", args...).CombinedOutput()
 	return string(out), err

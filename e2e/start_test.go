@@ -91,7 +91,7 @@ func TestSignalsAreForwardedAndRecorded(t *testing.T) {
 			// sh starts a grandchild (sleep) and waits for it.
 			p := e.start(nil, "start", "sleeper", "--", "sh", "-c", "sleep 60 & wait")
 			run := e.activeRun("sleeper")
-			killGroupAtCleanup(t, run.PGID)
+			e.killRunAtCleanup(run)
 			require.NoError(t, p.cmd.Process.Signal(sig))
 			r := p.wait(t, 10*time.Second)
 			assert.Equal(t, 128+int(sig), r.Code, r.Stderr)
@@ -113,7 +113,7 @@ func TestGraceThenSIGKILL(t *testing.T) {
 	e := newEnv(t)
 	p := e.start(nil, "start", "--grace", "300ms", "stubborn", "--", "sh", "-c", `trap "" TERM; sleep 60 & wait; wait`)
 	run := e.activeRun("stubborn")
-	killGroupAtCleanup(t, run.PGID)
+	e.killRunAtCleanup(run)
 	start := time.Now()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	r := p.wait(t, 10*time.Second)
