@@ -142,14 +142,18 @@ func TestStressNeverOverAdmits(t *testing.T) {
 	const n = 100
 	var wg sync.WaitGroup
 	results := make([]result, n)
+	errs := make([]error, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = e.run(append([]string{"start", "--lock-timeout", "60s", fmt.Sprintf("job-%d", i), "--"}, observerCmd(obs, "0.05")...)...)
+			results[i], errs[i] = e.tryRun(append([]string{"start", "--lock-timeout", "60s", fmt.Sprintf("job-%d", i), "--"}, observerCmd(obs, "0.05")...)...)
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	admitted, refused := 0, 0
 	for _, r := range results {
 		switch r.Code {

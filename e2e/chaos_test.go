@@ -46,31 +46,43 @@ func TestChaosStartsKillsAndRecovers(t *testing.T) {
 					return
 				default:
 				}
-				r := e.run("recover", "--json")
-				assert.Equal(t, 0, r.Code, "recover during chaos: %s\n%s", r.Stderr, r.Stdout)
+				// assert, not require: this is not the test's goroutine.
+				r, err := e.tryRun("recover", "--json")
+				if assert.NoError(t, err) {
+					assert.Equal(t, 0, r.Code, "recover during chaos: %s\n%s", r.Stderr, r.Stdout)
+				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 	}
 
+	// Each goroutine reports here; the test asserts after wg.Wait().
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := e.start(nil, append([]string{"start", "--wait", fmt.Sprintf("c%d", i), "--"}, observerCmd(obs, "0.1")...)...)
+			p, err := e.tryStart(nil, append([]string{"start", "--wait", fmt.Sprintf("c%d", i), "--"}, observerCmd(obs, "0.1")...)...)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			if kill[i] == 0 {
-				p.wait(t, 60*time.Second)
+				_, errs[i] = p.tryWait(60 * time.Second)
 				return
 			}
 			time.Sleep(delays[i])
 			// Through os.Process, not the bare pid: if crew has already
 			// exited and been reaped, its pid may be anyone's by now.
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			p.wait(t, 10*time.Second)
+			_, errs[i] = p.tryWait(10 * time.Second)
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	// Orphaned commands (supervisor killed, command alive) finish in 0.1 s.
 	eventually(t, 20*time.Second, "every command to end", func() bool { return e.status().SlotsInUse == 0 })
 	close(stop)

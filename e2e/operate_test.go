@@ -229,16 +229,21 @@ func TestPruneKeepsActiveRuns(t *testing.T) {
 
 	// Prune while starts keep finishing and admitting.
 	var wg sync.WaitGroup
+	starts := make([]result, 10)
+	errs := make([]error, 10)
 	for i := range 10 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.run("start", fmt.Sprintf("new-%d", i), "--", "true")
+			starts[i], errs[i] = e.tryRun("start", fmt.Sprintf("new-%d", i), "--", "true")
 		}()
 	}
 	r := e.run("prune", "--keep", "5")
 	wg.Wait()
 	require.Equal(t, 0, r.Code, r.Stderr)
+	for i := range starts {
+		require.NoError(t, errs[i])
+	}
 	s := e.status()
 	assert.Len(t, s.Active, 3, "every active run survives")
 	for _, a := range s.Active {
