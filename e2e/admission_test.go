@@ -171,6 +171,7 @@ func TestStressNeverOverAdmits(t *testing.T) {
 	assert.LessOrEqual(t, maxSeen, 3, "over-admission seen by the commands themselves")
 	assert.Equal(t, admitted, started, "every admitted run's command ran, and only those")
 	assert.Positive(t, admitted)
+	assert.Positive(t, refused, "no start was refused, so the cap was never full and the check above proved nothing")
 	s := e.status()
 	assert.Equal(t, 0, s.SlotsInUse)
 	assert.Empty(t, s.Active)

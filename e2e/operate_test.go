@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -159,7 +161,10 @@ func TestStop(t *testing.T) {
 				require.Equal(t, fg.cmd.Process.Pid, run.SupervisorPID, "the supervisor is the crew start the test ran")
 				require.NoError(t, fg.cmd.Process.Signal(syscall.SIGKILL))
 				fg.wait(t, 10*time.Second)
-				eventually(t, 10*time.Second, "status to flag the orphan", func() bool { return e.status().Active[0].Orphaned })
+				eventually(t, 10*time.Second, "status to flag the orphan", func() bool {
+					a := e.status().Active
+					return len(a) == 1 && a[0].Orphaned
+				})
 			}
 
 			r := e.run("stop", "--grace", "300ms", "victim")
@@ -243,7 +248,14 @@ func TestPruneKeepsActiveRuns(t *testing.T) {
 	require.Equal(t, 0, r.Code, r.Stderr)
 	for i := range starts {
 		require.NoError(t, errs[i])
+		assert.Equal(t, 0, starts[i].Code, "a start beside prune: %s", starts[i].Stderr)
 	}
+	// 15 old runs and up to 10 new ones had finished: it removed at least
+	// the 10 old ones beyond the 5 kept (else it proved nothing).
+	m := regexp.MustCompile(`^removed (\d+) finished run\(s\)`).FindStringSubmatch(r.Stdout)
+	require.NotNil(t, m, "prune's report: %q", r.Stdout)
+	removed, _ := strconv.Atoi(m[1])
+	assert.GreaterOrEqual(t, removed, 10, "prune removed too little to have tested anything: %s", r.Stdout)
 	s := e.status()
 	assert.Len(t, s.Active, 3, "every active run survives")
 	for _, a := range s.Active {

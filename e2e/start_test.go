@@ -89,9 +89,12 @@ func TestSignalsAreForwardedAndRecorded(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			e := newEnv(t)
 			// sh starts a grandchild (sleep) and waits for it.
-			p := e.start(nil, "start", "sleeper", "--", "sh", "-c", "sleep 60 & wait")
+			started := filepath.Join(e.dir, "grandchild")
+			p := e.start(nil, "start", "sleeper", "--", "sh", "-c", `sleep 60 & echo $! > "$1"; wait`, "x", started)
 			run := e.activeRun("sleeper")
 			e.killRunAtCleanup(run)
+			// Else the signal might reach the group before it has a grandchild.
+			eventually(t, 10*time.Second, "the grandchild to start", func() bool { return exists(started) })
 			require.NoError(t, p.cmd.Process.Signal(sig))
 			r := p.wait(t, 10*time.Second)
 			assert.Equal(t, 128+int(sig), r.Code, r.Stderr)
@@ -111,9 +114,12 @@ func TestSignalsAreForwardedAndRecorded(t *testing.T) {
 // --grace.
 func TestGraceThenSIGKILL(t *testing.T) {
 	e := newEnv(t)
-	p := e.start(nil, "start", "--grace", "300ms", "stubborn", "--", "sh", "-c", `trap "" TERM; sleep 60 & wait; wait`)
+	started := filepath.Join(e.dir, "grandchild")
+	p := e.start(nil, "start", "--grace", "300ms", "stubborn", "--", "sh", "-c", `trap "" TERM; sleep 60 & echo $! > "$1"; wait; wait`, "x", started)
 	run := e.activeRun("stubborn")
 	e.killRunAtCleanup(run)
+	// Else SIGTERM might reach sh before its trap is set.
+	eventually(t, 10*time.Second, "the command to ignore SIGTERM and start its grandchild", func() bool { return exists(started) })
 	start := time.Now()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	r := p.wait(t, 10*time.Second)
