@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +21,12 @@ import (
 )
 
 // crewBin is built once, with failpoints compiled in; failpoints do
-// nothing unless CREW_FAILPOINT is set.
+// nothing unless CREW_FAILPOINT is set. Under -race it is built with
+// -race too. Benchmarks use plainCrew instead.
 var crewBin string
+
+// binDir holds the binaries the tests build; TestMain removes it.
+var binDir string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "crew-e2e-")
@@ -29,6 +34,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	binDir = dir
 	crewBin = filepath.Join(dir, "crew")
 	args := []string{"build", "-tags", "failpoints", "-o", crewBin}
 	if raceEnabled {
@@ -51,9 +57,49 @@ type result struct {
 	Code           int
 }
 
+// plain is crew as users build it, made by plainCrew.
+var plain struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// plainCrew builds crew as users get it (go build, no failpoints tag, no
+// race detector), once per test binary and only when first asked for, in
+// binDir, which TestMain removes. Benchmarks measure it, and
+// TestProductionBinaryHasNoFailpoints checks it.
+func plainCrew(tb testing.TB) string {
+	tb.Helper()
+	plain.once.Do(func() {
+		path := filepath.Join(binDir, "crew-plain")
+		if out, err := runGo("build", "-o", path, "../cmd/crew"); err != nil {
+			plain.err = fmt.Errorf("go build ../cmd/crew: %v\n%s", err, out)
+			return
+		}
+		// GOFLAGS in the environment could still have added -race or tags.
+		info, err := buildinfo.ReadFile(path)
+		if err != nil {
+			plain.err = err
+			return
+		}
+		for _, st := range info.Settings {
+			if (st.Key == "-race" && st.Value == "true") || (st.Key == "-tags" && st.Value != "") {
+				plain.err = fmt.Errorf("%s was built with %s=%s (GOFLAGS=%q?), not as users build it", path, st.Key, st.Value, os.Getenv("GOFLAGS"))
+				return
+			}
+		}
+		plain.path = path
+	})
+	if plain.err != nil {
+		tb.Fatal(plain.err)
+	}
+	return plain.path
+}
+
 // env is a test's state root and the environment crew runs with.
 type env struct {
 	t    *testing.T
+	bin  string // the crew binary: crewBin, or plainCrew for benchmarks
 	root string
 	dir  string // scratch directory for gates, observer files and scripts
 }
@@ -61,7 +107,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	base := t.TempDir()
-	e := &env{t: t, root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
+	e := &env{t: t, bin: crewBin, root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
 	require.NoError(t, os.MkdirAll(e.dir, 0o700))
 	return e
 }
@@ -82,7 +128,7 @@ func (e *env) environ(extra ...string) []string {
 }
 
 func (e *env) command(extraEnv []string, args ...string) *exec.Cmd {
-	cmd := exec.Command(crewBin, args...)
+	cmd := exec.Command(e.bin, args...)
 	cmd.Env = e.environ(extraEnv...)
 	cmd.Dir = e.dir
 	return cmd

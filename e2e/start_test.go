@@ -155,10 +155,9 @@ func TestSignalWhileWaitingForTheLock(t *testing.T) {
 
 // TestProductionBinaryHasNoFailpoints: failpoints exist only under the
 // failpoints build tag.
+// The production build checked is the one the benchmarks measure.
 func TestProductionBinaryHasNoFailpoints(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "crew-prod")
-	out, err := runGo("build", "-o", bin, "../cmd/crew")
-	require.NoError(t, err, out)
+	bin := plainCrew(t) // go build -o ... ../cmd/crew
 	data, err := os.ReadFile(bin)
 	require.NoError(t, err)
 	assert.NotContains(t, string(data), "CREW_FAILPOINT", "production build contains failpoint code")

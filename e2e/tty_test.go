@@ -36,7 +36,7 @@ func (e *env) onTTY(t *testing.T, input func(w io.Writer), args ...string) strin
 // tryOnTTY is onTTY for any goroutine: it never fails the test itself
 // (input must not either).
 func (e *env) tryOnTTY(input func(w io.Writer), args ...string) (string, error) {
-	quoted := []string{crewBin}
+	quoted := []string{e.bin}
 	for _, a := range args {
 		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
 	}
