@@ -135,7 +135,11 @@ func maxConcurrency(t *testing.T, file string) (maxSeen, started int) {
 // TestStressNeverOverAdmits fires 100 concurrent starts at a cap of 3. The
 // commands' own start/end records never show more than 3 at once, every
 // refusal is exit 75, and every admitted run's command ran.
-func TestStressNeverOverAdmits(t *testing.T) {
+func TestStressNeverOverAdmits(t *testing.T) { stressNeverOverAdmits(t) }
+
+// stressNeverOverAdmits is one round of TestStressNeverOverAdmits (TestSoak
+// runs it again and again).
+func stressNeverOverAdmits(t *testing.T) {
 	e := newEnv(t)
 	e.initMax(3)
 	obs := filepath.Join(e.dir, "observer")

@@ -111,7 +111,11 @@ func TestQueueIsFIFO(t *testing.T) {
 
 // TestQueueNeverOverAdmits: 64 waiting starts at a cap of 4; the commands'
 // own observer never sees more than 4 at once, and all 64 run.
-func TestQueueNeverOverAdmits(t *testing.T) {
+func TestQueueNeverOverAdmits(t *testing.T) { queueNeverOverAdmits(t) }
+
+// queueNeverOverAdmits is one round of TestQueueNeverOverAdmits (TestSoak
+// runs it again and again).
+func queueNeverOverAdmits(t *testing.T) {
 	e := newEnv(t)
 	e.initMax(4)
 	obs := filepath.Join(e.dir, "observer")
