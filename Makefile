@@ -5,7 +5,7 @@ PKGS := ./...
 BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test vet unit e2e cross fuzz bench bench-check clean
+.PHONY: all build test vet unit e2e soak cross fuzz bench bench-check clean
 
 all: build
 
@@ -33,6 +33,16 @@ unit:
 
 e2e:
 	$(GO) test -race -count=1 -v ./e2e/
+
+# Soak: the e2e stress, queue and chaos tests round after round for
+# SOAKTIME (make soak SOAKTIME=1h; SOAKTIMEOUT must exceed it). Not part of
+# `make test`, which runs each of them once. CREW_CHAOS_SEED=N replays a
+# chaos seed in every round.
+SOAKTIME ?= 10m
+SOAKTIMEOUT ?= 1h
+soak:
+	CREW_SOAK=1 $(GO) test -race -count=1 -run 'Regression' ./internal/dispatch/
+	CREW_SOAK=1 CREW_SOAK_DURATION=$(SOAKTIME) $(GO) test -race -count=1 -timeout $(SOAKTIMEOUT) -run '^TestSoak$$' -v ./e2e/
 
 fuzz:
 	$(GO) test ./internal/record/ -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 20s

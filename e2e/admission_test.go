@@ -135,21 +135,29 @@ func maxConcurrency(t *testing.T, file string) (maxSeen, started int) {
 // TestStressNeverOverAdmits fires 100 concurrent starts at a cap of 3. The
 // commands' own start/end records never show more than 3 at once, every
 // refusal is exit 75, and every admitted run's command ran.
-func TestStressNeverOverAdmits(t *testing.T) {
+func TestStressNeverOverAdmits(t *testing.T) { stressNeverOverAdmits(t) }
+
+// stressNeverOverAdmits is one round of TestStressNeverOverAdmits (TestSoak
+// runs it again and again).
+func stressNeverOverAdmits(t *testing.T) {
 	e := newEnv(t)
 	e.initMax(3)
 	obs := filepath.Join(e.dir, "observer")
 	const n = 100
 	var wg sync.WaitGroup
 	results := make([]result, n)
+	errs := make([]error, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = e.run(append([]string{"start", "--lock-timeout", "60s", fmt.Sprintf("job-%d", i), "--"}, observerCmd(obs, "0.05")...)...)
+			results[i], errs[i] = e.tryRun(append([]string{"start", "--lock-timeout", "60s", fmt.Sprintf("job-%d", i), "--"}, observerCmd(obs, "0.05")...)...)
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	admitted, refused := 0, 0
 	for _, r := range results {
 		switch r.Code {
@@ -167,6 +175,7 @@ func TestStressNeverOverAdmits(t *testing.T) {
 	assert.LessOrEqual(t, maxSeen, 3, "over-admission seen by the commands themselves")
 	assert.Equal(t, admitted, started, "every admitted run's command ran, and only those")
 	assert.Positive(t, admitted)
+	assert.Positive(t, refused, "no start was refused, so the cap was never full and the check above proved nothing")
 	s := e.status()
 	assert.Equal(t, 0, s.SlotsInUse)
 	assert.Empty(t, s.Active)
@@ -180,15 +189,17 @@ func TestSelfHealingAfterSIGKILL(t *testing.T) {
 	gate, _ := e.gate("never")
 	victim := e.start(nil, append([]string{"start", "victim", "--"}, waitCmd(gate)...)...)
 	run := e.activeRun("victim")
-	killGroupAtCleanup(t, run.PGID)
+	e.killRunAtCleanup(run)
+	require.Equal(t, victim.cmd.Process.Pid, run.SupervisorPID, "the supervisor is the crew start the test ran")
+	task, group := e.proveRunTask(run), e.proveRunGroup(run)
 
 	r := e.run("start", "other", "--", "true")
 	require.Equal(t, 75, r.Code, "the slot is held while the victim lives: %s", r.Stderr)
 
-	require.NoError(t, syscall.Kill(run.SupervisorPID, syscall.SIGKILL))
-	require.NoError(t, syscall.Kill(-run.PGID, syscall.SIGKILL))
+	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, group.signal(syscall.SIGKILL))
 	victim.wait(t, 10*time.Second)
-	eventually(t, 10*time.Second, "the command to be reaped", func() bool { return !processAlive(run.TaskPID) })
+	eventually(t, 10*time.Second, "the command to be reaped", func() bool { return !task.alive() })
 
 	r = e.run("start", "other", "--", "true")
 	require.Equal(t, 0, r.Code, "the next start is admitted at once: %s", r.Stderr)
@@ -210,11 +221,13 @@ func TestSupervisorKilledCommandKeepsSlot(t *testing.T) {
 	gate, openGate := e.gate("release")
 	victim := e.start(nil, append([]string{"start", "victim", "--"}, waitCmd(gate)...)...)
 	run := e.activeRun("victim")
-	killGroupAtCleanup(t, run.PGID)
+	e.killRunAtCleanup(run)
+	require.Equal(t, victim.cmd.Process.Pid, run.SupervisorPID, "the supervisor is the crew start the test ran")
+	task := e.proveRunTask(run)
 
-	require.NoError(t, syscall.Kill(run.SupervisorPID, syscall.SIGKILL))
+	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
 	victim.wait(t, 10*time.Second)
-	require.True(t, processAlive(run.TaskPID), "the command outlives its supervisor")
+	require.True(t, task.alive(), "the command outlives its supervisor")
 
 	r := e.run("start", "other", "--", "true")
 	require.Equal(t, 75, r.Code, "an orphaned command still holds its slot: %s", r.Stderr)
@@ -225,7 +238,7 @@ func TestSupervisorKilledCommandKeepsSlot(t *testing.T) {
 	assert.True(t, s.Active[0].OwnerAlive)
 
 	openGate()
-	eventually(t, 10*time.Second, "the command to exit", func() bool { return !processAlive(run.TaskPID) })
+	eventually(t, 10*time.Second, "the command to exit", func() bool { return !task.alive() })
 	eventually(t, 10*time.Second, "the slot to free itself", func() bool { return e.status().SlotsInUse == 0 })
 	r = e.run("start", "other", "--", "true")
 	require.Equal(t, 0, r.Code, r.Stderr)

@@ -1,10 +1,13 @@
 package e2e
 
-// Whole-process benchmarks of the real binary. Run with `make bench` (or
+// Whole-process benchmarks of the real binary as users build it (plainCrew:
+// no failpoints, no race detector, even under `go test -race`), built only
+// when a benchmark runs. Run with `make bench` (or
 // `go test -run '^$' -bench . ./e2e/`); nothing here asserts a time.
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,19 +22,70 @@ import (
 
 func benchEnv(b *testing.B) *env {
 	base := b.TempDir()
-	e := &env{root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
+	e := &env{bin: plainCrew(b), root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
 	if err := os.MkdirAll(e.dir, 0o700); err != nil {
 		b.Fatal(err)
 	}
 	return e
 }
 
-func (e *env) benchRun(b *testing.B, args ...string) {
-	cmd := exec.Command(crewBin, args...)
+// crew is a command running the benchmarked crew binary.
+func (e *env) crew(args ...string) *exec.Cmd {
+	cmd := exec.Command(e.bin, args...)
 	cmd.Env = e.environ()
-	if out, err := cmd.CombinedOutput(); err != nil {
+	return cmd
+}
+
+func (e *env) benchRun(b *testing.B, args ...string) {
+	if out, err := e.crew(args...).CombinedOutput(); err != nil {
 		b.Fatalf("crew %v: %v\n%s", args, err, out)
 	}
+}
+
+// benchWaitFor polls `crew status --json` until cond holds, or fails the
+// benchmark: one that went on regardless would measure something else.
+func (e *env) benchWaitFor(b *testing.B, what string, cond func(statusJSON, queueJSON) bool) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := e.crew("status", "--json").Output()
+		if err != nil {
+			b.Fatalf("crew status: %v", err)
+		}
+		var s statusJSON
+		var q queueJSON
+		if err := json.Unmarshal(out, &s); err != nil {
+			b.Fatal(err)
+		}
+		if err := json.Unmarshal(out, &q); err != nil {
+			b.Fatal(err)
+		}
+		if cond(s, q) {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startHolder starts a run that holds the only slot until its gate opens
+// (at the latest when the benchmark ends), and waits until it runs.
+func (e *env) startHolder(b *testing.B) (cmd *exec.Cmd, gate string) {
+	gate = filepath.Join(e.dir, "gate")
+	b.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) })
+	cmd = e.crew(append([]string{"start", "holder", "--"}, waitCmd(gate)...)...)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	e.benchWaitFor(b, "the holder to run", func(s statusJSON, _ queueJSON) bool {
+		return len(s.Active) == 1 && s.Active[0].State == "running"
+	})
+	return cmd, gate
+}
+
+func inLine(n int) func(statusJSON, queueJSON) bool {
+	return func(_ statusJSON, q queueJSON) bool { return len(q.Queue) == n }
 }
 
 // BenchmarkStartTrue is `crew start t -- true`, end to end: admission,
@@ -97,28 +151,25 @@ func BenchmarkQueueHandoff(b *testing.B) {
 		e := benchEnv(b)
 		e.benchRun(b, "init", "--max", "1")
 		obs := filepath.Join(e.dir, "observer")
-		gate := filepath.Join(e.dir, "gate")
-		holder := exec.Command(crewBin, append([]string{"start", "holder", "--"}, waitCmd(gate)...)...)
-		holder.Env = e.environ()
-		if err := holder.Start(); err != nil {
-			b.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond)
+		holder, gate := e.startHolder(b)
+		const n = 32
 		var wg sync.WaitGroup
-		for i := range 32 {
+		for i := range n {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cmd := exec.Command(crewBin, append([]string{"start", "--wait", fmt.Sprintf("w%d", i), "--"}, observerCmd(obs, "0.02")...)...)
-				cmd.Env = e.environ()
-				_ = cmd.Run()
+				_ = e.crew(append([]string{"start", "--wait", fmt.Sprintf("w%d", i), "--"}, observerCmd(obs, "0.02")...)...).Run()
 			}()
 		}
-		time.Sleep(2 * time.Second) // everyone in line
+		time.Sleep(2 * time.Second) // everyone in line ...
+		e.benchWaitFor(b, "every waiter to be in line", inLine(n))
 		_ = os.WriteFile(gate, nil, 0o600)
 		_ = holder.Wait()
 		wg.Wait()
 		starts, ends := readObserver(b, obs)
+		if len(starts) != n {
+			b.Fatalf("%d of %d waiters ran", len(starts), n)
+		}
 		var lat []float64
 		for i := 1; i < len(starts) && i-1 < len(ends); i++ {
 			lat = append(lat, float64(starts[i]-ends[i-1])/1e6)
@@ -142,9 +193,7 @@ func BenchmarkQueueMakespan(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cmd := exec.Command(crewBin, "start", "--wait", fmt.Sprintf("j%d", i), "--", "sleep", "0.2")
-				cmd.Env = e.environ()
-				_ = cmd.Run()
+				_ = e.crew("start", "--wait", fmt.Sprintf("j%d", i), "--", "sleep", "0.2").Run()
 			}()
 		}
 		wg.Wait()
@@ -164,23 +213,18 @@ func BenchmarkIdleWaiters(b *testing.B) {
 	for range b.N {
 		e := benchEnv(b)
 		e.benchRun(b, "init", "--max", "1")
-		gate := filepath.Join(e.dir, "gate")
-		holder := exec.Command(crewBin, append([]string{"start", "holder", "--"}, waitCmd(gate)...)...)
-		holder.Env = e.environ()
-		if err := holder.Start(); err != nil {
-			b.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond)
+		holder, gate := e.startHolder(b)
+		const n = 64
 		var waiters []*exec.Cmd
-		for i := range 64 {
-			cmd := exec.Command(crewBin, "start", "--wait", fmt.Sprintf("w%d", i), "--", "true")
-			cmd.Env = e.environ()
+		for i := range n {
+			cmd := e.crew("start", "--wait", fmt.Sprintf("w%d", i), "--", "true")
 			if err := cmd.Start(); err != nil {
 				b.Fatal(err)
 			}
 			waiters = append(waiters, cmd)
 		}
-		time.Sleep(2 * time.Second) // settled in line
+		time.Sleep(2 * time.Second) // settled in line ...
+		e.benchWaitFor(b, "every waiter to be in line", inLine(n))
 		cpu0 := 0.0
 		for _, w := range waiters {
 			cpu0 += procCPU(w.Process.Pid, tick)

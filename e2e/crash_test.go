@@ -175,6 +175,10 @@ func crashAndCheck(t *testing.T, step crashStep, recoverFirst bool) {
 			id = strings.TrimSuffix(files[0], ".lock")
 			id = strings.TrimSuffix(id, ".supervisor")
 		}
+		if step.recoverOutcome != "" {
+			// Else outcomesFor("") below would look at items of no run.
+			require.NotEmpty(t, id, "a kill at %s leaves the run's owner lock files", step.name)
+		}
 	}
 
 	if step.orphan {

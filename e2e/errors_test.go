@@ -122,10 +122,11 @@ func TestCorruptActiveRecord(t *testing.T) {
 		e, path := setup(t)
 		lock := filepath.Join(e.root, "owners", id+".lock")
 		holder := exec.Command("flock", lock, "sleep", "60")
-		// flock runs sleep as its child: kill the whole group at the end.
+		// flock runs sleep as its child: kill the whole group at the end
+		// (before waiting for flock, which keeps the group id ours).
 		holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		require.NoError(t, holder.Start())
-		t.Cleanup(func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() })
+		t.Cleanup(func() { _ = killChildGroup(holder, syscall.SIGKILL); _ = holder.Wait() })
 		eventually(t, 5*time.Second, "flock to hold the owner lock", func() bool {
 			s := e.status()
 			return len(s.Problems) == 1 && s.Problems[0].HoldsSlot

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +21,12 @@ import (
 )
 
 // crewBin is built once, with failpoints compiled in; failpoints do
-// nothing unless CREW_FAILPOINT is set.
+// nothing unless CREW_FAILPOINT is set. Under -race it is built with
+// -race too. Benchmarks use plainCrew instead.
 var crewBin string
+
+// binDir holds the binaries the tests build; TestMain removes it.
+var binDir string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "crew-e2e-")
@@ -29,6 +34,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	binDir = dir
 	crewBin = filepath.Join(dir, "crew")
 	args := []string{"build", "-tags", "failpoints", "-o", crewBin}
 	if raceEnabled {
@@ -51,9 +57,49 @@ type result struct {
 	Code           int
 }
 
+// plain is crew as users build it, made by plainCrew.
+var plain struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// plainCrew builds crew as users get it (go build, no failpoints tag, no
+// race detector), once per test binary and only when first asked for, in
+// binDir, which TestMain removes. Benchmarks measure it, and
+// TestProductionBinaryHasNoFailpoints checks it.
+func plainCrew(tb testing.TB) string {
+	tb.Helper()
+	plain.once.Do(func() {
+		path := filepath.Join(binDir, "crew-plain")
+		if out, err := runGo("build", "-o", path, "../cmd/crew"); err != nil {
+			plain.err = fmt.Errorf("go build ../cmd/crew: %v\n%s", err, out)
+			return
+		}
+		// GOFLAGS in the environment could still have added -race or tags.
+		info, err := buildinfo.ReadFile(path)
+		if err != nil {
+			plain.err = err
+			return
+		}
+		for _, st := range info.Settings {
+			if (st.Key == "-race" && st.Value == "true") || (st.Key == "-tags" && st.Value != "") {
+				plain.err = fmt.Errorf("%s was built with %s=%s (GOFLAGS=%q?), not as users build it", path, st.Key, st.Value, os.Getenv("GOFLAGS"))
+				return
+			}
+		}
+		plain.path = path
+	})
+	if plain.err != nil {
+		tb.Fatal(plain.err)
+	}
+	return plain.path
+}
+
 // env is a test's state root and the environment crew runs with.
 type env struct {
 	t    *testing.T
+	bin  string // the crew binary: crewBin, or plainCrew for benchmarks
 	root string
 	dir  string // scratch directory for gates, observer files and scripts
 }
@@ -61,7 +107,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	base := t.TempDir()
-	e := &env{t: t, root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
+	e := &env{t: t, bin: crewBin, root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
 	require.NoError(t, os.MkdirAll(e.dir, 0o700))
 	return e
 }
@@ -82,17 +128,31 @@ func (e *env) environ(extra ...string) []string {
 }
 
 func (e *env) command(extraEnv []string, args ...string) *exec.Cmd {
-	cmd := exec.Command(crewBin, args...)
+	cmd := exec.Command(e.bin, args...)
 	cmd.Env = e.environ(extraEnv...)
 	cmd.Dir = e.dir
 	return cmd
 }
 
-// run runs crew to completion.
-func (e *env) run(args ...string) result { return e.runEnv(nil, args...) }
+// run runs crew to completion. It fails the test if crew cannot be run at
+// all, so call it only from the test's goroutine; goroutines use tryRun.
+func (e *env) run(args ...string) result {
+	e.t.Helper()
+	return e.runEnv(nil, args...)
+}
 
 func (e *env) runEnv(extraEnv []string, args ...string) result {
 	e.t.Helper()
+	r, err := e.tryRunEnv(extraEnv, args...)
+	require.NoError(e.t, err)
+	return r
+}
+
+// tryRun runs crew to completion and never fails the test itself: err
+// says why crew could not be run at all. Any goroutine may call it.
+func (e *env) tryRun(args ...string) (result, error) { return e.tryRunEnv(nil, args...) }
+
+func (e *env) tryRunEnv(extraEnv []string, args ...string) (result, error) {
 	cmd := e.command(extraEnv, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -104,10 +164,10 @@ func (e *env) runEnv(extraEnv []string, args ...string) result {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			code = 128 + int(ws.Signal())
 		}
-	} else {
-		require.NoError(e.t, err)
+	} else if err != nil {
+		return result{}, fmt.Errorf("run crew %v: %w", args, err)
 	}
-	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}, nil
 }
 
 // proc is a crew process running in the background.
@@ -135,14 +195,24 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// start runs crew in the background; the test's cleanup kills it (and the
-// process group of any command it started) if it is still running.
+// start runs crew in the background; the test's cleanup kills it if it is
+// still running. Call it from the test's goroutine; goroutines use
+// tryStart.
 func (e *env) start(extraEnv []string, args ...string) *proc {
 	e.t.Helper()
+	p, err := e.tryStart(extraEnv, args...)
+	require.NoError(e.t, err)
+	return p
+}
+
+// tryStart is start for any goroutine: it never fails the test itself.
+func (e *env) tryStart(extraEnv []string, args ...string) (*proc, error) {
 	cmd := e.command(extraEnv, args...)
 	p := &proc{cmd: cmd, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.errb
-	require.NoError(e.t, cmd.Start())
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start crew %v: %w", args, err)
+	}
 	go func() {
 		err := cmd.Wait()
 		p.res = result{Stdout: p.out.String(), Stderr: p.errb.String()}
@@ -159,22 +229,32 @@ func (e *env) start(extraEnv []string, args ...string) *proc {
 		select {
 		case <-p.done:
 		default:
+			// Our own child: os.Process signals it and nobody else.
 			_ = cmd.Process.Kill()
 			<-p.done
 		}
 	})
-	return p
+	return p, nil
 }
 
-// wait waits for the process to exit.
+// wait waits for the process to exit. Call it from the test's goroutine;
+// goroutines use tryWait.
 func (p *proc) wait(t *testing.T, timeout time.Duration) result {
 	t.Helper()
+	r, err := p.tryWait(timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tryWait is wait for any goroutine: it never fails the test itself.
+func (p *proc) tryWait(timeout time.Duration) (result, error) {
 	select {
 	case <-p.done:
-		return p.res
+		return p.res, nil
 	case <-time.After(timeout):
-		t.Fatalf("crew %v did not exit within %s; stderr so far:\n%s", p.cmd.Args[1:], timeout, p.errb.String())
-		return result{}
+		return result{}, fmt.Errorf("crew %v did not exit within %s; stderr so far:\n%s", p.cmd.Args[1:], timeout, p.errb.String())
 	}
 }
 
@@ -285,32 +365,6 @@ func (e *env) initMax(n int) {
 	e.t.Helper()
 	r := e.run("init", "--max", fmt.Sprint(n))
 	require.Equal(e.t, 0, r.Code, r.Stderr)
-}
-
-// processAlive reports whether pid exists and is not a zombie.
-func processAlive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true // not Linux: trust kill(0)
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
-// killGroupAtCleanup makes sure a command's process group is gone at the
-// end of the test, whatever crew did.
-func killGroupAtCleanup(t *testing.T, pgid int) {
-	t.Cleanup(func() {
-		if pgid > 0 {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-	})
 }
 
 func runGo(args ...string) (string, error) {

@@ -3,11 +3,14 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,19 +23,30 @@ import (
 
 var runIDPattern = `^r-\d{8}T\d{6}\.\d{9}Z-[0-9a-f]{16}$`
 
-// killDetachedAtCleanup kills whatever a detached run left, by the
-// process groups in its record.
+// killDetachedAtCleanup kills whatever a detached run left: the process
+// group and the supervisor its record names, each only if it proves then
+// to be this run's (the group) or this test's (the supervisor).
 func (e *env) killDetachedAtCleanup(id string) {
-	e.t.Cleanup(func() {
-		r := e.run("status", "--json", id)
+	t := e.t
+	t.Cleanup(func() {
+		r, err := e.tryRun("status", "--json", id)
 		var v runJSON
-		if r.Code == 0 && json.Unmarshal([]byte(r.Stdout), &v) == nil {
-			if v.PGID > 0 {
-				_ = syscall.Kill(-v.PGID, syscall.SIGKILL)
+		if err != nil || r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &v) != nil {
+			t.Logf("clean-up cannot read run %s, so kills nothing of it: %v %s", id, err, r.Stderr)
+			return
+		}
+		if v.PGID != 0 {
+			if g, err := newGroup(v.PGID, runIdentity(id)); err != nil {
+				t.Logf("not killing process group %d of run %s: %v", v.PGID, id, err)
+			} else {
+				if err := g.signal(syscall.SIGKILL); err != nil && !errors.Is(err, errGone) {
+					t.Logf("not killing process group %d of run %s: %v", v.PGID, id, err)
+				}
+				g.release()
 			}
-			if v.SupervisorAlive && v.SupervisorPID > 0 {
-				_ = syscall.Kill(v.SupervisorPID, syscall.SIGKILL)
-			}
+		}
+		if v.SupervisorAlive && v.SupervisorPID != 0 {
+			killProven(t, "the supervisor of run "+id, v.SupervisorPID, e.crewIdentity())
 		}
 	})
 }
@@ -141,12 +155,16 @@ func TestStop(t *testing.T) {
 				id = e.activeRun("victim").RunID
 			}
 			run := e.activeRun("victim")
-			killGroupAtCleanup(t, run.PGID)
+			e.killRunAtCleanup(run)
 			eventually(t, 10*time.Second, "the grandchild to start", func() bool { return exists(pidFile) })
 			if mode == "orphan" {
-				require.NoError(t, syscall.Kill(run.SupervisorPID, syscall.SIGKILL))
+				require.Equal(t, fg.cmd.Process.Pid, run.SupervisorPID, "the supervisor is the crew start the test ran")
+				require.NoError(t, fg.cmd.Process.Signal(syscall.SIGKILL))
 				fg.wait(t, 10*time.Second)
-				eventually(t, 10*time.Second, "status to flag the orphan", func() bool { return e.status().Active[0].Orphaned })
+				eventually(t, 10*time.Second, "status to flag the orphan", func() bool {
+					a := e.status().Active
+					return len(a) == 1 && a[0].Orphaned
+				})
 			}
 
 			r := e.run("stop", "--grace", "300ms", "victim")
@@ -216,16 +234,28 @@ func TestPruneKeepsActiveRuns(t *testing.T) {
 
 	// Prune while starts keep finishing and admitting.
 	var wg sync.WaitGroup
+	starts := make([]result, 10)
+	errs := make([]error, 10)
 	for i := range 10 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.run("start", fmt.Sprintf("new-%d", i), "--", "true")
+			starts[i], errs[i] = e.tryRun("start", fmt.Sprintf("new-%d", i), "--", "true")
 		}()
 	}
 	r := e.run("prune", "--keep", "5")
 	wg.Wait()
 	require.Equal(t, 0, r.Code, r.Stderr)
+	for i := range starts {
+		require.NoError(t, errs[i])
+		assert.Equal(t, 0, starts[i].Code, "a start beside prune: %s", starts[i].Stderr)
+	}
+	// 15 old runs and up to 10 new ones had finished: it removed at least
+	// the 10 old ones beyond the 5 kept (else it proved nothing).
+	m := regexp.MustCompile(`^removed (\d+) finished run\(s\)`).FindStringSubmatch(r.Stdout)
+	require.NotNil(t, m, "prune's report: %q", r.Stdout)
+	removed, _ := strconv.Atoi(m[1])
+	assert.GreaterOrEqual(t, removed, 10, "prune removed too little to have tested anything: %s", r.Stdout)
 	s := e.status()
 	assert.Len(t, s.Active, 3, "every active run survives")
 	for _, a := range s.Active {

@@ -111,21 +111,29 @@ func TestQueueIsFIFO(t *testing.T) {
 
 // TestQueueNeverOverAdmits: 64 waiting starts at a cap of 4; the commands'
 // own observer never sees more than 4 at once, and all 64 run.
-func TestQueueNeverOverAdmits(t *testing.T) {
+func TestQueueNeverOverAdmits(t *testing.T) { queueNeverOverAdmits(t) }
+
+// queueNeverOverAdmits is one round of TestQueueNeverOverAdmits (TestSoak
+// runs it again and again).
+func queueNeverOverAdmits(t *testing.T) {
 	e := newEnv(t)
 	e.initMax(4)
 	obs := filepath.Join(e.dir, "observer")
 	const n = 64
 	var wg sync.WaitGroup
 	results := make([]result, n)
+	errs := make([]error, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = e.run(append([]string{"start", "--wait", fmt.Sprintf("job-%d", i), "--"}, observerCmd(obs, "0.05")...)...)
+			results[i], errs[i] = e.tryRun(append([]string{"start", "--wait", fmt.Sprintf("job-%d", i), "--"}, observerCmd(obs, "0.05")...)...)
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	for i, r := range results {
 		assert.Equal(t, 0, r.Code, "job-%d: %s", i, r.Stderr)
 	}
@@ -298,18 +306,24 @@ func TestPools(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	codes := make([]int, 6)
+	errs := make([]error, 6)
 	for i := range 6 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var r result
 			if i < 3 {
-				codes[i] = e.run(append([]string{"start", "--wait", "--pool", "deploy", fmt.Sprintf("deploy:%d", i), "--"}, cmd("d")...)...).Code
+				r, errs[i] = e.tryRun(append([]string{"start", "--wait", "--pool", "deploy", fmt.Sprintf("deploy:%d", i), "--"}, cmd("d")...)...)
 			} else {
-				codes[i] = e.run(append([]string{"start", "--wait", fmt.Sprintf("test-%d", i), "--"}, other()...)...).Code
+				r, errs[i] = e.tryRun(append([]string{"start", "--wait", fmt.Sprintf("test-%d", i), "--"}, other()...)...)
 			}
+			codes[i] = r.Code
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	assert.Equal(t, []int{0, 0, 0, 0, 0, 0}, codes)
 	deployMax, deploys := maxConcurrency(t, obsDeploy)
 	allMax, all := maxConcurrency(t, obsAll)

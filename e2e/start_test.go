@@ -89,9 +89,12 @@ func TestSignalsAreForwardedAndRecorded(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			e := newEnv(t)
 			// sh starts a grandchild (sleep) and waits for it.
-			p := e.start(nil, "start", "sleeper", "--", "sh", "-c", "sleep 60 & wait")
+			started := filepath.Join(e.dir, "grandchild")
+			p := e.start(nil, "start", "sleeper", "--", "sh", "-c", `sleep 60 & echo $! > "$1"; wait`, "x", started)
 			run := e.activeRun("sleeper")
-			killGroupAtCleanup(t, run.PGID)
+			e.killRunAtCleanup(run)
+			// Else the signal might reach the group before it has a grandchild.
+			eventually(t, 10*time.Second, "the grandchild to start", func() bool { return exists(started) })
 			require.NoError(t, p.cmd.Process.Signal(sig))
 			r := p.wait(t, 10*time.Second)
 			assert.Equal(t, 128+int(sig), r.Code, r.Stderr)
@@ -111,9 +114,12 @@ func TestSignalsAreForwardedAndRecorded(t *testing.T) {
 // --grace.
 func TestGraceThenSIGKILL(t *testing.T) {
 	e := newEnv(t)
-	p := e.start(nil, "start", "--grace", "300ms", "stubborn", "--", "sh", "-c", `trap "" TERM; sleep 60 & wait; wait`)
+	started := filepath.Join(e.dir, "grandchild")
+	p := e.start(nil, "start", "--grace", "300ms", "stubborn", "--", "sh", "-c", `trap "" TERM; sleep 60 & echo $! > "$1"; wait; wait`, "x", started)
 	run := e.activeRun("stubborn")
-	killGroupAtCleanup(t, run.PGID)
+	e.killRunAtCleanup(run)
+	// Else SIGTERM might reach sh before its trap is set.
+	eventually(t, 10*time.Second, "the command to ignore SIGTERM and start its grandchild", func() bool { return exists(started) })
 	start := time.Now()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	r := p.wait(t, 10*time.Second)
@@ -149,10 +155,9 @@ func TestSignalWhileWaitingForTheLock(t *testing.T) {
 
 // TestProductionBinaryHasNoFailpoints: failpoints exist only under the
 // failpoints build tag.
+// The production build checked is the one the benchmarks measure.
 func TestProductionBinaryHasNoFailpoints(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "crew-prod")
-	out, err := runGo("build", "-o", bin, "../cmd/crew")
-	require.NoError(t, err, out)
+	bin := plainCrew(t) // go build -o ... ../cmd/crew
 	data, err := os.ReadFile(bin)
 	require.NoError(t, err)
 	assert.NotContains(t, string(data), "CREW_FAILPOINT", "production build contains failpoint code")

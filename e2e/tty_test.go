@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os/exec"
 	"strings"
@@ -13,14 +14,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// onTTY runs crew inside a pseudo-terminal (util-linux script), feeding
-// input to the terminal, and returns what the terminal showed.
-func (e *env) onTTY(t *testing.T, input func(w io.Writer), args ...string) string {
+// needScript skips the test where script(1) is missing.
+func needScript(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("script"); err != nil {
 		t.Skip("script(1) from util-linux is needed to run crew on a terminal")
 	}
-	quoted := []string{crewBin}
+}
+
+// onTTY runs crew inside a pseudo-terminal (util-linux script), feeding
+// input to the terminal, and returns what the terminal showed. Call it
+// from the test's goroutine; goroutines use tryOnTTY.
+func (e *env) onTTY(t *testing.T, input func(w io.Writer), args ...string) string {
+	t.Helper()
+	needScript(t)
+	out, err := e.tryOnTTY(input, args...)
+	require.NoError(t, err)
+	return out
+}
+
+// tryOnTTY is onTTY for any goroutine: it never fails the test itself
+// (input must not either).
+func (e *env) tryOnTTY(input func(w io.Writer), args ...string) (string, error) {
+	quoted := []string{e.bin}
 	for _, a := range args {
 		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
 	}
@@ -30,16 +46,22 @@ func (e *env) onTTY(t *testing.T, input func(w io.Writer), args ...string) strin
 	cmd.Env = e.environ()
 	cmd.Dir = e.dir
 	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
+	if err != nil {
+		return "", err
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
 	input(stdin)
 	err = cmd.Wait()
-	require.NoError(t, ctx.Err(), "crew on a terminal hung; output:\n%s", out.String())
+	if ctx.Err() != nil {
+		return out.String(), fmt.Errorf("crew on a terminal hung (%w); output:\n%s", ctx.Err(), out.String())
+	}
 	_ = err // script's own exit status is not crew's on every util-linux version
 	_ = stdin.Close()
-	return out.String()
+	return out.String(), nil
 }
 
 // TestTerminalCommandOwnsTheTerminal: on a terminal, the command's process
@@ -83,16 +105,24 @@ func TestTerminalCommandOwnsTheTerminal(t *testing.T) {
 func TestWaitLineOnTerminal(t *testing.T) {
 	e := newEnv(t)
 	e.initMax(1)
+	needScript(t)
 	release, holder := e.holdSlot("holder")
-	done := make(chan string, 1)
+	type ttyResult struct {
+		out string
+		err error
+	}
+	done := make(chan ttyResult, 1)
 	go func() {
-		done <- e.onTTY(t, func(w io.Writer) { time.Sleep(2500 * time.Millisecond) }, "start", "--wait", "waiter", "--", "true")
+		out, err := e.tryOnTTY(func(w io.Writer) { time.Sleep(2500 * time.Millisecond) }, "start", "--wait", "waiter", "--", "true")
+		done <- ttyResult{out, err}
 	}()
 	e.waitQueued("waiter")
 	time.Sleep(1500 * time.Millisecond) // let the line refresh at least once
 	release()
 	holder.wait(t, 10*time.Second)
-	out := <-done
+	res := <-done
+	require.NoError(t, res.err)
+	out := res.out
 	assert.Contains(t, out, "\r\x1b[Kcrew: waiting for a slot: 1st in line, 1/1 slots busy (oldest: holder r-")
 	assert.GreaterOrEqual(t, strings.Count(out, "\r\x1b[K"), 2, "the line was redrawn in place")
 	assert.Contains(t, out, "crew: admitted r-")
