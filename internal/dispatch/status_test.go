@@ -1,9 +1,11 @@
 package dispatch_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,4 +199,36 @@ func TestStatusCorruptConfig(t *testing.T) {
 	var cfgErr *runstore.ConfigError
 	require.ErrorAs(t, err, &cfgErr)
 	assert.Equal(t, lay(d).config(), cfgErr.Path)
+}
+
+// When a run's owner cannot be probed (here: its owner lock file was
+// replaced by a FIFO, which crew refuses to open), admission counts the
+// run as holding its slot (fail closed), and status says the same: the
+// slot is in use, held by that run, whose owner is "unknown". Both ask the
+// one liveness function.
+func TestProbeErrorStatusAgreesWithAdmission(t *testing.T) {
+	d := newDispatcher(t)
+	setCap(t, d, 1)
+	res := admit(t, d, "unprobeable")
+	releaseAll(res) // its processes are gone; only the probe could tell
+	lockPath := lay(d).ownerLock(res.Rec.RunID)
+	require.NoError(t, os.Remove(lockPath))
+	require.NoError(t, syscall.Mkfifo(lockPath, 0o600))
+
+	_, err := d.Admit(context.Background(), admitReq("next"))
+	var refused *dispatch.RefusedError
+	require.ErrorAs(t, err, &refused, "admission must count a run it cannot probe")
+	assert.Equal(t, 1, refused.InUse)
+
+	snap, err := d.Status("")
+	require.NoError(t, err)
+	assert.Equal(t, refused.InUse, snap.SlotsInUse, "status and admission agree on the slots in use")
+	require.Len(t, snap.Active, 1)
+	v := snap.Active[0]
+	assert.Equal(t, res.Rec.RunID, v.RunID)
+	assert.True(t, v.HoldsSlot)
+	assert.True(t, v.OwnerAlive, "ownerAlive is fail-closed too")
+	assert.Equal(t, "unknown", v.Owner)
+	// And admission did not reap it: the record is still active.
+	assert.FileExists(t, lay(d).active(res.Rec.RunID))
 }

@@ -639,9 +639,11 @@ func churn(t *testing.T, mode string, attempt func(*os.Root, string) (*Lock, err
 	d := newLockDir(t)
 	h := startHelper(t, mode, d.at(testLockName))
 	h.expect("churning")
-	deadline := time.Now().Add(400 * time.Millisecond)
+	// At least 400ms and 10 wins (a run where no attempt won proves
+	// nothing), at most 10s.
+	start := time.Now()
 	var tries, wins int
-	for time.Now().Before(deadline) {
+	for since := time.Duration(0); since < 10*time.Second && (since < 400*time.Millisecond || wins < 10); since = time.Since(start) {
 		tries++
 		l, err := attempt(d.root, testLockName)
 		if err != nil {
@@ -660,6 +662,9 @@ func churn(t *testing.T, mode string, attempt func(*os.Root, string) (*Lock, err
 	line := h.expect("cycles=")
 	h.finish()
 	t.Logf("%d attempts, %d won; helper: %s", tries, wins, line)
+	if wins < 10 {
+		t.Errorf("only %d of %d attempts won the lock: the race was not exercised", wins, tries)
+	}
 }
 
 func TestTakeNeverLocksARemovedFile(t *testing.T) {
