@@ -23,9 +23,14 @@ func (d *Dispatcher) readActive() (*activeSet, error) {
 	}
 	a := &activeSet{entries: entries, owners: make(map[record.RunID]record.Owner, len(entries))}
 	for _, e := range entries {
-		if e.ID != "" {
-			a.owners[e.ID] = d.Store.OwnerState(e.ID)
+		if e.ID == "" {
+			continue
 		}
+		var want *record.LockIDs
+		if e.Rec != nil {
+			want = e.Rec.Locks
+		}
+		a.owners[e.ID] = d.Store.OwnerState(e.ID, want)
 	}
 	return a, nil
 }

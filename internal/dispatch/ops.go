@@ -65,7 +65,7 @@ func (d *Dispatcher) WaitRun(ctx context.Context, id record.RunID) (*record.Run,
 		case err == nil && !rec.State.Active():
 			return rec, nil
 		case err == nil:
-			if st.OwnerState(id).Owner == record.Dead {
+			if st.OwnerState(id, rec.Locks).Owner == record.Dead {
 				if _, _, err := recovery.FinalizeDead(st, id, d.now()); err != nil {
 					return nil, err
 				}

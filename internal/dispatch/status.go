@@ -175,7 +175,7 @@ func (d *Dispatcher) Run(id record.RunID) (*RunView, error) {
 		v := d.finishedView(rec)
 		return &v, nil
 	}
-	v := d.liveView(rec, d.Store.OwnerState(id))
+	v := d.liveView(rec, d.Store.OwnerState(id, rec.Locks))
 	return &v, nil
 }
 

@@ -46,7 +46,7 @@ func (d *Dispatcher) Stop(id record.RunID, opts StopOptions) (*record.Run, error
 	if !rec.State.Active() {
 		return rec, nil
 	}
-	if st.OwnerState(id).Owner == record.Dead {
+	if st.OwnerState(id, rec.Locks).Owner == record.Dead {
 		// Nobody works on it: it only needs finalizing.
 		if _, _, err := recovery.FinalizeDead(st, id, d.now()); err != nil {
 			return nil, err
@@ -61,7 +61,7 @@ func (d *Dispatcher) Stop(id record.RunID, opts StopOptions) (*record.Run, error
 	if target == 0 {
 		// Not started yet (or its start was not recorded): stop the
 		// supervisor, which then records the run as stopped.
-		if st.OwnerState(id).Supervisor != record.Alive {
+		if st.OwnerState(id, rec.Locks).Supervisor != record.Alive {
 			return nil, &StopError{Err: fmt.Errorf("run %s has no recorded process group and no living supervisor; wait for it to finish or run crew recover", id)}
 		}
 		if err := syscall.Kill(rec.SupervisorPID, opts.Signal); err != nil {
@@ -87,7 +87,7 @@ func (d *Dispatcher) awaitStopped(id record.RunID, rec *record.Run, req *record.
 	groupGone := func() bool { return target == 0 || syscall.Kill(-target, 0) == syscall.ESRCH }
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
 		if final == nil {
-			final = d.finalIfOver(id, req)
+			final = d.finalIfOver(id, rec.Locks, req)
 		}
 		if final != nil && (groupGone() || graceOver == nil) {
 			return final, nil
@@ -115,12 +115,12 @@ func (d *Dispatcher) awaitStopped(id record.RunID, rec *record.Run, req *record.
 // finalIfOver returns the run's final record once there is one: written by
 // its supervisor, or, when every process of the run is gone and no
 // supervisor lived to say so, by this crew stop.
-func (d *Dispatcher) finalIfOver(id record.RunID, req *record.StopRequest) *record.Run {
+func (d *Dispatcher) finalIfOver(id record.RunID, want *record.LockIDs, req *record.StopRequest) *record.Run {
 	st := d.Store
 	if cur, err := st.ReadRun(id); err == nil && !cur.State.Active() {
 		return cur
 	}
-	if st.OwnerState(id).Owner != record.Dead {
+	if st.OwnerState(id, want).Owner != record.Dead {
 		return nil
 	}
 	// Every process of the run is gone. If a supervisor lived, it is

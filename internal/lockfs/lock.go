@@ -242,22 +242,32 @@ func flockRetry(fd, how int) error {
 // so concurrent probes never mistake each other for a holder; a missing
 // file means nobody holds it.
 func Probe(dir *os.Root, name string) (held bool, err error) {
+	held, _, err = ProbeFile(dir, name)
+	return held, err
+}
+
+// ProbeFile is Probe, also returning the probed file's info (nil if it
+// does not exist), so the caller can check it is the file it expects.
+func ProbeFile(dir *os.Root, name string) (held bool, fi os.FileInfo, err error) {
 	f, err := rootfs.Open(dir, name, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return false, nil, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("open lock %s: %w", name, err)
+		return false, nil, fmt.Errorf("open lock %s: %w", name, err)
 	}
 	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return false, nil, fmt.Errorf("probe lock %s: %w", name, err)
+	}
 	err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
 	if errors.Is(err, unix.EWOULDBLOCK) {
-		return true, nil
+		return true, fi, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("probe lock %s: %w", name, err)
+		return false, nil, fmt.Errorf("probe lock %s: %w", name, err)
 	}
-	return false, nil
+	return false, fi, nil
 }
 
 // Adopt wraps a lock descriptor this process inherited (a detached

@@ -46,3 +46,18 @@ func (o Owner) HoldsSlot(st State) bool { return st.Active() && o.Owner.MayLive(
 // Orphaned: the supervisor is provably gone while the owner may live (on
 // one machine: the command still runs and holds the slot).
 func (o Owner) Orphaned() bool { return o.Owner.MayLive() && o.Supervisor == Dead }
+
+// FileID identifies a file by device and inode: what stays true of an open
+// file however its name is changed.
+type FileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+}
+
+// LockIDs are the files of a run's locks as they were when the run was
+// reserved, so that a lock file replaced under a living holder is noticed
+// rather than mistaken for a free one.
+type LockIDs struct {
+	Owner      FileID `json:"owner"`
+	Supervisor FileID `json:"supervisor"`
+}

@@ -63,6 +63,9 @@ type Run struct {
 	QueuedAt *time.Time `json:"queuedAt,omitempty"`
 	// Events is the run's history, oldest first.
 	Events []Event `json:"events"`
+	// Locks identifies the run's lock files, for liveness probes that
+	// must not be fooled by a file swapped under a living holder.
+	Locks *LockIDs `json:"locks,omitempty"`
 	// SlotsInUse and MaximumInProgress are what admission saw, for the record.
 	SlotsInUse        int `json:"slotsInUseAtAdmission"`
 	MaximumInProgress int `json:"maximumInProgressAtAdmission"`

@@ -58,7 +58,13 @@ func FinalizeStopped(st *runstore.Store, id record.RunID, req *record.StopReques
 // still active, makes it final with end; a run already final is only
 // cleaned up.
 func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) (ReapOutcome, *record.Run, error) {
-	locks, err := st.Fence(id)
+	// The record names the run's lock files, so the fence can tell them
+	// from replacements; it is read again under the fence.
+	var want *record.LockIDs
+	if rec, err := st.ReadActive(id); err == nil {
+		want = rec.Locks
+	}
+	locks, err := st.Fence(id, want)
 	switch {
 	case errors.Is(err, runstore.ErrRunBusy):
 		return OwnerBusy, nil, nil

@@ -157,7 +157,7 @@ func (r *recoverer) entry(e runstore.ActiveEntry) []Item {
 		}
 		return one(Quarantined, fmt.Sprintf("%v; moved to %s", e.Err, dest))
 	}
-	owner := r.st.OwnerState(e.ID)
+	owner := r.st.OwnerState(e.ID, lockIDs(e.Rec))
 	switch {
 	case owner.Err != nil:
 		return one(FailedItem, fmt.Sprintf("cannot tell whether its owner lives: %v", owner.Err))
@@ -181,6 +181,14 @@ func (r *recoverer) entry(e runstore.ActiveEntry) []Item {
 		return one(Finalized, "would finalize as interrupted: the owner lock is free")
 	}
 	return r.finalize(item, e.ID)
+}
+
+// lockIDs are the lock files rec names, if rec could be read.
+func lockIDs(rec *record.Run) *record.LockIDs {
+	if rec == nil {
+		return nil
+	}
+	return rec.Locks
 }
 
 func orphanReason(rec *record.Run) string {
@@ -216,7 +224,7 @@ func (r *recoverer) finalize(item Item, id record.RunID) []Item {
 
 // quarantine moves an unreadable record aside under the run's fence.
 func (r *recoverer) quarantine(item Item, e runstore.ActiveEntry) []Item {
-	locks, err := r.st.Fence(e.ID)
+	locks, err := r.st.Fence(e.ID, nil) // unreadable: its record names no lock files
 	switch {
 	case errors.Is(err, runstore.ErrRunBusy):
 		item.Outcome, item.Reason = Alive, "locked by a living process while being examined; left alone"

@@ -170,7 +170,7 @@ func TestLeftoversListsEachKind(t *testing.T) {
 	for k := range want {
 		assertExists(t, got[k].Path)
 	}
-	if o := s.OwnerState(deadLocks); o.Owner != record.Dead {
+	if o := s.OwnerState(deadLocks, nil); o.Owner != record.Dead {
 		t.Errorf("after Leftovers the dead run's lock is %v", o.Owner)
 	}
 }

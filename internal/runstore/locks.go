@@ -57,6 +57,13 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
 	}
 	failpoint.Hit("owner-locked")
+	ids, err := lockIDs(owner, sup)
+	if err != nil {
+		_ = sup.RemoveAndRelease()
+		_ = owner.RemoveAndRelease()
+		return nil, fmt.Errorf("reserve run %s: %w", rec.RunID, err)
+	}
+	rec.Locks = ids
 	if err := s.writeActive(rec, durable); err != nil {
 		// The write may have reached the directory before failing (on the
 		// directory fsync); a reservation we could not make durable is
@@ -72,12 +79,28 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 	return &RunLocks{s: s, id: rec.RunID, owner: owner, sup: sup}, nil
 }
 
+// lockIDs identifies the files of a run's locks, for its record.
+func lockIDs(owner, sup *lockfs.Lock) (*record.LockIDs, error) {
+	ofi, err := owner.File().Stat()
+	if err != nil {
+		return nil, err
+	}
+	sfi, err := sup.File().Stat()
+	if err != nil {
+		return nil, err
+	}
+	return &record.LockIDs{Owner: fileID(ofi), Supervisor: fileID(sfi)}, nil
+}
+
 // Fence takes a run's locks to change a run this process does not own:
 // its supervisor lock, then its owner lock. A living supervisor, a living
 // command, or another finalizer holds at least one of them, so holding
 // both proves nobody else works on the run. ErrRunBusy: someone does.
-// ErrRunDone: the run left the active set.
-func (s *Store) Fence(id record.RunID) (*RunLocks, error) {
+// ErrRunDone: the run left the active set. want, the lock files the run's
+// record names (nil if unknown), guards against an owner lock file that
+// was replaced under its holder: holding the replacement proves nothing,
+// so the kernel is asked about the original.
+func (s *Store) Fence(id record.RunID, want *record.LockIDs) (*RunLocks, error) {
 	l := &RunLocks{s: s, id: id}
 	dir, err := s.dir(ownersDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -128,8 +151,35 @@ func (s *Store) Fence(id record.RunID) (*RunLocks, error) {
 		return nil, fmt.Errorf("fence run %s: %w", id, err)
 	}
 	l.owner = owner
+	if want != nil {
+		fi, err := owner.File().Stat()
+		if err == nil && fileID(fi) != want.Owner {
+			switch held, kerr := heldInKernel(want.Owner); {
+			case kerr != nil:
+				l.Release()
+				return nil, &UnprovableError{ID: id, Err: kerr}
+			case held:
+				l.Release()
+				return nil, ErrRunBusy
+			}
+		}
+	}
 	return l, nil
 }
+
+// UnprovableError is a run whose owner lock file was replaced, on a
+// system that cannot tell whether the original is still held.
+type UnprovableError struct {
+	ID  record.RunID
+	Err error
+}
+
+func (e *UnprovableError) Error() string {
+	return fmt.Sprintf("run %s: its owner lock file was replaced while the run was active, and crew cannot prove whether the run still lives (%v); if you are sure it is gone, remove its record from runs/active", e.ID, e.Err)
+}
+func (e *UnprovableError) Unwrap() error { return e.Err }
+
+func heldInKernel(id record.FileID) (bool, error) { return lockfs.HeldInKernel(id.Dev, id.Ino) }
 
 func (s *Store) hasActiveFile(id record.RunID) bool {
 	dir, err := s.dir(activeDir)
@@ -233,8 +283,12 @@ func (l *RunLocks) removeAndRelease() error {
 
 // OwnerState is the one answer to "does anyone still work on this run?":
 // whether a living process holds its owner lock, and its supervisor lock.
-// A probe that fails is Unknown, never Dead.
-func (s *Store) OwnerState(id record.RunID) record.Owner {
+// A probe that fails is Unknown, never Dead. want, the lock files named in
+// the run's record (nil for an unreadable or older record), makes the
+// answer immune to a lock file replaced under a living holder: if the
+// file at the name is not the one locked at reservation, the kernel is
+// asked about the original (Unknown where it cannot say).
+func (s *Store) OwnerState(id record.RunID, want *record.LockIDs) record.Owner {
 	dir, err := s.dir(ownersDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return record.Owner{Owner: record.Dead, Supervisor: record.Dead}
@@ -244,13 +298,40 @@ func (s *Store) OwnerState(id record.RunID) record.Owner {
 	}
 	defer dir.Close()
 	var o record.Owner
-	o.Owner, err = probe(dir, ownerLockName(id))
+	var wantOwner, wantSup *record.FileID
+	if want != nil {
+		wantOwner, wantSup = &want.Owner, &want.Supervisor
+	}
+	o.Owner, err = probeAs(dir, ownerLockName(id), wantOwner)
 	var serr error
-	o.Supervisor, serr = probe(dir, supervisorLockName(id))
+	o.Supervisor, serr = probeAs(dir, supervisorLockName(id), wantSup)
 	if err = errors.Join(err, serr); err != nil {
 		o.Err = fmt.Errorf("run %s: %w", id, err)
 	}
 	return o
+}
+
+// probeAs probes the lock at name, which should be the file want (nil: any
+// file). A missing file or a different one means the original may still be
+// held under no name, or another: only the kernel can say.
+func probeAs(dir *os.Root, name string, want *record.FileID) (record.Liveness, error) {
+	held, fi, err := lockfs.ProbeFile(dir, name)
+	switch {
+	case err != nil:
+		return record.Unknown, err
+	case want != nil && (fi == nil || fileID(fi) != *want):
+		kheld, kerr := heldInKernel(*want)
+		switch {
+		case kerr != nil:
+			return record.Unknown, fmt.Errorf("lock file %s was replaced or removed: %w", name, kerr)
+		case kheld:
+			return record.Alive, nil
+		}
+		return record.Dead, nil
+	case held:
+		return record.Alive, nil
+	}
+	return record.Dead, nil
 }
 
 func probe(dir *os.Root, name string) (record.Liveness, error) {

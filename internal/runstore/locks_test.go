@@ -30,7 +30,7 @@ func owner(o, sup record.Liveness) record.Owner { return record.Owner{Owner: o, 
 
 func assertOwner(t *testing.T, s *Store, id record.RunID, want record.Owner) {
 	t.Helper()
-	got := s.OwnerState(id)
+	got := s.OwnerState(id, nil)
 	if got.Owner != want.Owner || got.Supervisor != want.Supervisor || got.Err != nil {
 		t.Errorf("OwnerState(%s) = %+v, want %+v", id, got, want)
 	}
@@ -45,8 +45,10 @@ func TestReserve(t *testing.T) {
 		t.Errorf("RunLocks = %+v", l)
 	}
 	rec, err := s.ReadActive(testID)
-	if err != nil || !reflect.DeepEqual(rec, testRecord(testID, record.Provisioning)) {
-		t.Errorf("reserved record = %+v, %v", rec, err)
+	want := testRecord(testID, record.Provisioning)
+	want.Locks = lockIDsOf(t, s, testID)
+	if err != nil || !reflect.DeepEqual(rec, want) {
+		t.Errorf("reserved record = %+v, %v; want %+v", rec, err, want)
 	}
 	assertOnlyFiles(t, s.osPath(ownersDir), ownerLockName(testID), supervisorLockName(testID))
 	assertMode(t, s.osPath(ownersDir, ownerLockName(testID)), FilePerm)
@@ -88,7 +90,7 @@ func TestReserveFailureLeavesNothing(t *testing.T) {
 func TestFence(t *testing.T) {
 	s := newStore(t)
 	l := reserve(t, s, testID)
-	if f, err := s.Fence(testID); !errors.Is(err, ErrRunBusy) {
+	if f, err := s.Fence(testID, nil); !errors.Is(err, ErrRunBusy) {
 		if f != nil {
 			f.Release()
 		}
@@ -99,10 +101,10 @@ func TestFence(t *testing.T) {
 	cmdHold := dupFile(t, l.OwnerFile())
 	l.Release()
 	assertOwner(t, s, testID, owner(record.Alive, record.Dead))
-	if !s.OwnerState(testID).Orphaned() {
+	if !s.OwnerState(testID, nil).Orphaned() {
 		t.Error("Orphaned() = false for a run whose supervisor is gone and command lives")
 	}
-	if f, err := s.Fence(testID); !errors.Is(err, ErrRunBusy) {
+	if f, err := s.Fence(testID, nil); !errors.Is(err, ErrRunBusy) {
 		if f != nil {
 			f.Release()
 		}
@@ -114,13 +116,13 @@ func TestFence(t *testing.T) {
 	// The command is gone too.
 	cmdHold.Close()
 	assertOwner(t, s, testID, owner(record.Dead, record.Dead))
-	f, err := s.Fence(testID)
+	f, err := s.Fence(testID, nil)
 	if err != nil {
 		t.Fatalf("Fence of a dead run = %v", err)
 	}
 	assertOwner(t, s, testID, owner(record.Alive, record.Alive))
 	// A second finalizer is fenced out.
-	if f2, err := s.Fence(testID); !errors.Is(err, ErrRunBusy) {
+	if f2, err := s.Fence(testID, nil); !errors.Is(err, ErrRunBusy) {
 		if f2 != nil {
 			f2.Release()
 		}
@@ -138,7 +140,7 @@ func TestFence(t *testing.T) {
 	}
 	assertOnlyFiles(t, s.osPath(ownersDir))
 	assertOwner(t, s, testID, owner(record.Dead, record.Dead))
-	if f3, err := s.Fence(testID); !errors.Is(err, ErrRunDone) {
+	if f3, err := s.Fence(testID, nil); !errors.Is(err, ErrRunDone) {
 		if f3 != nil {
 			f3.Release()
 		}
@@ -165,7 +167,7 @@ func dupFile(t *testing.T, f *os.File) *os.File {
 func TestFenceWithMissingLockFiles(t *testing.T) {
 	s := newStore(t)
 	mustWriteActive(t, s, testRecord(testID, record.Running))
-	f, err := s.Fence(testID)
+	f, err := s.Fence(testID, nil)
 	if err != nil {
 		t.Fatalf("Fence with no lock files = %v", err)
 	}
@@ -178,7 +180,7 @@ func TestFenceWithMissingLockFiles(t *testing.T) {
 
 	// No record and no lock files: the run is done.
 	other := idAt(time.Now(), 1)
-	if f, err := s.Fence(other); !errors.Is(err, ErrRunDone) {
+	if f, err := s.Fence(other, nil); !errors.Is(err, ErrRunDone) {
 		if f != nil {
 			f.Release()
 		}
@@ -186,7 +188,7 @@ func TestFenceWithMissingLockFiles(t *testing.T) {
 	}
 	assertOnlyFiles(t, s.osPath(ownersDir))
 	// No owners directory at all.
-	if f, err := New(t.TempDir()).Fence(other); !errors.Is(err, ErrRunDone) {
+	if f, err := New(t.TempDir()).Fence(other, nil); !errors.Is(err, ErrRunDone) {
 		if f != nil {
 			f.Release()
 		}
@@ -201,7 +203,7 @@ func TestOwnerStateAcrossProcesses(t *testing.T) {
 	h := startHelper(t, "reserve", s.Root(), helperID+"="+string(testID))
 	h.expect("reserved")
 	assertOwner(t, s, testID, owner(record.Alive, record.Alive))
-	if f, err := s.Fence(testID); !errors.Is(err, ErrRunBusy) {
+	if f, err := s.Fence(testID, nil); !errors.Is(err, ErrRunBusy) {
 		if f != nil {
 			f.Release()
 		}
@@ -209,7 +211,7 @@ func TestOwnerStateAcrossProcesses(t *testing.T) {
 	}
 	h.kill()
 	assertOwner(t, s, testID, owner(record.Dead, record.Dead))
-	f, err := s.Fence(testID)
+	f, err := s.Fence(testID, nil)
 	if err != nil {
 		t.Fatalf("Fence after the holder died = %v", err)
 	}
@@ -313,14 +315,14 @@ func TestOwnerStateFailsClosedOnUnprobeableLocks(t *testing.T) {
 			s := newStore(t)
 			mustWriteActive(t, s, testRecord(testID, record.Running))
 			plant(s.osPath(ownersDir, ownerLockName(testID)))
-			o, _ := returnsAtOnce(t, "OwnerState", func() (record.Owner, error) { return s.OwnerState(testID), nil })
+			o, _ := returnsAtOnce(t, "OwnerState", func() (record.Owner, error) { return s.OwnerState(testID, nil), nil })
 			if o.Owner != record.Unknown || o.Err == nil || !strings.Contains(o.Err.Error(), string(testID)) {
 				t.Errorf("OwnerState = %+v, want Owner Unknown with a reason naming the run", o)
 			}
 			if !o.HoldsSlot(record.Running) {
 				t.Error("HoldsSlot = false for a run whose owner cannot be probed")
 			}
-			if l, err := s.Fence(testID); err == nil {
+			if l, err := s.Fence(testID, nil); err == nil {
 				l.Release()
 				t.Error("Fence succeeded on a lock file that is not a regular file")
 			}
@@ -338,4 +340,61 @@ func TestOwnerStateFailsClosedOnUnprobeableLocks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockIDsOf identifies the run's lock files as they are on disk now.
+func lockIDsOf(t *testing.T, s *Store, id record.RunID) *record.LockIDs {
+	t.Helper()
+	o, err := os.Stat(s.osPath(ownersDir, ownerLockName(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := os.Stat(s.osPath(ownersDir, supervisorLockName(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &record.LockIDs{Owner: fileID(o), Supervisor: fileID(sup)}
+}
+
+// A living run's owner lock file replaced (removed, then made again by
+// someone else) must not make the run look dead: the record names the
+// original file, and the kernel still holds it. Once the run's processes
+// are gone, the original is free and the run is dead.
+func TestOwnerStateSeesThroughAReplacedLockFile(t *testing.T) {
+	s := newStore(t)
+	l := reserve(t, s, testID)
+	rec, err := s.ReadActive(testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := s.osPath(ownersDir, ownerLockName(testID))
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.OwnerState(testID, rec.Locks).Owner; got != record.Alive {
+		t.Errorf("OwnerState with the lock file replaced = %v, want alive (the original is still held)", got)
+	}
+	if f, err := s.Fence(testID, rec.Locks); !errors.Is(err, ErrRunBusy) {
+		if f != nil {
+			f.Release()
+		}
+		t.Errorf("Fence with the lock file replaced = %v, want ErrRunBusy", err)
+	}
+	// Without the record's help, the replacement fools a probe: that is
+	// what the record's lock ids are for.
+	if got := s.OwnerState(testID, nil).Owner; got != record.Dead {
+		t.Errorf("OwnerState without lock ids = %v; this test no longer shows the attack", got)
+	}
+	l.Release()
+	if got := s.OwnerState(testID, rec.Locks).Owner; got != record.Dead {
+		t.Errorf("OwnerState after the holders are gone = %v, want dead", got)
+	}
+	f, err := s.Fence(testID, rec.Locks)
+	if err != nil {
+		t.Fatalf("Fence after the holders are gone = %v, want the fence", err)
+	}
+	f.Release()
 }

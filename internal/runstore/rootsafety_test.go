@@ -137,14 +137,14 @@ func TestOwnerStateFailsClosedOnALinkedOwnersDir(t *testing.T) {
 	mustWriteActive(t, s, testRecord(testID, record.Running))
 	fresh := replaceWithLink(t, s, ownersDir, elsewhere)
 
-	o := fresh.OwnerState(testID)
+	o := fresh.OwnerState(testID, nil)
 	if o.Owner != record.Unknown || o.Supervisor != record.Unknown || o.Err == nil {
 		t.Errorf("OwnerState = %+v, want Unknown with the reason", o)
 	}
 	if !o.HoldsSlot(record.Running) {
 		t.Error("a run whose liveness cannot be told does not hold its slot")
 	}
-	if l, err := fresh.Fence(testID); err == nil {
+	if l, err := fresh.Fence(testID, nil); err == nil {
 		l.Release()
 		t.Error("Fence succeeded through a linked owners directory")
 	} else if errors.Is(err, ErrRunDone) || errors.Is(err, ErrRunBusy) {

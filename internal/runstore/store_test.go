@@ -121,7 +121,7 @@ func TestEnsure(t *testing.T) {
 	if _, err := missing.Leftovers(); err != nil {
 		t.Fatal(err)
 	}
-	missing.OwnerState(testID)
+	missing.OwnerState(testID, nil)
 	missing.Ring(testID)
 	assertMissing(t, missing.Root())
 }
