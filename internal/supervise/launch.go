@@ -61,7 +61,7 @@ func (s *supervisor) launchFailure(startErr error) error {
 	}
 	s.rec.Finish(record.Failed, s.now(), &code, reason)
 	if err := s.finish(); err != nil {
-		return &InternalError{RunID: s.rec.RunID, Err: err}
+		return finishFailure(s.rec.RunID, err)
 	}
 	return &LaunchError{RunID: s.rec.RunID, NotFound: notFound, Reason: reason}
 }

@@ -111,7 +111,7 @@ func (s *supervisor) run() error {
 	s.describeExit(ws, stop)
 	out.report(s.Warn, string(id), s.Store.LogPath(id))
 	if err := s.finish(); err != nil {
-		return &InternalError{RunID: id, Err: err}
+		return finishFailure(id, err)
 	}
 	if code := exitCode(ws); code != 0 {
 		return &ExitError{RunID: id, Code: code}
