@@ -28,8 +28,9 @@ import (
 // The file holds one line: outcomeMagic, a space, and the outcome as JSON.
 // Anything else (the placeholder, an empty file) is "no outcome".
 
-// outcomeSpace is the room reserved for an outcome, in bytes. One pwrite
-// of this size costs each start about a microsecond (docs/benchmarks.md).
+// outcomeSpace is the room reserved for an outcome, in bytes. The pwrite
+// that reserves it is one syscall per start, a few microseconds
+// (docs/benchmarks.md, "What the room for a kept outcome costs").
 const outcomeSpace = 1024
 
 const outcomeMagic = "crew-outcome-v1"
