@@ -65,11 +65,11 @@ func TestUnwritableRoot(t *testing.T) {
 }
 
 func TestCorruptConfig(t *testing.T) {
-	cases := map[string]struct{ content, msg string }{
-		"malformed":       {"{", "malformed JSON"},
-		"unknown version": {`{"version": 7, "maximumInProgress": 2}`, "unknown config version 7"},
-		"unknown field":   {`{"version": 1, "maximumInProgres": 2}`, `unknown field "maximumInProgres"`},
-		"zero cap":        {`{"version": 1, "maximumInProgress": 0}`, "maximumInProgress is 0; it must be at least 1"},
+	cases := map[string]struct{ content, place, msg string }{
+		"malformed":       {"{", ":1:2: ", "malformed JSON"},
+		"unknown version": {`{"version": 7, "maximumInProgress": 2}`, ": ", "unknown config version 7"},
+		"unknown field":   {`{"version": 1, "maximumInProgres": 2}`, ": ", `unknown field "maximumInProgres"`},
+		"zero cap":        {`{"version": 1, "maximumInProgress": 0}`, ": ", "maximumInProgress is 0; it must be at least 1"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -77,19 +77,24 @@ func TestCorruptConfig(t *testing.T) {
 			e.initMax(2)
 			cfg := filepath.Join(e.root, "crew.json")
 			require.NoError(t, os.WriteFile(cfg, []byte(c.content), 0o600))
-			for _, args := range [][]string{{"start", "x", "--", "true"}, {"status"}} {
-				r := e.run(args...)
-				assert.Equal(t, 125, r.Code, r.Stderr)
-				assert.Contains(t, r.Stderr, "crew: config "+cfg+": ")
-				assert.Contains(t, r.Stderr, c.msg)
-				assert.Contains(t, r.Stderr, "crew init --max N")
-			}
+			// A start refuses, compiler-style: PATH:LINE:COL: message.
+			r := e.run("start", "x", "--", "true")
+			assert.Equal(t, 125, r.Code, r.Stderr)
+			assert.True(t, strings.HasPrefix(r.Stderr, "crew: "+cfg+c.place), r.Stderr)
+			assert.Contains(t, r.Stderr, c.msg)
+			assert.Contains(t, r.Stderr, "crew init --max N")
+			// Status still works, and shows the problem.
+			r = e.run("status")
+			assert.Equal(t, 0, r.Code, r.Stderr)
+			assert.Contains(t, r.Stdout, "Config problem: "+cfg+c.place)
+			assert.Contains(t, r.Stdout, c.msg)
 			entries, err := os.ReadDir(filepath.Join(e.root, "runs", "active"))
 			require.NoError(t, err)
 			assert.Empty(t, entries, "a corrupt config admits nothing")
-			// init --max repairs it.
-			r := e.run("init", "--max", "3")
+			// init --max repairs it, keeping the broken file aside.
+			r = e.run("init", "--max", "3")
 			require.Equal(t, 0, r.Code, r.Stderr)
+			assert.Contains(t, r.Stderr, "was unusable")
 			assert.Equal(t, 3, e.status().MaximumInProgress)
 		})
 	}

@@ -17,7 +17,7 @@ const (
 	exitWaitTimeout   = 124 // crew wait: timed out
 	exitSlotsBusy     = 75  // not admitted: all slots busy (EX_TEMPFAIL)
 	exitTaskActive    = 76  // not admitted: the task already has an active run
-	exitCrewFailure   = 125 // crew itself failed: state root, lock timeout, config
+	exitCrewFailure   = 125 // crew itself failed: state root, lock timeout, config, resources, full disk
 	exitNotExecutable = 126 // the command exists but cannot be executed
 	exitNotFound      = 127 // the command was not found
 )
@@ -28,7 +28,8 @@ const exitCodeHelp = `Exit codes:
   64     usage error: bad task name, missing command, bad flag, unknown pool
   75     not admitted: all slots are busy
   76     not admitted: the task already has an active run
-  125    crew itself failed (state root unwritable, lock timeout, corrupt config)
+  125    crew itself failed (state root unwritable, lock timeout, unusable crew.json,
+         too few file descriptors, the run's end could not be recorded on a full disk)
   126    the command is not executable
   127    the command was not found`
 

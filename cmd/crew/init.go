@@ -66,6 +66,10 @@ func (o *initOptions) run(s streams) error {
 	if err != nil {
 		return err
 	}
+	if res.MovedAside != "" {
+		fmt.Fprintf(s.Err, "crew: %s was unusable (%s); moved it to %s. Nothing in it was carried over: "+
+			"compare the two, and set its pools again with `crew init --pool NAME=N`\n", res.Path, res.Broken, res.MovedAside)
+	}
 	if res.Existed && res.Old != res.New {
 		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d (was %d)\n", res.Path, res.New, res.Old)
 	} else {

@@ -379,18 +379,25 @@ func TestLockTimeoutIsCrewFailure(t *testing.T) {
 	assert.Empty(t, r.stdout)
 }
 
+// A corrupt config fails what needs it (125), but not status, which shows
+// the problem.
 func TestCorruptConfigIsCrewFailure(t *testing.T) {
 	root := newRoot(t)
 	require.NoError(t, os.MkdirAll(root, 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(root, "crew.json"), []byte("{"), 0o600))
-	for _, args := range [][]string{{"status"}, {"start", "x", "--", "true"}, {"init"}} {
+	cfg := filepath.Join(root, "crew.json")
+	require.NoError(t, os.WriteFile(cfg, []byte("{"), 0o600))
+	for _, args := range [][]string{{"start", "x", "--", "true"}, {"init"}} {
 		r := crew(t, append([]string{"--root", root}, args...)...)
 		assert.Equal(t, 125, r.code, "%v: %s", args, r.stderr)
-		assert.Contains(t, r.stderr, "crew.json")
+		assert.Contains(t, r.stderr, "crew: "+cfg+":1:2: malformed JSON")
 		assert.Empty(t, r.stdout)
 	}
-	r := crew(t, "--root", root, "init", "--max", "2")
+	r := crew(t, "--root", root, "status")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "Config problem: "+cfg+":1:2: malformed JSON")
+	r = crew(t, "--root", root, "init", "--max", "2")
 	assert.Equal(t, 0, r.code, "init --max repairs the config: %s", r.stderr)
+	assert.Contains(t, r.stderr, "moved it to "+cfg+".broken-")
 }
 
 func TestRecoverThroughTheCLI(t *testing.T) {

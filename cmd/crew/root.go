@@ -83,6 +83,10 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 
 // run executes crew with args and returns the process exit code.
 func run(args []string, s streams) int {
+	if err := checkOpenFiles(); err != nil {
+		fmt.Fprintf(s.Err, "crew: %v\n", err)
+		return exitCodeFor(err)
+	}
 	g := &globalOptions{getenv: os.Getenv}
 	root := newRootCmd(g, s)
 	root.SetArgs(args)
@@ -97,6 +101,9 @@ func run(args []string, s streams) int {
 	code := exitCodeFor(err)
 	if !silent(err) {
 		fmt.Fprintf(s.Err, "crew: %v\n", err)
+		if hint := resourceHint(err); hint != "" {
+			fmt.Fprintf(s.Err, "crew: %s\n", hint)
+		}
 	}
 	if code == exitUsage && cmd != nil {
 		fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())

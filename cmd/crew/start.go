@@ -85,6 +85,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	surviveBrokenPipes()
 
 	d, err := o.dispatcher()
 	if err != nil {

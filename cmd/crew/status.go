@@ -94,7 +94,7 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 		cfg = "config " + snap.ConfigPath
 	}
 	fmt.Fprintf(w, "State root %s (%s)\n", snap.Root, cfg)
-	fmt.Fprintf(w, "Slots: %d/%d in use\n", snap.SlotsInUse, snap.MaximumInProgress)
+	printSlots(w, snap)
 	for _, p := range snap.Pools {
 		fmt.Fprintf(w, "Pool %s: %d/%d in use\n", quoteTask(p.Name), p.InUse, p.MaximumInProgress)
 	}

@@ -28,6 +28,7 @@ func newSuperviseCmd(g *globalOptions) *cobra.Command {
 			}
 			sigs := make(chan os.Signal, 4)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			surviveBrokenPipes()
 			d, err := g.dispatcher()
 			if err != nil {
 				return err

@@ -129,3 +129,34 @@ func TestWaitViewOffTerminal(t *testing.T) {
 	assert.True(t, strings.HasPrefix(lines[1], "crew: admitted r-1 after waiting "), lines[1])
 	assert.NotContains(t, buf.String(), "\x1b[", "no terminal escapes off a terminal")
 }
+
+// Off a terminal, a config problem gets a line of its own when it appears,
+// changes and goes, so that a CI log says why a waiter is stuck.
+func TestWaitViewShowsAConfigProblem(t *testing.T) {
+	var buf bytes.Buffer
+	v := newWaitView(&buf, "t")
+	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
+	v.update(p)
+	broken := p
+	broken.Reason, broken.ConfigErr = admission.WaitConfig, "/r/crew.json:1:2: malformed JSON: x; fix it"
+	v.update(broken)
+	v.update(broken) // unchanged: no new line
+	broken.ConfigErr = "/r/crew.json: no \"version\" field; fix it"
+	v.update(broken)
+	v.update(p) // fixed
+	v.close()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 4, buf.String())
+	assert.Equal(t, "crew: waiting, 1st in line, for crew.json to be fixed (retrying): /r/crew.json:1:2: malformed JSON: x; fix it", lines[1])
+	assert.Equal(t, `crew: waiting, 1st in line, for crew.json to be fixed (retrying): /r/crew.json: no "version" field; fix it`, lines[2])
+	assert.Equal(t, "crew: waiting for a slot: 1st in line, 1/1 slots busy", lines[3])
+}
+
+// On a terminal, the one wait line shows the problem.
+func TestWaitViewOnTerminalShowsAConfigProblem(t *testing.T) {
+	var buf bytes.Buffer
+	v := &waitView{w: &buf, terminal: true, task: "t", stop: make(chan struct{})}
+	v.update(dispatch.WaitProgress{RunID: "r-1", Position: 2, Reason: admission.WaitConfig, ConfigErr: "/r/crew.json:1:2: bad", Since: time.Now()})
+	v.close()
+	assert.Contains(t, buf.String(), "\r\x1b[Kcrew: waiting, 2nd in line, for crew.json to be fixed (retrying): /r/crew.json:1:2: bad")
+}

@@ -24,6 +24,7 @@ type waitView struct {
 	mu      sync.Mutex
 	last    *dispatch.WaitProgress
 	printed bool
+	problem string // the config problem last shown
 	stop    chan struct{}
 }
 
@@ -50,11 +51,12 @@ func (v *waitView) update(p dispatch.WaitProgress) {
 		return
 	}
 	first := v.last == nil && !v.printed
-	v.last = &p
+	news := p.ConfigErr != v.problem // a config problem appeared, changed or went
+	v.last, v.problem = &p, p.ConfigErr
 	switch {
 	case v.terminal:
 		v.render()
-	case first:
+	case first || news:
 		fmt.Fprintf(v.w, "crew: %s\n", describeWait(p, v.task))
 	}
 	v.printed = true
@@ -93,6 +95,9 @@ func (v *waitView) close() {
 
 func describeWait(p dispatch.WaitProgress, task string) string {
 	pos := ordinal(p.Position) + " in line"
+	if p.ConfigErr != "" {
+		return fmt.Sprintf("waiting, %s, for crew.json to be fixed (retrying): %s", pos, p.ConfigErr)
+	}
 	var why string
 	switch p.Reason {
 	case admission.WaitTask:

@@ -22,6 +22,9 @@ const (
 	WaitSlot Reason = "slot" // the global cap
 	WaitPool Reason = "pool" // its pool's cap
 	WaitTask Reason = "task" // its task's active run, or an older waiting start of the task
+	// WaitConfig: crew.json is unusable, so nothing can be decided until
+	// it is fixed.
+	WaitConfig Reason = "config"
 )
 
 // Candidate is the start being decided: a newcomer (Ticket empty), who

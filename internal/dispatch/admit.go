@@ -81,7 +81,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
-		return nil, nil, err
+		return d.unconfigured(adm, req, w, err)
 	}
 	if req.Pool != "" {
 		if _, ok := cfg.Pools[req.Pool]; !ok {

@@ -2,9 +2,11 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
 )
 
 // InitResult says what Init found and wrote.
@@ -14,6 +16,10 @@ type InitResult struct {
 	Old     int  // its maximumInProgress, if it existed
 	New     int
 	Pools   map[string]int // the pools now configured
+	// Broken, if crew.json was unusable, is why; MovedAside is where it
+	// was moved, so that nothing it held (pools) is lost silently.
+	Broken     string
+	MovedAside string
 }
 
 // PoolChange sets a pool's cap; a cap of 0 removes the pool.
@@ -28,16 +34,8 @@ type PoolChange struct {
 // config in the middle of a change and recovery can tell crew.json's
 // temporary files from live ones.
 func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lockTimeout time.Duration) (*InitResult, error) {
-	if setMax && maxInProgress < 1 {
-		return nil, usagef("maximumInProgress must be at least 1, not %d", maxInProgress)
-	}
-	for _, p := range pools {
-		if err := record.ValidatePoolName(p.Name); err != nil {
-			return nil, &UsageError{Err: err}
-		}
-		if p.Max < 0 {
-			return nil, usagef("pool %q: cap must be at least 1 (or 0 to remove the pool), not %d", p.Name, p.Max)
-		}
+	if err := checkInit(maxInProgress, setMax, pools); err != nil {
+		return nil, err
 	}
 	st := d.Store
 	adm, err := st.LockAdmission(context.Background(), lockTimeout)
@@ -49,10 +47,14 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 	if err != nil && !setMax {
 		return nil, err // nothing to put in its place
 	}
-	if err != nil {
-		cfg = record.DefaultConfig() // repairing: start from scratch
-	}
 	res := &InitResult{Path: st.ConfigPath(), Existed: exists && err == nil, Old: cfg.MaximumInProgress}
+	if err != nil {
+		// Repairing: keep the broken file, start from scratch.
+		if res.Broken, res.MovedAside, err = moveAside(adm, err, d.now()); err != nil {
+			return nil, err
+		}
+		cfg = record.DefaultConfig()
+	}
 	if setMax {
 		cfg.MaximumInProgress = maxInProgress
 	}
@@ -66,6 +68,33 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 	adm.Release()
 	d.RingWaiters() // a raised cap may let waiters in
 	return res, nil
+}
+
+func checkInit(maxInProgress int, setMax bool, pools []PoolChange) error {
+	if setMax && maxInProgress < 1 {
+		return usagef("maximumInProgress must be at least 1, not %d", maxInProgress)
+	}
+	for _, p := range pools {
+		if err := record.ValidatePoolName(p.Name); err != nil {
+			return &UsageError{Err: err}
+		}
+		if p.Max < 0 {
+			return usagef("pool %q: cap must be at least 1 (or 0 to remove the pool), not %d", p.Name, p.Max)
+		}
+	}
+	return nil
+}
+
+// moveAside moves an unusable crew.json (loadErr) out of the way of the
+// new one, unless there is no file to move (a state root that cannot be
+// opened): that error is the caller's.
+func moveAside(adm *runstore.Admission, loadErr error, now time.Time) (why, movedTo string, err error) {
+	var ce *runstore.ConfigError
+	if !errors.As(loadErr, &ce) {
+		return "", "", loadErr
+	}
+	movedTo, err = adm.MoveConfigAside(now)
+	return ce.Message(), movedTo, err
 }
 
 func applyPools(current map[string]int, changes []PoolChange) map[string]int {

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -88,10 +89,17 @@ func TestInitCorruptConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "{oops", string(b), "and the file is left as it was")
 
-	res, err := d.Init(3, true, nil, time.Second)
+	res, err := d.Init(3, true, []dispatch.PoolChange{{Name: "test", Max: 2}}, time.Second)
 	require.NoError(t, err, "--max repairs it")
 	assert.False(t, res.Existed)
 	assert.Equal(t, 3, res.New)
+	assert.Equal(t, map[string]int{"test": 2}, res.Pools)
+	// The broken file is kept, not dropped silently: it may hold pools.
+	assert.Regexp(t, `^`+regexp.QuoteMeta(lay(d).config())+`\.broken-\d{8}T\d{6}Z$`, res.MovedAside)
+	assert.Equal(t, lay(d).config()+":1:2: malformed JSON: invalid character 'o' looking for beginning of object key string", res.Broken)
+	b, err = os.ReadFile(res.MovedAside)
+	require.NoError(t, err)
+	assert.Equal(t, "{oops", string(b))
 	cfg, _, err := d.Store.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, 3, cfg.MaximumInProgress)

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"time"
@@ -35,6 +36,9 @@ type WaitProgress struct {
 	// BlockingRun is the task's own active run, when that is the reason.
 	BlockingRun *admission.Holder
 	Since       time.Time
+	// ConfigErr, if set, is why nothing can be admitted: crew.json is
+	// unusable. The waiter keeps its place and retries.
+	ConfigErr string
 }
 
 // attemptResult is a start that was not admitted on this attempt.
@@ -45,6 +49,8 @@ type attemptResult struct {
 	pool     string
 	warnings []string
 	waiter   *runstore.Waiter
+	// configErr: crew.json is unusable, nothing was decided.
+	configErr *runstore.ConfigError
 }
 
 func (ar *attemptResult) refusal(req AdmitRequest) *RefusedError {
@@ -67,10 +73,53 @@ func (ar *attemptResult) refusal(req AdmitRequest) *RefusedError {
 
 func (ar *attemptResult) progress(req AdmitRequest) WaitProgress {
 	since, _ := ar.waiter.ID().CreatedAt()
-	return WaitProgress{RunID: ar.waiter.ID(), Task: req.Task, Position: ar.verdict.Position, Reason: ar.verdict.Reason,
+	p := WaitProgress{RunID: ar.waiter.ID(), Task: req.Task, Position: ar.verdict.Position, Reason: ar.verdict.Reason,
 		InUse: ar.usage.InUse, Maximum: ar.cfg.MaximumInProgress, Pool: req.Pool,
 		PoolInUse: ar.usage.PoolUse[req.Pool], PoolMax: ar.cfg.Pools[req.Pool],
 		BlockingRun: ar.verdict.BlockingRun, Oldest: ar.usage.Oldest(), Since: since}
+	if ar.configErr != nil {
+		p.ConfigErr = ar.configErr.Error()
+	}
+	return p
+}
+
+// gaveUp is the error of a waiting start whose --wait=D ran out.
+func (d *Dispatcher) gaveUp(ar *attemptResult, w *runstore.Waiter, req AdmitRequest) error {
+	if latest := d.evaluate(w, req); latest != nil {
+		ar = latest
+	}
+	if ar.configErr != nil {
+		return fmt.Errorf("not admitted: gave up after waiting %s in the queue, all along unable to decide: %w", req.WaitTimeout, ar.configErr)
+	}
+	r := ar.refusal(req)
+	r.WaitedFor = req.WaitTimeout
+	return r
+}
+
+// unconfigured is an attempt that found crew.json unusable (cfgErr).
+// Nothing can be decided: a plain start fails with the error (exit 125);
+// a waiting start keeps its place in line, or takes one, and retries
+// until the config is fixed or its wait runs out.
+func (d *Dispatcher) unconfigured(adm *runstore.Admission, req AdmitRequest, w *runstore.Waiter, cfgErr error) (*Reservation, *attemptResult, error) {
+	var ce *runstore.ConfigError
+	if !req.Wait || !errors.As(cfgErr, &ce) {
+		return nil, nil, cfgErr
+	}
+	queue := d.liveQueue(adm)
+	if w == nil {
+		var err error
+		if w, err = d.joinQueue(adm, req, queue); err != nil {
+			return nil, nil, err
+		}
+	}
+	pos := len(queue) + 1
+	for i, t := range queue {
+		if t.ID == w.ID() {
+			pos = i + 1
+		}
+	}
+	return nil, &attemptResult{verdict: admission.Verdict{Reason: admission.WaitConfig, Position: pos, Ahead: pos - 1},
+		pool: req.Pool, waiter: w, configErr: ce}, nil
 }
 
 // liveQueue lists the waiting starts whose waiters live, in arrival order.
@@ -154,16 +203,11 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reser
 			// at a queue without us. Look once more before sleeping.
 			continue
 		}
-		if err := d.sleepUntilWorthTrying(ctx, w, req, deadline, report); err != nil {
+		if err := d.sleepUntilWorthTrying(ctx, w, req, deadline, report, ar.configErr != nil); err != nil {
 			if !errors.Is(err, errWaitTimeout) {
 				return nil, err
 			}
-			r := ar.refusal(req)
-			if latest := d.evaluate(w, req); latest != nil {
-				r = latest.refusal(req)
-			}
-			r.WaitedFor = req.WaitTimeout
-			return nil, r
+			return nil, d.gaveUp(ar, w, req)
 		}
 		failpoint.Hit("queue-woken")
 	}
@@ -172,8 +216,10 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reser
 var errWaitTimeout = errors.New("wait timed out")
 
 // sleepUntilWorthTrying returns when the bell rings, or when a fallback
-// poll finds that this waiter may be admitted now.
-func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Waiter, req AdmitRequest, deadline <-chan time.Time, report func(WaitProgress)) error {
+// poll finds that this waiter may be admitted now. While crew.json is
+// unusable (configBroken) every poll tries again: nobody rings when it is
+// fixed by hand, and the waiter must stop showing the problem once it is.
+func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Waiter, req AdmitRequest, deadline <-chan time.Time, report func(WaitProgress), configBroken bool) error {
 	for {
 		poll := time.NewTimer(pollInterval + rand.N(pollInterval/2))
 		select {
@@ -191,13 +237,14 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Wait
 			// nothing can have changed unannounced. Only free capacity
 			// (a run that died without a word frees its slot) makes it
 			// worth reading the whole queue.
-			if !d.capacityLeft(req) {
+			if !configBroken && !d.capacityLeft(req) {
 				continue
 			}
 			ar := d.evaluate(w, req)
 			if ar == nil {
 				return nil // admissible, or cannot tell: try under the lock
 			}
+			configBroken = false // evaluate could read it
 			report(ar.progress(req))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,14 +26,17 @@ type failingWriter struct{}
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
 
 // When crew's own stdout fails (a full disk, a closed pipe), the copy
-// goroutine in output.go stops reading the command's pipe but keeps it
-// open, so a command with more than a pipe buffer of output blocks in
-// write(2) forever, holding its slot; Start never returns. From a shell:
-// `crew start x -- head -c 1000000 /dev/zero > /dev/full` hangs.
+// goroutine in output.go stopped reading the command's pipe but kept it
+// open, so a command with more than a pipe buffer of output blocked in
+// write(2) forever, holding its slot; Start never returned. From a shell:
+// `crew start x -- head -c 1000000 /dev/zero > /dev/full` hung. Now crew
+// keeps reading into the log, so the command is not disturbed at all.
 func TestRegressionFailingOutputHangsTheRun(t *testing.T) {
 	d := newDispatcher(t)
 	req, _, _ := startRequest("writer", "head", "-c", "1000000", "/dev/zero")
 	req.Stdout = failingWriter{}
+	var warnings []string
+	req.Warn = func(w string) { warnings = append(warnings, w) }
 	done := make(chan startResult, 1)
 	go func() {
 		code, id, err := startCode(d, req)
@@ -40,7 +44,12 @@ func TestRegressionFailingOutputHangsTheRun(t *testing.T) {
 	}()
 	select {
 	case r := <-done:
-		assert.NotEqual(t, 0, r.code, "the command saw its output fail")
+		assert.Equal(t, 0, r.code, "the command never saw crew's output fail: %v", r.err)
+		fi, err := os.Stat(d.Store.LogPath(r.id))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1000000, fi.Size(), "the log has everything")
+		require.Len(t, warnings, 1)
+		assert.Contains(t, warnings[0], "crew's stdout failed (no space left on device); the command's output went on into the log "+d.Store.LogPath(r.id))
 	case <-time.After(10 * time.Second):
 		killActive(d)
 		<-done

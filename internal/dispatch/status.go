@@ -1,11 +1,13 @@
 package dispatch
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
 )
 
 // StatusVersion is the version of the `crew status --json` schema. Fields
@@ -57,6 +59,20 @@ type Snapshot struct {
 	// LastRefusal, with a task filter, is the task's latest refused start,
 	// if it came after the task's latest run.
 	LastRefusal *record.Refusal `json:"lastRefusal,omitempty"`
+	// ConfigError, if set, says crew.json is unusable: nothing is admitted
+	// until it is fixed, and MaximumInProgress is 0 (unknown).
+	ConfigError *ConfigProblem `json:"configError,omitempty"`
+}
+
+// ConfigProblem is an unusable crew.json.
+type ConfigProblem struct {
+	Path string `json:"path"`
+	// Line and Column (1-based) are where the content goes wrong; 0 when
+	// the file could not be read at all, or the problem has no place.
+	Line   int `json:"line"`
+	Column int `json:"column"`
+	// Error is the whole message, PATH:LINE:COL: what is wrong, and the fix.
+	Error string `json:"error"`
 }
 
 // QueueView is a waiting start.
@@ -86,12 +102,13 @@ const FinishedShown = 10
 func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	st := d.Store
 	cfg, exists, err := st.LoadConfig()
+	problem, err := configProblem(err)
 	if err != nil {
 		return nil, err
 	}
 	snap := &Snapshot{Version: StatusVersion, Root: st.Root(), ConfigPath: st.ConfigPath(), ConfigExists: exists,
 		MaximumInProgress: cfg.MaximumInProgress, Active: []RunView{}, Finished: []RunView{},
-		Problems: []Problem{}, Queue: []QueueView{}, Pools: []PoolView{}}
+		Problems: []Problem{}, Queue: []QueueView{}, Pools: []PoolView{}, ConfigError: problem}
 	set, err := d.readActive()
 	if err != nil {
 		return nil, err
@@ -113,7 +130,7 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	for _, name := range cfg.PoolNames() {
 		snap.Pools = append(snap.Pools, PoolView{Name: name, MaximumInProgress: cfg.Pools[name], InUse: usage.PoolUse[name]})
 	}
-	snap.Queue = d.queueView(cfg, usage, taskFilter)
+	snap.Queue = d.queueView(cfg, problem != nil, usage, taskFilter)
 	var keep func(*record.Run) bool
 	if taskFilter != "" {
 		keep = func(r *record.Run) bool { return r.Task == taskFilter }
@@ -146,19 +163,37 @@ func refusalIsNews(r *record.Refusal, snap *Snapshot) bool {
 	return true
 }
 
+// configProblem turns an unusable crew.json into what status shows; any
+// other error is status's own.
+func configProblem(err error) (*ConfigProblem, error) {
+	var ce *runstore.ConfigError
+	if err == nil || !errors.As(err, &ce) {
+		return nil, err
+	}
+	line, col := ce.Place()
+	return &ConfigProblem{Path: ce.Path, Line: line, Column: col, Error: ce.Error()}, nil
+}
+
 // queueView lists the waiting starts in arrival order with what each
-// waits for, as admission would decide right now.
-func (d *Dispatcher) queueView(cfg record.Config, usage admission.Usage, taskFilter string) []QueueView {
+// waits for, as admission would decide right now; with an unusable
+// config (noConfig), the config is what they all wait for.
+func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission.Usage, taskFilter string) []QueueView {
 	out := []QueueView{}
 	queue := d.liveQueue(nil)
-	for i, v := range admission.Plan(cfg, usage, queue) {
-		t := queue[i]
+	var plan []admission.Verdict
+	if !noConfig {
+		plan = admission.Plan(cfg, usage, queue)
+	}
+	for i, t := range queue {
 		if taskFilter != "" && t.Task != taskFilter {
 			continue
 		}
-		reason := v.Reason
-		if v.Admit {
-			reason = admission.WaitSlot // being handed a free slot right now
+		reason := admission.WaitConfig
+		if !noConfig {
+			reason = plan[i].Reason
+			if plan[i].Admit {
+				reason = admission.WaitSlot // being handed a free slot right now
+			}
 		}
 		out = append(out, QueueView{Position: i + 1, Task: t.Task, RunID: t.ID, Since: t.Since, Pool: t.Pool, WaitingFor: reason})
 	}

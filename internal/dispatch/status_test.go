@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/supervise"
 )
 
@@ -191,14 +191,25 @@ func TestStatusReportsProblems(t *testing.T) {
 	assert.Contains(t, unnamed[0].Error, lay(d).done(doneID))
 }
 
+// A broken crew.json does not blind status: it shows the runs, and the
+// problem with its place in the file.
 func TestStatusCorruptConfig(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Store.Ensure())
+	setCap(t, d, 2)
+	res := admit(t, d, "running")
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte("{"), 0o600))
-	_, err := d.Status("")
-	var cfgErr *runstore.ConfigError
-	require.ErrorAs(t, err, &cfgErr)
-	assert.Equal(t, lay(d).config(), cfgErr.Path)
+	snap, err := d.Status("")
+	require.NoError(t, err, "status shows what it can")
+	p := snap.ConfigError
+	require.NotNil(t, p)
+	assert.Equal(t, lay(d).config(), p.Path)
+	assert.Equal(t, [2]int{1, 2}, [2]int{p.Line, p.Column})
+	assert.True(t, strings.HasPrefix(p.Error, lay(d).config()+":1:2: malformed JSON: "), p.Error)
+	assert.Contains(t, p.Error, "crew init --max N")
+	assert.Zero(t, snap.MaximumInProgress, "the cap is unknown")
+	assert.Equal(t, 1, snap.SlotsInUse)
+	require.Len(t, snap.Active, 1)
+	assert.Equal(t, res.Rec.RunID, snap.Active[0].RunID)
 }
 
 // When a run's owner cannot be probed (here: its owner lock file was

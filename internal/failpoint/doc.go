@@ -10,6 +10,9 @@
 //	<name>:kill          SIGKILL this process at that step
 //	<name>:wait:<path>   create <path>.reached, then block until <path> exists
 //	<name>:panic         panic at that step (an internal error)
+//	<name>:error:<ERRNO>[:<path>]
+//	                     make that step fail with ERRNO (ENOSPC, EACCES,
+//	                     EMFILE, ...), until <path> exists if given
 //	<name>:skip          for steps that guard a mechanism (admission-lock):
 //	                     skip it, so tests can prove they catch its absence
 package failpoint

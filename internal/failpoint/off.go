@@ -10,3 +10,6 @@ func Hit(string) {}
 
 // Skip is always false in production builds.
 func Skip(string) bool { return false }
+
+// Error is always nil in production builds.
+func Error(string) error { return nil }

@@ -86,7 +86,7 @@ func DecodeConfig(data []byte) (Config, error) {
 		return Config{}, positioned(data, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Config{}, at(data, dec.InputOffset(), errors.New("malformed JSON: unexpected data after the config object"))
+		return Config{}, at(data, skipSpace(data, dec.InputOffset()), errors.New("malformed JSON: unexpected data after the config object"))
 	}
 	if w.Version == nil {
 		return Config{}, errors.New("no \"version\" field")
@@ -117,13 +117,15 @@ func positioned(data []byte, err error) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
-		return at(data, syn.Offset, fmt.Errorf("malformed JSON: %w", err))
+		// Offset counts the offending byte: it is the one before.
+		return at(data, syn.Offset-1, fmt.Errorf("malformed JSON: %w", err))
 	case errors.As(err, &typ) && typ.Field == "":
-		return at(data, typ.Offset, fmt.Errorf("malformed JSON: the file holds a JSON %s, not an object", typ.Value))
+		return at(data, skipSpace(data, 0), fmt.Errorf("malformed JSON: the file holds a JSON %s, not an object", typ.Value))
 	case errors.As(err, &typ) && typ.Field == "version":
-		return at(data, typ.Offset, fmt.Errorf("malformed JSON: \"version\" is a JSON %s, not a number", typ.Value))
+		return at(data, valueStart(data, typ.Offset), fmt.Errorf("malformed JSON: \"version\" is a JSON %s, not a number", typ.Value))
 	case errors.As(err, &typ):
-		return at(data, typ.Offset, fmt.Errorf("malformed config: %q is a JSON %s, not %s", typ.Field, typ.Value, typ.Type))
+		field := strings.TrimPrefix(typ.Field, "Config.")
+		return at(data, valueStart(data, typ.Offset), fmt.Errorf("malformed config: %q is a JSON %s, not %s", field, typ.Value, typ.Type))
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return at(data, int64(len(data)), fmt.Errorf("malformed JSON: %w (the file is empty or cut short)", err))
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
@@ -139,4 +141,35 @@ func at(data []byte, off int64, err error) *SyntaxError {
 	line := bytes.Count(before, []byte{'\n'}) + 1
 	col := int(off) - bytes.LastIndexByte(before, '\n')
 	return &SyntaxError{Line: line, Col: col, Err: err}
+}
+
+// valueStart finds the start of the JSON scalar that ends just before
+// off (where encoding/json reports a value of the wrong type), so that
+// the column points at the value, not past it.
+func valueStart(data []byte, off int64) int64 {
+	off = min(max(off, 0), int64(len(data)))
+	i := off - 1
+	switch {
+	case i < 0:
+		return off
+	case data[i] == '"':
+		for i--; i >= 0; i-- {
+			if data[i] == '"' && (i == 0 || data[i-1] != '\\') {
+				return i
+			}
+		}
+		return off
+	}
+	for i >= 0 && strings.IndexByte("+-.0123456789eEtruefalsn", data[i]) >= 0 {
+		i--
+	}
+	return i + 1
+}
+
+// skipSpace is the offset of the first non-space byte at or after off.
+func skipSpace(data []byte, off int64) int64 {
+	for off < int64(len(data)) && strings.IndexByte(" \t\r\n", data[off]) >= 0 {
+		off++
+	}
+	return off
 }

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -63,5 +64,47 @@ func TestDecodeConfigErrors(t *testing.T) {
 				t.Errorf("DecodeConfig returned a config with its error: %+v", cfg)
 			}
 		})
+	}
+}
+
+// Errors point at the offending byte, as a compiler would, so that
+// PATH:LINE:COL takes an editor to it.
+func TestDecodeConfigErrorPlaces(t *testing.T) {
+	tests := []struct {
+		data      string
+		line, col int
+		at        string // what is there, "" for the end of the file
+	}{
+		{"{oops", 1, 2, "o"},
+		{"{\n  \"version\": 1,\n  \"maximumInProgress\": 2,,\n}\n", 3, 26, ","},
+		{`{"version":1,"maximumInProgress":"2"}`, 1, 34, `"`},
+		{`{"version":"1","maximumInProgress":2}`, 1, 12, `"`},
+		{"{\"version\":1,\n\"maximumInProgress\":2.5}", 2, 21, "2"},
+		{"  [1]", 1, 3, "["},
+		{`{"version":1,"maximumInProgress":2}  x`, 1, 38, "x"},
+		{`{"version":1,"maximumInProgress":`, 1, 34, ""},
+	}
+	for _, tc := range tests {
+		_, err := DecodeConfig([]byte(tc.data))
+		var syn *SyntaxError
+		if !errors.As(err, &syn) {
+			t.Errorf("DecodeConfig(%q) = %v, want a *SyntaxError", tc.data, err)
+			continue
+		}
+		if syn.Line != tc.line || syn.Col != tc.col {
+			t.Errorf("DecodeConfig(%q) at %d:%d, want %d:%d (%v)", tc.data, syn.Line, syn.Col, tc.line, tc.col, err)
+			continue
+		}
+		line := strings.Split(tc.data, "\n")[tc.line-1]
+		got := ""
+		if tc.col <= len(line) {
+			got = line[tc.col-1 : tc.col]
+		}
+		if got != tc.at {
+			t.Errorf("DecodeConfig(%q) points at %q, want %q", tc.data, got, tc.at)
+		}
+	}
+	if _, err := DecodeConfig([]byte(`{"version":1,"maximumInProgress":"2"}`)); !strings.Contains(err.Error(), `"maximumInProgress" is a JSON string`) {
+		t.Errorf("the field is named as in the file: %v", err)
 	}
 }

@@ -94,7 +94,7 @@ func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) 
 			return 0, nil, err
 		}
 		if rec.State.Active() {
-			end(rec)
+			endTruthfully(locks, rec, end)
 		} else {
 			outcome = LeftoverRemoved // a final record whose move was cut short
 		}
@@ -104,6 +104,20 @@ func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) 
 		return 0, nil, err
 	}
 	return outcome, rec, nil
+}
+
+// endTruthfully makes an active record final: from the outcome its
+// supervisor kept, if there is one, else with end.
+func endTruthfully(locks *runstore.RunLocks, rec *record.Run, end func(*record.Run)) {
+	ended, note := endFromKeptOutcome(locks, rec)
+	if ended {
+		return
+	}
+	end(rec)
+	if note != "" {
+		rec.Reason += "; " + note
+		rec.AddEvent(time.Now().UTC(), "%s", note)
+	}
 }
 
 // markInterrupted turns an active record whose owner died into a final

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
@@ -13,17 +14,38 @@ import (
 const MaxConfigBytes = 64 << 10
 
 // ConfigError is a crew.json that cannot be used; it names the file and,
-// for a file that is not valid config, the line and column.
+// for a file that is not valid config, the line and column, as compilers
+// do: PATH:LINE:COL: message.
 type ConfigError struct {
 	Path string
 	Err  error
 }
 
 func (e *ConfigError) Error() string {
+	msg := e.Message()
 	if e.Unreadable() {
-		return fmt.Sprintf("config %s: %v", e.Path, e.Err)
+		return msg
 	}
-	return fmt.Sprintf("config %s: %v; fix it, or rewrite it with `crew init --max N`", e.Path, e.Err)
+	return msg + "; fix it, or rewrite it with `crew init --max N` (which moves this file aside)"
+}
+
+// Message is the error without the hint: PATH:LINE:COL: message, or
+// PATH: message where the place is not known.
+func (e *ConfigError) Message() string {
+	var syn *record.SyntaxError
+	if errors.As(e.Err, &syn) && syn.Line > 0 {
+		return fmt.Sprintf("%s:%d:%d: %v", e.Path, syn.Line, syn.Col, syn.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Path, e.Err)
+}
+
+// Place is the 1-based line and column the error is at; zero if unknown.
+func (e *ConfigError) Place() (line, col int) {
+	var syn *record.SyntaxError
+	if errors.As(e.Err, &syn) {
+		return syn.Line, syn.Col
+	}
+	return 0, 0
 }
 
 func (e *ConfigError) Unwrap() error { return e.Err }
@@ -92,4 +114,31 @@ func (a *Admission) SaveConfig(cfg record.Config) error {
 		return fmt.Errorf("write config %s: %w", a.s.display(configName), unwrapPath(err))
 	}
 	return nil
+}
+
+// MoveConfigAside renames an unusable crew.json to crew.json.broken-<UTC
+// time>, so that `crew init` can write a new one without destroying what
+// the operator may want back (pools, for one). It returns the new path.
+// It takes the admission lock's handle: crew.json changes only inside the
+// admission critical section.
+func (a *Admission) MoveConfigAside(now time.Time) (string, error) {
+	root, err := a.s.openRoot()
+	if err != nil {
+		return "", fmt.Errorf("move %s aside: %w", a.s.display(configName), err)
+	}
+	base := configName + ".broken-" + now.UTC().Format("20060102T150405Z")
+	name := base
+	for n := 2; ; n++ {
+		if _, err := root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		name = fmt.Sprintf("%s-%d", base, n)
+	}
+	if err := root.Rename(configName, name); err != nil {
+		return "", fmt.Errorf("move %s aside to %s: %w", a.s.display(configName), a.s.display(name), unwrapPath(err))
+	}
+	if err := syncDir(root); err != nil {
+		return "", fmt.Errorf("move %s aside: %w", a.s.display(configName), err)
+	}
+	return a.s.display(name), nil
 }

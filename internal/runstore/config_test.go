@@ -2,11 +2,14 @@ package runstore
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/crew-dev/crew/internal/record"
 )
@@ -183,5 +186,61 @@ func TestLoadConfigUnreadable(t *testing.T) {
 				t.Errorf("config returned with the error: %+v", cfg)
 			}
 		})
+	}
+}
+
+// Errors read like a compiler's: PATH:LINE:COL: message, and the hint to
+// rewrite the file only where rewriting is a fix (its content, not its
+// permissions or type).
+func TestConfigErrorIsCompilerStyle(t *testing.T) {
+	s := newStore(t)
+	writeString(t, s.ConfigPath(), "{\n  \"version\": 1,\n  \"maximumInProgress\": 2,,\n}\n")
+	_, _, err := s.LoadConfig()
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("LoadConfig = %v", err)
+	}
+	want := s.ConfigPath() + ":3:26: malformed JSON: "
+	if !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("message %q, want it to start %q", err, want)
+	}
+	if line, col := ce.Place(); line != 3 || col != 26 {
+		t.Errorf("Place() = %d:%d", line, col)
+	}
+	if !strings.HasSuffix(err.Error(), "; fix it, or rewrite it with `crew init --max N` (which moves this file aside)") {
+		t.Errorf("message %q has no hint", err)
+	}
+	unplaced := &ConfigError{Path: "/r/crew.json", Err: decodeError{errors.New(`no "version" field`)}}
+	if got := unplaced.Message(); got != `/r/crew.json: no "version" field` {
+		t.Errorf("Message() = %q", got)
+	}
+	denied := &ConfigError{Path: "/r/crew.json", Err: fmt.Errorf("crew.json: %w", fs.ErrPermission)}
+	if got := denied.Error(); strings.Contains(got, "crew init") || got != "/r/crew.json: crew.json: permission denied" {
+		t.Errorf("a permission error says %q; no rewrite hint wanted", got)
+	}
+}
+
+// MoveConfigAside keeps the broken file under a name of its own, never
+// over an earlier one.
+func TestMoveConfigAside(t *testing.T) {
+	s := newStore(t)
+	a := lockAdmission(t, s)
+	now := time.Date(2026, 11, 29, 19, 4, 22, 0, time.UTC)
+	var moved []string
+	for i, content := range []string{"{broken one", "{broken two"} {
+		writeString(t, s.ConfigPath(), content)
+		path, err := a.MoveConfigAside(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved = append(moved, path)
+		if got := readString(t, path); got != content {
+			t.Errorf("move %d: %s holds %q", i, path, got)
+		}
+		assertMissing(t, s.ConfigPath())
+	}
+	want := []string{s.ConfigPath() + ".broken-20261129T190422Z", s.ConfigPath() + ".broken-20261129T190422Z-2"}
+	if !reflect.DeepEqual(moved, want) {
+		t.Errorf("moved to %q, want %q", moved, want)
 	}
 }

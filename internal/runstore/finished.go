@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -163,6 +164,7 @@ func (s *Store) RemoveFinished(id record.RunID) error {
 			return fmt.Errorf("remove the log of run %s: %w", id, unwrapPath(err))
 		}
 	}
+	failpoint.Hit("prune-log-removed")
 	dir, err := s.dir(shardDir(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -51,6 +51,10 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
 	}
+	if err := reserveOutcome(owner.File(), s.display(ownersDir, ownerLockName(rec.RunID))); err != nil {
+		_ = owner.RemoveAndRelease()
+		return nil, fmt.Errorf("reserve run %s: %w", rec.RunID, err)
+	}
 	sup, err := lockfs.Create(dir, supervisorLockName(rec.RunID))
 	if err != nil {
 		_ = owner.RemoveAndRelease()

@@ -190,11 +190,14 @@ func (s *Store) writeDone(rec *record.Run) error {
 	if rec.State.Active() {
 		return fmt.Errorf("write finished record of run %s: state %s is not final", rec.RunID, rec.State)
 	}
+	shard := shardDir(rec.RunID)
+	if err := failpoint.Error("finish-write"); err != nil {
+		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(shard), err)
+	}
 	b, err := rec.Encode()
 	if err != nil {
 		return err
 	}
-	shard := shardDir(rec.RunID)
 	// crew prune removes empty shard directories; if it removes this one
 	// between our mkdir and our write, make it again.
 	for attempt := 0; ; attempt++ {
@@ -255,10 +258,16 @@ func (s *Store) finish(rec *record.Run) error {
 		return err
 	}
 	failpoint.Hit("finalized")
-	if err := s.removeActive(rec.RunID); err != nil {
+	return s.leaveActive(rec.RunID)
+}
+
+// leaveActive takes a run whose final record is durable out of the active
+// set, and its stop request with it.
+func (s *Store) leaveActive(id record.RunID) error {
+	if err := s.removeActive(id); err != nil {
 		return err
 	}
-	return s.RemoveStopRequest(rec.RunID)
+	return s.RemoveStopRequest(id)
 }
 
 func shardDir(id record.RunID) string { return doneDir + "/" + id.Shard() }

@@ -12,7 +12,9 @@ import (
 // is free.
 func (s *supervisor) finish() error {
 	if err := s.Locks.Finish(s.rec); err != nil {
-		return err
+		if err := s.retryFinish(err); err != nil {
+			return err
+		}
 	}
 	s.done = true
 	if s.Finished != nil {
@@ -29,7 +31,7 @@ func StopBeforeLaunch(req Request, sig syscall.Signal) error {
 	s.rec.Finish(record.Stopped, s.now(), nil,
 		fmt.Sprintf("crew received %s before the command started; it was never run", SignalName(sig)))
 	if err := s.finish(); err != nil {
-		return &InternalError{RunID: s.rec.RunID, Err: err}
+		return finishFailure(s.rec.RunID, err)
 	}
 	return &SignalledError{Signal: sig, RunID: s.rec.RunID}
 }

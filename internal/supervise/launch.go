@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"syscall"
 
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -31,6 +32,9 @@ func (s *supervisor) launch(out *output) error {
 		cmd.SysProcAttr.Ctty = fd
 		s.ownsTTY, s.ttyFD = true, fd
 	}
+	if err := failpoint.Error("fork-exec"); err != nil {
+		return &fs.PathError{Op: "fork/exec", Path: cmd.Path, Err: err}
+	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -41,6 +45,9 @@ func (s *supervisor) launch(out *output) error {
 
 // launchFailure records a command that could not be started.
 func (s *supervisor) launchFailure(startErr error) error {
+	if what, ok := shortOf(startErr); ok {
+		return s.resourceFailure(startErr, what)
+	}
 	name := s.rec.Command[0]
 	notFound := errors.Is(startErr, exec.ErrNotFound) || errors.Is(startErr, fs.ErrNotExist)
 	code, reason := 126, fmt.Sprintf("cannot run %s: %v", name, startErr)
@@ -54,7 +61,7 @@ func (s *supervisor) launchFailure(startErr error) error {
 	}
 	s.rec.Finish(record.Failed, s.now(), &code, reason)
 	if err := s.finish(); err != nil {
-		return &InternalError{RunID: s.rec.RunID, Err: err}
+		return finishFailure(s.rec.RunID, err)
 	}
 	return &LaunchError{RunID: s.rec.RunID, NotFound: notFound, Reason: reason}
 }

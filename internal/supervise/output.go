@@ -45,10 +45,10 @@ func (o *output) started() {
 		o.wg.Add(1)
 		go func() {
 			defer o.wg.Done()
+			// The tee never fails, so this reads to end of file (or until
+			// drain gives up on a grandchild): the command is never
+			// blocked on a full pipe nor sent EPIPE because of crew.
 			_, _ = io.Copy(o.tees[i], o.readers[i])
-			// If crew's own stream failed (a closed pipe, a full disk),
-			// stop reading too: the command then gets EPIPE or SIGPIPE as
-			// it would without crew, instead of blocking on a full pipe.
 			_ = o.readers[i].Close()
 		}()
 	}
@@ -92,13 +92,30 @@ func (o *output) logErr() error {
 	return nil
 }
 
+// report warns about what did not reach its destination: a log left
+// incomplete, or crew's own stdout or stderr that failed (a reader that
+// went away: `crew start ... | head -1`) while the log kept everything.
+func (o *output) report(warn func(string), id string, logPath string) {
+	if err := o.logErr(); err != nil {
+		warn(fmt.Sprintf("run %s: the log %s is incomplete: %v", id, logPath, err))
+	}
+	for i, name := range []string{"stdout", "stderr"} {
+		if err := o.tees[i].outErr; err != nil {
+			warn(fmt.Sprintf("run %s: crew's %s failed (%v); the command's output went on into the log %s", id, name, err, logPath))
+		}
+	}
+}
+
 // tee copies the command's output to crew's own stream and to the log.
-// A failing log never stops the output; a failing output stream (a closed
-// pipe) is reported to the command as it would be without crew.
+// It never returns an error, so the copy never stops reading: a failing
+// log never stops the output, and a failing output stream (a closed pipe,
+// /dev/full) never stops the log nor disturbs the command. Each is given
+// up after its first error.
 type tee struct {
 	out    io.Writer
 	log    *os.File
 	logErr error
+	outErr error
 }
 
 func (t *tee) Write(p []byte) (int, error) {
@@ -107,8 +124,10 @@ func (t *tee) Write(p []byte) (int, error) {
 			t.logErr = err
 		}
 	}
-	if t.out == nil {
-		return len(p), nil
+	if t.out != nil && t.outErr == nil {
+		if _, err := t.out.Write(p); err != nil {
+			t.outErr = err
+		}
 	}
-	return t.out.Write(p)
+	return len(p), nil
 }

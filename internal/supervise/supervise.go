@@ -6,7 +6,6 @@
 package supervise
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -110,11 +109,9 @@ func (s *supervisor) run() error {
 	out.drain()
 	failpoint.Hit("exited")
 	s.describeExit(ws, stop)
-	if err := out.logErr(); err != nil {
-		s.Warn(fmt.Sprintf("run %s: the log %s is incomplete: %v", id, s.Store.LogPath(id), err))
-	}
+	out.report(s.Warn, string(id), s.Store.LogPath(id))
 	if err := s.finish(); err != nil {
-		return &InternalError{RunID: id, Err: err}
+		return finishFailure(id, err)
 	}
 	if code := exitCode(ws); code != 0 {
 		return &ExitError{RunID: id, Code: code}

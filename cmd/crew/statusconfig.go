@@ -1,0 +1,21 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+)
+
+// printSlots is status's slots line, and with an unusable crew.json, the
+// problem: status still shows everything else, since that is when an
+// operator needs it most.
+func printSlots(w io.Writer, snap *dispatch.Snapshot) {
+	p := snap.ConfigError
+	if p == nil {
+		fmt.Fprintf(w, "Slots: %d/%d in use\n", snap.SlotsInUse, snap.MaximumInProgress)
+		return
+	}
+	fmt.Fprintf(w, "Config problem: %s\n", p.Error)
+	fmt.Fprintf(w, "Slots: %d in use; the cap is unknown, and no start is admitted until crew.json is fixed\n", snap.SlotsInUse)
+}

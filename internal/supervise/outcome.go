@@ -1,0 +1,129 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
+// When the final record cannot be written (a full disk, a directory made
+// unwritable), the supervisor still knows how the run ended, and must not
+// lose it. It keeps the outcome in the run's owner lock file (room for it
+// was made at reservation), then retries the durable finish with backoff
+// while it holds the slot, for at most finishRetryFor. If that runs out,
+// or crew is told to stop, it exits 125 and leaves the outcome where every
+// finalizer (admission, `crew recover`, `crew wait`) looks for it.
+
+// finishRetryFor bounds the retrying. A variable so tests can shorten it.
+var finishRetryFor = time.Minute
+
+// Backoff between attempts.
+const (
+	firstRetryDelay = 100 * time.Millisecond
+	maxRetryDelay   = 5 * time.Second
+)
+
+// UnrecordedError is a run that ended but whose end crew could not record;
+// crew exits 125. Kept says whether the outcome is in the owner lock file
+// for recovery to record.
+type UnrecordedError struct {
+	RunID   record.RunID
+	Outcome string // how it ended, in words: "succeeded, exit 0"
+	Kept    bool
+	Where   string // the owner lock file
+	Err     error  // the last failure to record it
+}
+
+func (e *UnrecordedError) Error() string {
+	msg := fmt.Sprintf("run %s ended (%s), but crew could not record it: %v; ", e.RunID, e.Outcome, e.Err)
+	if e.Kept {
+		return msg + fmt.Sprintf("the outcome is kept in %s, and `crew recover` records it once the state root is writable again", e.Where)
+	}
+	return msg + "its outcome could not be kept either: `crew recover` will record it as interrupted, exit status unknown"
+}
+
+func (e *UnrecordedError) Unwrap() error { return e.Err }
+
+// finishFailure is what a run whose finish failed returns: an
+// UnrecordedError says it all; anything else is crew's internal error.
+func finishFailure(id record.RunID, err error) error {
+	var u *UnrecordedError
+	if errors.As(err, &u) {
+		return u
+	}
+	return &InternalError{RunID: id, Err: err}
+}
+
+// retryFinish is finish after the final record could not be written
+// (first): keep the outcome, then retry while holding the slot.
+func (s *supervisor) retryFinish(first error) error {
+	id := s.rec.RunID
+	keepErr := s.Locks.SaveOutcome(s.rec, first)
+	if s.ownsTTY {
+		// Give the terminal back now, so that Ctrl-C reaches crew while it
+		// retries (the command's group is gone).
+		reclaimTTY(s.ttyFD)
+	}
+	s.Warn(s.retryNotice(first, keepErr))
+	last := first
+	deadline := time.Now().Add(finishRetryFor)
+	for delay := firstRetryDelay; ; delay = min(2*delay, maxRetryDelay) {
+		if sig, stop := s.pause(delay); stop {
+			return s.unrecorded(fmt.Errorf("%w (gave up on receiving %s)", last, SignalName(sig)), keepErr)
+		}
+		err := s.Locks.FinishAgain(s.rec)
+		if err == nil {
+			s.Warn(fmt.Sprintf("run %s: its end is recorded after all (%s)", id, outcomeWords(s.rec)))
+			return nil
+		}
+		if err.Error() != last.Error() {
+			s.Warn(fmt.Sprintf("run %s: still cannot record its end: %v", id, err))
+		}
+		last = err
+		if time.Now().After(deadline) {
+			return s.unrecorded(fmt.Errorf("%w (gave up after %s)", err, finishRetryFor), keepErr)
+		}
+	}
+}
+
+// pause waits delay, or less if crew is told to stop.
+func (s *supervisor) pause(delay time.Duration) (syscall.Signal, bool) {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return 0, false
+	case sig := <-s.Signals:
+		return asSignal(sig), true
+	}
+}
+
+func (s *supervisor) unrecorded(err, keepErr error) error {
+	return &UnrecordedError{RunID: s.rec.RunID, Outcome: outcomeWords(s.rec), Kept: keepErr == nil, Where: s.Locks.OwnerPath(), Err: err}
+}
+
+// retryNotice is the first word to the user: what could not be recorded,
+// where the outcome is kept, and what crew does now.
+func (s *supervisor) retryNotice(first, keepErr error) string {
+	msg := fmt.Sprintf("run %s ended (%s), but crew cannot record it: %v; ", s.rec.RunID, outcomeWords(s.rec), first)
+	if keepErr != nil {
+		msg += fmt.Sprintf("nor keep it in %s (%v); ", s.Locks.OwnerPath(), keepErr)
+	} else {
+		msg += fmt.Sprintf("the outcome is kept in %s; ", s.Locks.OwnerPath())
+	}
+	return msg + fmt.Sprintf("retrying for up to %s while holding the slot (interrupt crew to give up; `crew recover` records it later)", finishRetryFor)
+}
+
+// outcomeWords says how a final record ends, for messages.
+func outcomeWords(rec *record.Run) string {
+	switch {
+	case rec.ExitCode == nil && rec.Signal != "":
+		return fmt.Sprintf("%s, %s", rec.State, rec.Signal)
+	case rec.ExitCode == nil:
+		return string(rec.State)
+	}
+	return fmt.Sprintf("%s, exit %d", rec.State, *rec.ExitCode)
+}
