@@ -42,7 +42,7 @@ func TestSaveOutcomeReadsBackUnderTheFence(t *testing.T) {
 	}
 	l.Release() // the supervisor dies
 
-	fence, err := s.Fence(testID)
+	fence, err := s.Fence(testID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
