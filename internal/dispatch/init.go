@@ -32,7 +32,11 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 		return nil, usagef("maximumInProgress must be at least 1, not %d", maxInProgress)
 	}
 	for _, p := range pools {
-		if err := record.ValidatePoolName(p.Name); err != nil {
+		validate := record.ValidateNewPoolName // a pool added or changed
+		if p.Max == 0 {
+			validate = record.ValidatePoolName // removing one an older crew accepted
+		}
+		if err := validate(p.Name); err != nil {
 			return nil, &UsageError{Err: err}
 		}
 		if p.Max < 0 {
