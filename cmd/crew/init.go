@@ -67,9 +67,9 @@ func (o *initOptions) run(s streams) error {
 		return err
 	}
 	if res.Existed && res.Old != res.New {
-		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d (was %d)\n", res.Path, res.New, res.Old)
+		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d (was %d)\n", termSafe(res.Path), res.New, res.Old)
 	} else {
-		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d\n", res.Path, res.New)
+		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d\n", termSafe(res.Path), res.New)
 	}
 	for _, name := range slices.Sorted(maps.Keys(res.Pools)) {
 		fmt.Fprintf(s.Err, "crew: pool %s: maximumInProgress %d\n", quoteTask(name), res.Pools[name])

@@ -96,7 +96,9 @@ func run(args []string, s streams) int {
 	}
 	code := exitCodeFor(err)
 	if !silent(err) {
-		fmt.Fprintf(s.Err, "crew: %v\n", err)
+		// Errors name files and records of the state root: made safe
+		// for the terminal.
+		fmt.Fprintf(s.Err, "crew: %s\n", termSafe(err.Error()))
 	}
 	if code == exitUsage && cmd != nil {
 		fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
