@@ -55,6 +55,7 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 	}
 	if err != nil {
 		cfg = record.DefaultConfig() // repairing: start from scratch
+		cfg.Group = st.SharedGroup() // but a shared root stays shared
 	}
 	res := &InitResult{Path: st.ConfigPath(), Existed: exists && err == nil, Old: cfg.MaximumInProgress}
 	if setMax {

@@ -60,10 +60,10 @@ type UnsafeRootError struct {
 }
 
 func (e *UnsafeRootError) Error() string {
-	return fmt.Sprintf("refusing the state root %s: %s %s (owner %s, group %s, mode %s); "+
-		"crew uses only a state root that nobody but its user (or the group it was shared with by `crew init --group`) can write, "+
-		"because whoever can write it can make crew act on planted files. Fix: %s",
-		e.Root, e.Path, e.Why, e.Owner, e.Group, e.Mode, e.Fix)
+	return fmt.Sprintf("refusing the state root %s: %s %s (mode %s, owner %s, group %s); "+
+		"whoever can write a state root can make crew act on files planted there, so crew uses only one that nobody "+
+		"but its user (and the group it was shared with by `crew init --group`) can write. Fix: %s",
+		e.Root, e.Path, e.Why, e.Mode, e.Owner, e.Group, e.Fix)
 }
 
 // readSharing reads which group crew.json shares the root with. It is
@@ -126,7 +126,9 @@ func (s *Store) refreshSharing() {
 	}
 	sh := readSharing(root)
 	s.mu.Lock()
-	s.sharing = sh
+	if !s.sharingNow {
+		s.sharing = sh
+	}
 	s.mu.Unlock()
 }
 
@@ -168,6 +170,9 @@ func (s *Store) checkDirAs(fi os.FileInfo, display string, isRoot bool, sh shari
 	uid, gid, mode := int(st.Uid), int(st.Gid), fi.Mode()
 	euid := os.Geteuid()
 	inGroup := sh.shared() && gid == sh.gid
+	s.mu.Lock()
+	converting := s.sharingNow
+	s.mu.Unlock()
 	e := &UnsafeRootError{Root: s.path, Path: display, Owner: userName(uid), Group: groupName(gid), Mode: mode}
 	chmod := "chmod go-w " + display
 	if sh.shared() {
@@ -177,23 +182,27 @@ func (s *Store) checkDirAs(fi os.FileInfo, display string, isRoot bool, sh shari
 	case mode.Perm()&0o002 != 0:
 		e.Why = "is writable by every user"
 		e.Fix = chmod
+	case converting && uid == euid:
+		// Its owner shares the root on purpose: whatever group the
+		// directory has now, ShareWith gives it the new one.
+		return nil
 	case mode.Perm()&0o020 != 0 && !inGroup && sh.name != "":
-		e.Why = fmt.Sprintf("is writable by group %s, but crew.json shares the state root with group %q", groupName(gid), sh.name)
+		e.Why = fmt.Sprintf("is writable by its group, but crew.json shares the state root with group %q", sh.name)
 		if sh.err != nil {
 			e.Why += fmt.Sprintf(" (%v)", sh.err)
 		}
 		e.Fix = fmt.Sprintf("chgrp %s %s, or chmod g-w %s", sh.name, display, display)
 	case mode.Perm()&0o020 != 0 && !inGroup:
-		e.Why = fmt.Sprintf("is writable by group %s", groupName(gid))
+		e.Why = "is writable by its group"
 		if sh.err != nil {
 			e.Why += fmt.Sprintf(", and crew.json does not say the state root is shared with it (%v)", sh.err)
 		}
 		e.Fix = fmt.Sprintf("%s, or share the state root with that group on purpose: crew init --group %s", chmod, groupNameOnly(gid))
 	case uid != euid && !inGroup:
-		e.Why = fmt.Sprintf("is owned by %s, not by the user crew runs as, %s", userName(uid), userName(euid))
+		e.Why = fmt.Sprintf("is not owned by %s, who runs crew", userName(euid))
 		e.Fix = fmt.Sprintf("use a state root of your own (--root DIR or CREW_ROOT), or, if this one is yours, chown -R %s %s", userNameOnly(euid), s.path)
 	case isRoot && mode.Perm()&0o020 != 0 && mode&os.ModeSetgid == 0:
-		e.Why = fmt.Sprintf("is writable by group %s but not set-group-ID, so it was not shared on purpose", groupName(gid))
+		e.Why = "is writable by its group but not set-group-ID, so it was not shared on purpose"
 		e.Fix = fmt.Sprintf("crew init --group %s (which makes it 2770), or chmod g-w %s", sh.name, display)
 	default:
 		return nil
@@ -227,6 +236,23 @@ func groupName(gid int) string {
 		return fmt.Sprintf("%s (gid %d)", g.Name, gid)
 	}
 	return fmt.Sprintf("gid %d", gid)
+}
+
+// PrepareSharing tells this store that its user is sharing the state root
+// with group (crew init --group): directories crew's user owns pass the
+// checks whatever their group and group write bit (so that a root someone
+// made group-writable can be shared on purpose, which is the fix crew
+// suggests), until ShareWith has converted them. Others' directories, and
+// anything writable by every user, are still refused.
+func (s *Store) PrepareSharing(group string, gid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sharingNow = true
+	s.sharing = sharing{name: group, gid: gid}
+	if s.root != nil {
+		s.root.Close()
+		s.root = nil
+	}
 }
 
 // mkdir makes the directory name in parent with the state root's

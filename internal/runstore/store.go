@@ -70,6 +70,9 @@ type Store struct {
 	mu      sync.Mutex
 	root    *os.Root
 	sharing sharing // the group crew.json shares the root with, if any
+	// sharingNow: crew init --group is sharing the root; a group-writable
+	// directory is about to be converted, not refused (see PrepareSharing).
+	sharingNow bool
 }
 
 // New returns the store of the state root at path (absolute). It touches
@@ -145,7 +148,9 @@ func (s *Store) openRoot() (*os.Root, error) {
 	}
 	sh := readSharing(r)
 	s.mu.Lock()
-	s.sharing = sh
+	if !s.sharingNow {
+		s.sharing = sh
+	}
 	s.mu.Unlock()
 	if err := s.checkDir(fi, s.path, true); err != nil {
 		r.Close()
