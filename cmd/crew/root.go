@@ -94,6 +94,10 @@ func run(args []string, s streams) int {
 		// cobra's own errors: unknown command, bad arguments.
 		err = &usageError{err}
 	}
+	var unsafe *dispatch.UnsafeRootError
+	if errors.As(err, &unsafe) {
+		err = unsafe // about the whole state root, whatever the command was doing
+	}
 	code := exitCodeFor(err)
 	if !silent(err) {
 		// Errors name files and records of the state root: made safe

@@ -10,6 +10,10 @@ import (
 	"github.com/crew-dev/crew/internal/runstore"
 )
 
+// UnsafeRootError is a state root crew refuses to use: someone other
+// than its user (or the group it was shared with) can write it.
+type UnsafeRootError = runstore.UnsafeRootError
+
 // ShareResult says what Share or Unshare did.
 type ShareResult struct {
 	Root    string

@@ -152,7 +152,7 @@ func (s *Store) openRoot() (*os.Root, error) {
 		s.sharing = sh
 	}
 	s.mu.Unlock()
-	if err := s.checkDir(fi, s.path, true); err != nil {
+	if err := s.checkLayout(r, fi); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -181,6 +181,24 @@ func (s *Store) dir(rel string) (*os.Root, error) {
 		return nil, err
 	}
 	return s.openDir(root, rel, s.display(rel))
+}
+
+// checkLayout checks the root (fi) and every directory of its layout
+// that exists, so that a state root someone untrusted can write is refused
+// whole, by every command, whichever of its directories the command would
+// have used. Shards of finished runs are checked as they are opened.
+func (s *Store) checkLayout(r *os.Root, fi os.FileInfo) error {
+	if err := s.checkDir(fi, s.path, true); err != nil {
+		return err
+	}
+	for _, dir := range append(layoutDirs, quarantineDir) {
+		if fi, err := r.Lstat(dir); err == nil && fi.IsDir() {
+			if err := s.checkDir(fi, s.display(dir), false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // openDir opens rel in parent as a root of its own, refusing a symbolic
