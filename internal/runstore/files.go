@@ -144,7 +144,11 @@ func (s *Store) HasLog(id record.RunID) bool {
 	}
 	defer dir.Close()
 	fi, err := dir.Lstat(logName(id))
-	return err == nil && fi.Mode().IsRegular()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Nlink == 1 // a second link: OpenLog refuses it
 }
 
 // Refusals: refusals.log, one JSON line per refused start.
