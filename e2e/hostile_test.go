@@ -210,13 +210,13 @@ func TestHostileStateRoot(t *testing.T) {
 	}
 	for _, id := range append(append(append([]string{}, p.active...), p.done...), p.queue...) {
 		h.crew("status", id)
-		h.crew("wait", "--timeout", "2s", id)
+		h.crew("wait", "--timeout", "300ms", id)
 		h.crew("logs", id)
 		h.crew("stop", "--grace", "1s", id)
 	}
 	for i, id := range p.logs {
 		h.crew("status", id)
-		h.crew("wait", "--timeout", "2s", id)
+		h.crew("wait", "--timeout", "300ms", id)
 		switch h.kinds[i].name {
 		case "huge-sparse", "empty":
 			// Regular files with one link are logs like any other: a log is
@@ -230,7 +230,7 @@ func TestHostileStateRoot(t *testing.T) {
 	}
 	for _, id := range p.owners {
 		h.crew("status", id)
-		h.crew("wait", "--timeout", "2s", id)
+		h.crew("wait", "--timeout", "300ms", id)
 	}
 	h.c.assertUnchanged("after the first pass")
 	h.assertCanaryAlive("after the first pass")
