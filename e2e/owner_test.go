@@ -279,6 +279,9 @@ func TestSharedStateRootTwoUsers(t *testing.T) {
 	r = as(carol, "status")
 	assert.Equal(t, 125, r.Code, r.Stderr)
 	assert.Contains(t, r.Stderr, "permission denied")
+	r = as(carol, "init", "--group", u.group)
+	assert.Equal(t, 64, r.Code, r.Stderr)
+	assert.Contains(t, r.Stderr, "crew: --group "+u.group+": you are not a member of group "+u.group+", and only its members (or root) can give it a directory")
 
 	// Private again: alice cannot take back the shard directory bob made,
 	// and says so; root can, and gives everything to alice.
