@@ -19,6 +19,11 @@ func completeRuns(g *globalOptions) func(*cobra.Command, []string, string) ([]co
 		seen := map[string]bool{}
 		var out []cobra.Completion
 		add := func(s, desc string) {
+			// A name that does not print (an older crew's) cannot be
+			// typed and would reach the shell raw: not offered.
+			if !printable(s) || !printable(desc) {
+				return
+			}
 			if !seen[s] {
 				seen[s] = true
 				out = append(out, cobra.CompletionWithDesc(s, desc))

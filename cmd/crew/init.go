@@ -20,18 +20,29 @@ type initOptions struct {
 	max         int
 	maxSet      bool
 	lockTimeout time.Duration
+	group       string // --group: share the root with this group
+	noGroup     bool   // --no-group: make a shared root private again
 }
 
 func newInitCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &initOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "init [--max N] [--pool NAME=N]...",
+		Use:   "init [--max N] [--pool NAME=N]... [--group NAME | --no-group]",
 		Short: "Create the state root and write its config (crew.json)",
 		Long: fmt.Sprintf(`Create the state root and write its versioned config, crew.json, atomically.
 
 Running it again is safe: without --max it keeps the current cap; with --max it
 changes the cap, also while runs are active (admissions read the config inside
-the admission lock). Without any config the cap is %d.`, record.DefaultMaximumInProgress),
+the admission lock). Without any config the cap is %d.
+
+crew uses only a state root that nobody but its user can write. To share one
+with the members of a group on purpose, run crew init --group NAME: the root
+and everything in it become group NAME's, directories 2770 and files 0660,
+and crew.json records the group, so crew accepts exactly that group. Running
+it again converts whatever was made private meanwhile. crew init --no-group
+makes the root private again (directories 0700, your files 0600); other
+users lose access at once. Without either flag, crew init keeps the root as
+it is.`, record.DefaultMaximumInProgress),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			markRan(cmd)
@@ -42,6 +53,8 @@ the admission lock). Without any config the cap is %d.`, record.DefaultMaximumIn
 	cmd.Flags().IntVar(&o.max, "max", record.DefaultMaximumInProgress, "maximumInProgress: how many runs may be active at once")
 	cmd.Flags().StringArrayVar(&o.pools, "pool", nil, "NAME=N: give pool NAME a cap of N (inside the global cap); N=0 removes it; repeatable")
 	cmd.Flags().DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
+	cmd.Flags().StringVar(&o.group, "group", "", "share the state root with this group: directories 2770, files 0660 (see above)")
+	cmd.Flags().BoolVar(&o.noGroup, "no-group", false, "make a shared state root private again")
 	return cmd
 }
 
@@ -58,9 +71,17 @@ func (o *initOptions) run(s streams) error {
 		}
 		pools = append(pools, dispatch.PoolChange{Name: name, Max: max})
 	}
+	if o.group != "" && o.noGroup {
+		return &usageError{fmt.Errorf("--group and --no-group do not go together")}
+	}
 	d, err := o.dispatcher()
 	if err != nil {
 		return err
+	}
+	if o.group != "" {
+		if _, err := d.PrepareShare(o.group); err != nil {
+			return err
+		}
 	}
 	res, err := d.Init(o.max, o.maxSet, pools, o.lockTimeout)
 	if err != nil {
@@ -71,12 +92,38 @@ func (o *initOptions) run(s streams) error {
 			"compare the two, and set its pools again with `crew init --pool NAME=N`\n", res.Path, res.Broken, res.MovedAside)
 	}
 	if res.Existed && res.Old != res.New {
-		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d (was %d)\n", res.Path, res.New, res.Old)
+		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d (was %d)\n", termSafe(res.Path), res.New, res.Old)
 	} else {
-		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d\n", res.Path, res.New)
+		fmt.Fprintf(s.Err, "crew: %s: maximumInProgress %d\n", termSafe(res.Path), res.New)
 	}
 	for _, name := range slices.Sorted(maps.Keys(res.Pools)) {
 		fmt.Fprintf(s.Err, "crew: pool %s: maximumInProgress %d\n", quoteTask(name), res.Pools[name])
+	}
+	return o.share(d, s)
+}
+
+// share applies --group or --no-group after the config is written.
+func (o *initOptions) share(d *dispatch.Dispatcher, s streams) error {
+	var res *dispatch.ShareResult
+	var err error
+	switch {
+	case o.group != "":
+		res, err = d.Share(o.group, o.lockTimeout)
+	case o.noGroup:
+		res, err = d.Unshare(o.lockTimeout)
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, skipped := range res.Skipped {
+		fmt.Fprintf(s.Err, "crew: warning: left alone: %s\n", termSafe(skipped))
+	}
+	if res.Group != "" {
+		fmt.Fprintf(s.Err, "crew: %s: shared with group %s (directories 2770, files 0660; %d changed)\n", termSafe(res.Root), res.Group, res.Changed)
+	} else {
+		fmt.Fprintf(s.Err, "crew: %s: private (directories 0700, files 0600; %d changed)\n", termSafe(res.Root), res.Changed)
 	}
 	return nil
 }

@@ -90,8 +90,14 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, id record.RunID, s streams
 	var final *record.Run
 	for {
 		if f == nil {
-			if opened, err := d.Store.OpenLog(id); err == nil {
+			opened, err := d.Store.OpenLog(id)
+			switch {
+			case err == nil:
 				f = opened
+			case !errors.Is(err, os.ErrNotExist):
+				// Something other than a log is at its name (a link, a
+				// FIFO): never followed, never waited on.
+				return err
 			}
 		}
 		if f != nil {

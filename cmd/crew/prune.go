@@ -55,7 +55,7 @@ func (o *pruneOptions) run(s streams, keepSet bool) error {
 		return err
 	}
 	for _, e := range rep.Errors {
-		fmt.Fprintf(s.Err, "crew: warning: %s\n", e)
+		fmt.Fprintf(s.Err, "crew: warning: %s\n", termSafe(e))
 	}
 	if o.json {
 		return writeJSON(s.Out, rep)

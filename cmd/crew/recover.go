@@ -83,11 +83,11 @@ func printRecover(w io.Writer, r *recovery.Report) {
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "OUTCOME\tRUN ID\tTASK\tREASON")
 		for _, it := range r.Items {
-			id := it.RunID
+			id := string(it.RunID)
 			if id == "" {
 				id = it.Path
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", it.Outcome, id, quoteTask(it.Task), it.Reason)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", it.Outcome, termSafe(id), quoteTask(it.Task), termSafe(it.Reason))
 		}
 		tw.Flush()
 	}

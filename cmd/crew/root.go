@@ -98,9 +98,15 @@ func run(args []string, s streams) int {
 		// cobra's own errors: unknown command, bad arguments.
 		err = &usageError{err}
 	}
+	var unsafe *dispatch.UnsafeRootError
+	if errors.As(err, &unsafe) {
+		err = unsafe // about the whole state root, whatever the command was doing
+	}
 	code := exitCodeFor(err)
 	if !silent(err) {
-		fmt.Fprintf(s.Err, "crew: %v\n", err)
+		// Errors name files and records of the state root: made safe
+		// for the terminal.
+		fmt.Fprintf(s.Err, "crew: %s\n", termSafe(err.Error()))
 		if hint := resourceHint(err); hint != "" {
 			fmt.Fprintf(s.Err, "crew: %s\n", hint)
 		}

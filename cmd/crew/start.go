@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 type startOptions struct {
 	*globalOptions
+	task        string // --task, for names that begin with -
 	wait        waitFlag
 	pool        string
 	detach      bool
@@ -40,20 +43,30 @@ group with CREW_RUN_ID, CREW_TASK and CREW_ROOT set. SIGINT, SIGTERM and SIGHUP
 are forwarded to that group; after --grace the group gets SIGKILL. crew exits
 with the command's exit code.
 
-Any non-empty UTF-8 name up to 200 bytes without control characters is a task.
+Any non-empty UTF-8 name up to 200 bytes of characters that print is a task,
+except names beginning with "r-" and a digit (reserved: they look like run ids).
+A task whose name begins with - is given with --task: crew start --task=-x -- CMD.
 
 ` + exitCodeHelp,
 		Example: `  crew start build -- make -j2
   crew start --wait build -- make                  # wait in line, then run
   crew start --wait=10m nightly -- ./backup.sh     # give up after 10 minutes: exit 75
   crew start --pool deploy deploy:prod -- ./deploy.sh
-  crew start --force hotfix -- ./deploy.sh`,
+  crew start --force hotfix -- ./deploy.sh
+  crew start --task=-nightly -- ./backup.sh         # a task name that begins with -`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
 			return o.run(cmd, args, s)
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		if strings.HasPrefix(err.Error(), "unknown flag") || strings.HasPrefix(err.Error(), "unknown shorthand flag") {
+			err = fmt.Errorf("%w (a task name that begins with - is given as --task=NAME)", err)
+		}
+		return &usageError{err}
+	})
 	f := cmd.Flags()
+	f.StringVar(&o.task, "task", "", "the task's name, instead of TASK before --; for names that begin with - (--task=-x)")
 	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D gives up after D (exit 75, or 76 if it was the task)")
 	f.Lookup("wait").NoOptDefVal = "forever"
 	f.StringVar(&o.pool, "pool", "", "also take a slot in this configured pool")
@@ -67,6 +80,17 @@ Any non-empty UTF-8 name up to 200 bytes without control characters is a task.
 
 func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	dash := cmd.ArgsLenAtDash()
+	if cmd.Flags().Changed("task") {
+		// The task is the flag's; everything after -- is the command.
+		switch {
+		case dash > 0:
+			return &usageError{fmt.Errorf("give the task name once: with --task, or before --, not both (got --task=%s and %q)", strconv.Quote(o.task), args[:dash])}
+		case dash < 0 || dash == len(args):
+			return &usageError{fmt.Errorf("missing command: give it after --, as in crew start --task=%s -- COMMAND [ARGS...]", strconv.Quote(o.task))}
+		}
+		args = append([]string{o.task}, args...)
+		dash = 1
+	}
 	switch {
 	case len(args) == 0:
 		return &usageError{fmt.Errorf("missing task name: usage is crew start TASK -- COMMAND [ARGS...]")}
@@ -120,7 +144,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Stderr:  s.Err,
 		Env:     os.Environ(),
 		Signals: sigs,
-		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: warning: %s\n", w) },
+		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: warning: %s\n", termSafe(w)) },
 	})
 	var refused *dispatch.RefusedError
 	if errors.As(err, &refused) {

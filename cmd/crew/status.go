@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -91,16 +91,16 @@ func writeJSON(w io.Writer, v any) error {
 func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 	cfg := "no config, default cap"
 	if snap.ConfigExists {
-		cfg = "config " + snap.ConfigPath
+		cfg = "config " + termSafe(snap.ConfigPath)
 	}
-	fmt.Fprintf(w, "State root %s (%s)\n", snap.Root, cfg)
+	fmt.Fprintf(w, "State root %s (%s)\n", termSafe(snap.Root), termSafe(cfg))
 	printSlots(w, snap)
 	for _, p := range snap.Pools {
 		fmt.Fprintf(w, "Pool %s: %d/%d in use\n", quoteTask(p.Name), p.InUse, p.MaximumInProgress)
 	}
 	title := "Active runs"
 	if task != "" {
-		title = fmt.Sprintf("Active runs of %q", task)
+		title = fmt.Sprintf("Active runs of %s", strconv.Quote(task))
 	}
 	fmt.Fprintf(w, "\n%s:\n", title)
 	if len(snap.Active) == 0 {
@@ -113,7 +113,7 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 			if r.StartedAt != nil {
 				since = *r.StartedAt
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s (%s)\t%d\t%s\t%s\n", r.RunID, quoteTask(r.Task), r.State,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s (%s)\t%d\t%s\t%s\n", r.RunID, quoteTask(r.Task), termSafe(string(r.State)),
 				humanTime(since), humanAge(time.Since(since)), r.SupervisorPID, pidOrDash(r.TaskPID), ownerWord(r))
 		}
 		tw.Flush()
@@ -138,7 +138,7 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 			if p.HoldsSlot {
 				held = " [owner alive: counted as holding a slot]"
 			}
-			fmt.Fprintf(w, "  %s%s\n", p.Error, held)
+			fmt.Fprintf(w, "  %s%s\n", termSafe(p.Error), held)
 		}
 	}
 	fmt.Fprintf(w, "\nLast %d finished runs:\n", dispatch.FinishedShown)
@@ -149,8 +149,8 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  RUN ID\tTASK\tSTATE\tFINISHED\tEXIT\tREASON")
 	for _, r := range snap.Finished {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, quoteTask(r.Task), r.State,
-			humanTime(*r.FinishedAt), exitOrDash(r.ExitCode), r.Reason)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, quoteTask(r.Task), termSafe(string(r.State)),
+			humanTime(*r.FinishedAt), exitOrDash(r.ExitCode), termSafe(r.Reason))
 	}
 	tw.Flush()
 }
@@ -160,9 +160,9 @@ func printRun(w io.Writer, r *dispatch.RunView) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("Run", string(r.RunID))
 	row("Task", quoteTask(r.Task))
-	row("State", string(r.State))
-	row("Command", strings.Join(r.Command, " "))
-	row("Host", r.Host)
+	row("State", termSafe(string(r.State)))
+	row("Command", termArgs(r.Command))
+	row("Host", termSafe(r.Host))
 	row("Created", humanTime(r.CreatedAt))
 	if r.StartedAt != nil {
 		row("Started", humanTime(*r.StartedAt))
@@ -172,7 +172,7 @@ func printRun(w io.Writer, r *dispatch.RunView) {
 	}
 	row("Exit code", exitOrDash(r.ExitCode))
 	if r.Reason != "" {
-		row("Reason", r.Reason)
+		row("Reason", termSafe(r.Reason))
 	}
 	row("Supervisor pid", fmt.Sprint(r.SupervisorPID))
 	row("Command pid", pidOrDash(r.TaskPID))
@@ -183,7 +183,7 @@ func printRun(w io.Writer, r *dispatch.RunView) {
 		row("Forced", "yes (admitted past the cap)")
 	}
 	if r.LogPath != "" {
-		row("Log", r.LogPath)
+		row("Log", termSafe(r.LogPath))
 	}
 	tw.Flush()
 }
@@ -197,14 +197,6 @@ func ownerWord(r dispatch.RunView) string {
 	default:
 		return "gone (holds no slot)"
 	}
-}
-
-// quoteTask shows a task name unambiguously when it has spaces.
-func quoteTask(t string) string {
-	if strings.ContainsAny(t, " \t\"") {
-		return fmt.Sprintf("%q", t)
-	}
-	return t
 }
 
 func humanTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }
@@ -250,14 +242,14 @@ func printTaskStory(w io.Writer, snap *dispatch.Snapshot, task string) {
 	for _, r := range snap.Active {
 		fmt.Fprintf(w, "\nHistory of %s:\n", r.RunID)
 		for _, ev := range r.Events {
-			fmt.Fprintf(w, "  %s  %s\n", humanTime(ev.At), ev.What)
+			fmt.Fprintf(w, "  %s  %s\n", humanTime(ev.At), termSafe(ev.What))
 		}
 	}
 	for _, q := range snap.Queue {
 		fmt.Fprintf(w, "\n%s is waiting: %s in line for a %s since %s\n", quoteTask(task), ordinal(q.Position), q.WaitingFor, humanTime(q.Since))
 	}
 	if r := snap.LastRefusal; r != nil {
-		fmt.Fprintf(w, "\nLast start refused at %s (%s, exit %d): %s\n", humanTime(r.At), ago(r.At), r.ExitCode, r.Reason)
+		fmt.Fprintf(w, "\nLast start refused at %s (%s, exit %d): %s\n", humanTime(r.At), ago(r.At), r.ExitCode, termSafe(r.Reason))
 	}
 }
 

@@ -16,6 +16,6 @@ func printSlots(w io.Writer, snap *dispatch.Snapshot) {
 		fmt.Fprintf(w, "Slots: %d/%d in use\n", snap.SlotsInUse, snap.MaximumInProgress)
 		return
 	}
-	fmt.Fprintf(w, "Config problem: %s\n", p.Error)
+	fmt.Fprintf(w, "Config problem: %s\n", termSafe(p.Error))
 	fmt.Fprintf(w, "Slots: %d in use; the cap is unknown, and no start is admitted until crew.json is fixed\n", snap.SlotsInUse)
 }

@@ -86,9 +86,9 @@ func (o *stopOptions) run(arg string, s streams) error {
 		return err
 	}
 	if before != nil && !before.State.Active() {
-		fmt.Fprintf(s.Err, "crew: run %s had already finished (%s)\n", id, rec.State)
+		fmt.Fprintf(s.Err, "crew: run %s had already finished (%s)\n", id, termSafe(string(rec.State)))
 	} else {
-		fmt.Fprintf(s.Err, "crew: run %s %s: %s\n", id, rec.State, rec.Reason)
+		fmt.Fprintf(s.Err, "crew: run %s %s: %s\n", id, termSafe(string(rec.State)), termSafe(rec.Reason))
 	}
 	if o.json {
 		v, err := d.Run(id)

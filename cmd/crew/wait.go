@@ -101,7 +101,7 @@ func (o *waitOptions) run(args []string, s streams) error {
 func runOutcome(s streams, rec *record.Run) error {
 	switch {
 	case rec.ExitCode == nil:
-		fmt.Fprintf(s.Err, "crew: run %s (%s) ended %s with no exit status: %s\n", rec.RunID, quoteTask(rec.Task), rec.State, rec.Reason)
+		fmt.Fprintf(s.Err, "crew: run %s (%s) ended %s with no exit status: %s\n", rec.RunID, quoteTask(rec.Task), termSafe(string(rec.State)), termSafe(rec.Reason))
 		return &exitStatus{exitCrewFailure}
 	case *rec.ExitCode != 0:
 		return &exitStatus{*rec.ExitCode}

@@ -108,7 +108,7 @@ func describeWait(p dispatch.WaitProgress, task string) string {
 		}
 		return fmt.Sprintf("%s, %s", why, pos)
 	case admission.WaitPool:
-		why = fmt.Sprintf("waiting for a slot in pool %s: %s, %d/%d pool slots busy (%d/%d in all)", p.Pool, pos, p.PoolInUse, p.PoolMax, p.InUse, p.Maximum)
+		why = fmt.Sprintf("waiting for a slot in pool %s: %s, %d/%d pool slots busy (%d/%d in all)", quoteTask(p.Pool), pos, p.PoolInUse, p.PoolMax, p.InUse, p.Maximum)
 	default:
 		why = fmt.Sprintf("waiting for a slot: %s, %d/%d slots busy", pos, p.InUse, p.Maximum)
 	}

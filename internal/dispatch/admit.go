@@ -52,7 +52,7 @@ type Reservation struct {
 // critical section: under the admission lock it re-reads the active set and
 // the queue, decides, and makes the reservation durable before letting go.
 func (d *Dispatcher) Admit(ctx context.Context, req AdmitRequest) (*Reservation, error) {
-	if err := record.ValidateTask(req.Task); err != nil {
+	if err := record.ValidateNewTask(req.Task); err != nil {
 		return nil, usagef("invalid task name: %w", err)
 	}
 	if len(req.Command) == 0 {

@@ -54,6 +54,7 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 			return nil, err
 		}
 		cfg = record.DefaultConfig()
+		cfg.Group = st.SharedGroup() // but a shared root stays shared
 	}
 	if setMax {
 		cfg.MaximumInProgress = maxInProgress
@@ -75,7 +76,11 @@ func checkInit(maxInProgress int, setMax bool, pools []PoolChange) error {
 		return usagef("maximumInProgress must be at least 1, not %d", maxInProgress)
 	}
 	for _, p := range pools {
-		if err := record.ValidatePoolName(p.Name); err != nil {
+		validate := record.ValidateNewPoolName // a pool added or changed
+		if p.Max == 0 {
+			validate = record.ValidatePoolName // removing one an older crew accepted
+		}
+		if err := validate(p.Name); err != nil {
 			return &UsageError{Err: err}
 		}
 		if p.Max < 0 {

@@ -18,8 +18,12 @@ func (d *Dispatcher) Resolve(arg string) (record.RunID, error) {
 	st := d.Store
 	if record.LooksLikeRunID(arg) {
 		id := record.RunID(arg)
-		if _, err := st.ReadRun(id); err == nil || st.HasTicket(id) {
+		_, err := st.ReadRun(id)
+		if err == nil || st.HasTicket(id) {
 			return id, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err // unreadable, or a state root crew refuses: not "no such run"
 		}
 		return "", &NotFoundError{Err: fmt.Errorf("no run %s in the state root %s", arg, st.Root())}
 	}

@@ -23,6 +23,10 @@ type Config struct {
 	// Pools have caps of their own, all inside MaximumInProgress: a run
 	// started with --pool NAME needs a free slot in both.
 	Pools map[string]int `json:"pools,omitempty"`
+	// Group, if set, is the group the state root is shared with (crew
+	// init --group): its members may write the root, and crew creates
+	// directories 2770 and files 0660.
+	Group string `json:"group,omitempty"`
 }
 
 // DefaultConfig is what a state root without crew.json uses.
@@ -46,6 +50,16 @@ func ValidatePoolName(name string) error {
 		return fmt.Errorf("pool name: %s", strings.TrimPrefix(err.Error(), "task name "))
 	}
 	return nil
+}
+
+// ValidateNewPoolName checks the name of a pool being added: the rules of
+// ValidatePoolName, and every character prints (as for new task names).
+// Run-id-shaped names are fine: a pool is never named where a run is.
+func ValidateNewPoolName(name string) error {
+	if err := ValidatePoolName(name); err != nil {
+		return err
+	}
+	return printable("pool name", name)
 }
 
 // Encode renders the config as it is stored.
@@ -99,6 +113,11 @@ func DecodeConfig(data []byte) (Config, error) {
 	if cfg.MaximumInProgress < 1 {
 		return Config{}, fmt.Errorf("maximumInProgress is %d; it must be at least 1", cfg.MaximumInProgress)
 	}
+	if cfg.Group != "" {
+		if err := printable("group", cfg.Group); err != nil || strings.ContainsAny(cfg.Group, ": ") {
+			return Config{}, fmt.Errorf("group %q is not a group name", cfg.Group)
+		}
+	}
 	for _, name := range cfg.PoolNames() {
 		if err := ValidatePoolName(name); err != nil {
 			return Config{}, fmt.Errorf("pools: %w", err)
@@ -129,7 +148,7 @@ func positioned(data []byte, err error) error {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return at(data, int64(len(data)), fmt.Errorf("malformed JSON: %w (the file is empty or cut short)", err))
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return &SyntaxError{Err: fmt.Errorf("malformed config: %s (known fields: version, maximumInProgress, pools)", strings.TrimPrefix(err.Error(), "json: "))}
+		return &SyntaxError{Err: fmt.Errorf("malformed config: %s (known fields: version, maximumInProgress, pools, group)", strings.TrimPrefix(err.Error(), "json: "))}
 	}
 	return &SyntaxError{Err: fmt.Errorf("malformed JSON: %w", err)}
 }

@@ -17,5 +17,5 @@ func Mkfifo(dir *os.Root, name string, perm os.FileMode) error {
 	if err := unix.Mkfifoat(int(d.Fd()), name, uint32(perm.Perm())); err != nil {
 		return &os.PathError{Op: "mkfifo", Path: name, Err: err}
 	}
-	return nil
+	return fifoPerm(dir, name, perm)
 }

@@ -16,5 +16,5 @@ func Mkfifo(dir *os.Root, name string, perm os.FileMode) error {
 	if err := unix.Mkfifo(filepath.Join(dir.Name(), name), uint32(perm.Perm())); err != nil {
 		return &os.PathError{Op: "mkfifo", Path: name, Err: err}
 	}
-	return nil
+	return fifoPerm(dir, name, perm)
 }

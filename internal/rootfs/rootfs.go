@@ -1,8 +1,10 @@
 // Package rootfs opens files inside an *os.Root the way every state-root
 // file must be opened: only regular files, never through a symbolic link,
-// never blocking on a FIFO or device, and read with a bound. os.Root keeps
-// every access inside the root; this package adds what os.Root does not
-// promise (it follows symbolic links that stay inside the root).
+// never a file with a second hard link (which could be a file outside the
+// root), never blocking on a FIFO or device, and read with a bound.
+// os.Root keeps every access inside the root; this package adds what
+// os.Root does not promise (it follows symbolic links that stay inside the
+// root, and a hard link is the file it names, wherever that lives).
 package rootfs
 
 import (
@@ -23,6 +25,19 @@ type NotRegularError struct {
 
 func (e *NotRegularError) Error() string {
 	return fmt.Sprintf("%s is %s, not a regular file", e.Name, describeMode(e.Mode))
+}
+
+// LinkedError is a file with more than one hard link: the same file is
+// reachable under another name, possibly outside the root (a planted link
+// to /etc/shadow), so it is neither read nor written. crew never makes a
+// second link to any file it owns. Nothing was kept open.
+type LinkedError struct {
+	Name  string
+	Links uint64
+}
+
+func (e *LinkedError) Error() string {
+	return fmt.Sprintf("%s has %d hard links (the same file has another name, possibly outside the state root); crew opens only files with one", e.Name, e.Links)
 }
 
 // TooLargeError is a file larger than its reader's limit; it was not read.
@@ -53,10 +68,12 @@ func describeMode(m fs.FileMode) string {
 }
 
 // Open opens name in dir for flag, refusing anything but a regular file
-// reached without a symbolic link. The open itself never blocks: a FIFO
-// swapped in between the check and the open is opened non-blocking and then
-// refused. O_CREATE|O_EXCL creates a fresh file (os.Root never follows a
-// link for that); other flags need the file to be, or become, regular.
+// with one link, reached without a symbolic link. The open itself never
+// blocks: a FIFO swapped in between the check and the open is opened
+// non-blocking and then refused. O_CREATE|O_EXCL creates a fresh file
+// (os.Root never follows a link for that); other flags need the file to be,
+// or become, regular. A file this call creates gets exactly perm, whatever
+// the umask (a state root shared with a group needs 0660).
 func Open(dir *os.Root, name string, flag int, perm os.FileMode) (*os.File, error) {
 	excl := flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL
 	var before os.FileInfo
@@ -79,7 +96,41 @@ func Open(dir *os.Root, name string, flag int, perm os.FileMode) (*os.File, erro
 		_ = f.Close()
 		return nil, err
 	}
+	if flag&os.O_CREATE != 0 && (excl || before == nil) {
+		if err := setPerm(f, perm); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	}
 	return f, nil
+}
+
+// setPerm gives a file this process just created exactly perm: creation
+// modes pass through the umask. A file someone else created in the same
+// instant (it is not ours) is left as it is.
+func setPerm(f *os.File, perm os.FileMode) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm() == perm.Perm() {
+		return nil
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return nil
+	}
+	if err := f.Chmod(perm.Perm()); err != nil {
+		return fmt.Errorf("set the mode of %s: %w", fi.Name(), err)
+	}
+	return nil
+}
+
+// links is a file's hard link count.
+func links(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
 }
 
 // check confirms that f is a regular file and the one now at name (not a
@@ -91,6 +142,9 @@ func check(dir *os.Root, name string, f *os.File, before os.FileInfo) error {
 	}
 	if !fi.Mode().IsRegular() {
 		return &NotRegularError{Name: name, Mode: fi.Mode()}
+	}
+	if n := links(fi); n != 1 {
+		return &LinkedError{Name: name, Links: n}
 	}
 	if before == nil {
 		// Created just now (or raced into existence): what is at the name
@@ -153,5 +207,22 @@ func OpenFIFO(dir *os.Root, name string, flag int) (*os.File, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("%s was replaced while being opened", name)
 	}
+	if n := links(fi); n != 1 {
+		// A FIFO linked from elsewhere (a system daemon's control FIFO):
+		// ringing it would write into someone else's channel.
+		_ = f.Close()
+		return nil, &LinkedError{Name: name, Links: n}
+	}
 	return f, nil
+}
+
+// fifoPerm gives the FIFO just made exactly perm (mkfifo's mode passes
+// through the umask), through a descriptor of the FIFO itself.
+func fifoPerm(dir *os.Root, name string, perm os.FileMode) error {
+	f, err := OpenFIFO(dir, name, os.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return setPerm(f, perm)
 }

@@ -524,3 +524,86 @@ func TestOpenFIFO(t *testing.T) {
 		t.Errorf("OpenFIFO(missing) = %v, want ErrNotExist", err)
 	}
 }
+
+// A planted hard link is the file it names, wherever that lives (a link
+// to /etc/shadow in the state root would be read, or appended to by a
+// root crew). Every open of an existing file refuses a second link,
+// before reading or writing a byte.
+func TestOpenRefusesHardLinks(t *testing.T) {
+	f := newFixture(t)
+	outside := filepath.Join(f.outside, "secret")
+	if err := os.WriteFile(outside, []byte("secret outside the root"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(outside, filepath.Join(f.dir, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	for flagName, flag := range openFlags {
+		_, err := openAtOnce(t, f.root, "linked", flag, 0o600)
+		var le *LinkedError
+		if !errors.As(err, &le) || le.Links != 2 || le.Name != "linked" {
+			t.Errorf("Open(linked, %s) = %v, want a LinkedError with 2 links", flagName, err)
+		} else if !strings.Contains(err.Error(), "linked has 2 hard links") {
+			t.Errorf("message %q does not name the file and its links", err)
+		}
+	}
+	if data, err := readAtOnce(t, f.root, "linked", 1<<20); err == nil || len(data) > 0 {
+		t.Errorf("ReadFile(linked) = %q, %v; want a refusal and no data", data, err)
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "secret outside the root" {
+		t.Errorf("the outside file changed: %q", b)
+	}
+
+	// A FIFO with a second name (a daemon's control FIFO) is never rung.
+	fifo := filepath.Join(f.outside, "control")
+	mkfifo(t, fifo)
+	if err := os.Link(fifo, filepath.Join(f.dir, "bell")); err != nil {
+		t.Fatal(err)
+	}
+	r := returnsAtOnce(t, "OpenFIFO(bell)", func() openResult {
+		g, err := OpenFIFO(f.root, "bell", os.O_RDWR)
+		return openResult{g, err}
+	})
+	var le *LinkedError
+	if !errors.As(r.err, &le) {
+		if r.f != nil {
+			r.f.Close()
+		}
+		t.Errorf("OpenFIFO of a FIFO with two links = %v, want a LinkedError", r.err)
+	}
+}
+
+// Files and FIFOs crew creates get exactly the mode asked for, whatever
+// the umask: a state root shared with a group needs 0660.
+func TestCreatedFilesGetTheirModeDespiteTheUmask(t *testing.T) {
+	f := newFixture(t)
+	old := syscall.Umask(0o027)
+	defer syscall.Umask(old)
+	for _, flag := range []int{os.O_RDWR | os.O_CREATE | os.O_EXCL, os.O_WRONLY | os.O_CREATE | os.O_APPEND} {
+		name := "created" + string(rune('a'+flag%7))
+		g, err := Open(f.root, name, flag, 0o660)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Close()
+		if fi, err := os.Stat(filepath.Join(f.dir, name)); err != nil || fi.Mode().Perm() != 0o660 {
+			t.Errorf("created %s with flags %#x: mode %v, %v; want 0660", name, flag, fi.Mode().Perm(), err)
+		}
+	}
+	// An existing file keeps its mode: only what Open created is changed.
+	f.write(t, "existing", "x")
+	g, err := Open(f.root, "existing", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o660)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if fi, _ := os.Stat(filepath.Join(f.dir, "existing")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("an existing file's mode changed to %v", fi.Mode().Perm())
+	}
+	if err := Mkfifo(f.root, "bell", 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(f.dir, "bell")); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("Mkfifo: mode %v, %v; want 0660", fi.Mode().Perm(), err)
+	}
+}

@@ -150,7 +150,7 @@ func (s *Store) writeHolder() error {
 		return fmt.Errorf("write admission holder note: %w", err)
 	}
 	defer dir.Close()
-	f, err := rootfs.Open(dir, holderName, os.O_WRONLY|os.O_CREATE, FilePerm)
+	f, err := s.openInPlace(locksDir, dir, holderName, os.O_WRONLY|os.O_CREATE, "crew (taking the admission lock)")
 	if err != nil {
 		return fmt.Errorf("write admission holder note %s: %w", s.display(locksDir, holderName), unwrapPath(err))
 	}

@@ -315,10 +315,10 @@ func TestLockAdmissionRootCannotBeMade(t *testing.T) {
 	}
 }
 
-// The holder note cannot be written (a directory, a link at its name): the
-// lock must not stay held after the error, and nothing is written through
-// the link.
-func TestLockAdmissionHolderNoteUnwritable(t *testing.T) {
+// Something planted at the holder note's name (a directory, a link, a
+// FIFO, a hard link to a file outside) is moved aside into quarantine/ and
+// a fresh note is written: never through it, and it never stops admission.
+func TestLockAdmissionMovesAPlantedHolderNoteAside(t *testing.T) {
 	outside := filepath.Join(t.TempDir(), "victim")
 	writeString(t, outside, "precious")
 	tests := map[string]func(t *testing.T, path string){
@@ -328,29 +328,61 @@ func TestLockAdmissionHolderNoteUnwritable(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		"FIFO": func(t *testing.T, path string) { mkfifo(t, path) },
+		"hard link": func(t *testing.T, path string) {
+			if err := os.Link(outside, path); err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
 	for name, plant := range tests {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
 			plant(t, s.holderPath())
-			if a, err := s.LockAdmission(context.Background(), time.Second); err == nil {
-				a.Release()
-				t.Fatal("LockAdmission succeeded although the holder note could not be written")
-			} else if !strings.Contains(err.Error(), s.holderPath()) {
-				t.Errorf("error %q does not name the holder note", err)
+			a, err := returnsAtOnce(t, "LockAdmission", func() (*Admission, error) {
+				return s.LockAdmission(context.Background(), time.Second)
+			})
+			if err != nil {
+				t.Fatalf("LockAdmission with a planted holder note: %v", err)
 			}
-			if err := os.RemoveAll(s.holderPath()); err != nil {
-				t.Fatal(err)
+			a.Release()
+			if h, err := s.readHolder(); err != nil || h.PID != os.Getpid() {
+				t.Errorf("holder note = %+v, %v; want a fresh one naming us", h, err)
 			}
-			// Another process gets the lock at once: it was not left held.
-			h := startHelper(t, "hold-admission", s.Root(), helperTimeout+"=0s")
-			h.expect("waiting")
-			h.expect("locked")
+			if _, err := os.Lstat(s.osPath(quarantineDir, holderName)); err != nil {
+				t.Errorf("the planted note is not in quarantine: %v", err)
+			}
+			note := readString(t, s.osPath(quarantineDir, holderName+".why"))
+			if !strings.Contains(note, "original path: "+s.holderPath()) {
+				t.Errorf("quarantine note = %q", note)
+			}
 		})
 	}
 	if readString(t, outside) != "precious" {
 		t.Error("the holder note was written through a link")
 	}
+}
+
+// When the planted note cannot even be moved aside (quarantine/ is not a
+// directory), LockAdmission fails naming the note, and the lock is not left
+// held after the error.
+func TestLockAdmissionHolderNoteUnwritable(t *testing.T) {
+	s := newStore(t)
+	mkdirAll(t, s.holderPath())
+	writeString(t, s.osPath(quarantineDir), "not a directory")
+	if a, err := s.LockAdmission(context.Background(), time.Second); err == nil {
+		a.Release()
+		t.Fatal("LockAdmission succeeded although the holder note could not be written")
+	} else if !strings.Contains(err.Error(), s.holderPath()) {
+		t.Errorf("error %q does not name the holder note", err)
+	}
+	if err := os.RemoveAll(s.holderPath()); err != nil {
+		t.Fatal(err)
+	}
+	// Another process gets the lock at once: it was not left held.
+	h := startHelper(t, "hold-admission", s.Root(), helperTimeout+"=0s")
+	h.expect("waiting")
+	h.expect("locked")
 }
 
 // The note is rewritten in place with a fixed width: a longer older note

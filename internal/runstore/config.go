@@ -78,6 +78,10 @@ func (s *Store) LoadConfig() (cfg record.Config, exists bool, err error) {
 	if errors.Is(err, ErrNoRoot) {
 		return record.DefaultConfig(), false, nil
 	}
+	var unsafe *UnsafeRootError
+	if errors.As(err, &unsafe) {
+		return record.Config{}, false, err
+	}
 	if err != nil {
 		return record.Config{}, false, &ConfigError{Path: path, Err: err}
 	}
@@ -108,7 +112,7 @@ func (a *Admission) SaveConfig(cfg record.Config) error {
 	}
 	root, err := a.s.openRoot()
 	if err == nil {
-		err = writeFile(root, configName, b, durable)
+		err = a.s.replaceFile(".", root, configName, b, durable)
 	}
 	if err != nil {
 		return fmt.Errorf("write config %s: %w", a.s.display(configName), unwrapPath(err))

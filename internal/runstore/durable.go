@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/crew-dev/crew/internal/rootfs"
 )
 
@@ -32,11 +34,16 @@ const (
 // google/renameio does the same for paths, but cannot work through an
 // *os.Root, which is what keeps every write inside the state root.
 func writeFile(dir *os.Root, name string, data []byte, how durability) error {
+	return writeFileMode(dir, name, data, how, FilePerm)
+}
+
+// writeFileMode is writeFile for a file of mode perm.
+func writeFileMode(dir *os.Root, name string, data []byte, how durability, perm os.FileMode) error {
 	tmp, err := tempName(name)
 	if err != nil {
 		return err
 	}
-	f, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, FilePerm)
+	f, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}
@@ -66,6 +73,46 @@ func tempName(name string) (string, error) {
 		return "", fmt.Errorf("temporary name: %w", err)
 	}
 	return "." + name + hex.EncodeToString(b[:]), nil
+}
+
+// replaceFile is writeFile for the Store: the file gets the state root's
+// file mode, and a directory planted where the file belongs (rename cannot
+// replace it) is moved aside into quarantine/ first, so that it cannot
+// keep a run from being recorded. A link, FIFO or any other file at the
+// name is simply replaced: rename swaps the name, never writes through it.
+// rel is dir's place in the layout, for the quarantine.
+func (s *Store) replaceFile(rel string, dir *os.Root, name string, data []byte, how durability) error {
+	err := writeFileMode(dir, name, data, how, s.filePerm())
+	if err == nil {
+		return nil
+	}
+	if fi, lerr := dir.Lstat(name); lerr != nil || !fi.IsDir() {
+		return err
+	}
+	if _, qerr := s.quarantine(rel, name, "a directory stood where crew writes a file", "crew"); qerr != nil {
+		return errors.Join(err, qerr)
+	}
+	return writeFileMode(dir, name, data, how, s.filePerm())
+}
+
+// renameBetween renames oldName in from to newName in to, relative to the
+// two directories' own descriptors: no path is resolved again, so no link
+// planted in a path can redirect the move.
+func renameBetween(from *os.Root, oldName string, to *os.Root, newName string) error {
+	fd, err := from.Open(".")
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	td, err := to.Open(".")
+	if err != nil {
+		return err
+	}
+	defer td.Close()
+	if err := unix.Renameat(int(fd.Fd()), oldName, int(td.Fd()), newName); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldName, New: newName, Err: err}
+	}
+	return nil
 }
 
 // syncDir makes the directory's entries (creations, renames, removals)

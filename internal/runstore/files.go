@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
@@ -27,7 +28,7 @@ func (s *Store) WriteStopRequest(id record.RunID, r *record.StopRequest) error {
 	dir, err := s.dir(ownersDir)
 	if err == nil {
 		defer dir.Close()
-		err = writeFile(dir, stopRequestName(id), b, durable)
+		err = s.replaceFile(ownersDir, dir, stopRequestName(id), b, durable)
 	}
 	if err != nil {
 		return fmt.Errorf("record the stop request for run %s: %w", id, unwrapPath(err))
@@ -77,18 +78,48 @@ func logName(id record.RunID) string { return string(id) + ".log" }
 // LogPath is the path of a run's log, for messages and `crew status`.
 func (s *Store) LogPath(id record.RunID) string { return s.display(logsDir, logName(id)) }
 
-// CreateLog opens a run's log for appending, creating it.
-func (s *Store) CreateLog(id record.RunID) (*os.File, error) {
+// CreateLog creates a run's log, exclusively, for appending. The run's id
+// is readable in queue/ and runs/active/ before its log exists, so a log
+// can be planted ahead of it (a link to a file outside, a FIFO, a file
+// with content of someone's choosing). Whatever is at the name already is
+// moved aside into quarantine/ with a note, and a fresh log is made; the
+// returned warning says so (empty if nothing was in the way).
+func (s *Store) CreateLog(id record.RunID) (f *os.File, warning string, err error) {
 	dir, err := s.dir(logsDir)
 	if err != nil {
-		return nil, fmt.Errorf("open the log of run %s: %w", id, err)
+		return nil, "", fmt.Errorf("open the log of run %s: %w", id, err)
 	}
 	defer dir.Close()
-	f, err := rootfs.Open(dir, logName(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, FilePerm)
-	if err != nil {
-		return nil, fmt.Errorf("open the log of run %s: %w", id, unwrapPath(err))
+	name := logName(id)
+	flag := os.O_WRONLY | os.O_CREATE | os.O_EXCL | os.O_APPEND
+	f, err = rootfs.Open(dir, name, flag, s.filePerm())
+	if errors.Is(err, fs.ErrExist) {
+		what := "something"
+		if fi, lerr := dir.Lstat(name); lerr == nil {
+			what = describe(fi)
+		}
+		why := fmt.Sprintf("%s existed before run %s started, so crew did not write to it (planted, or left by something other than crew)", what, id)
+		dest, qerr := s.quarantine(logsDir, name, why, "crew start")
+		if qerr != nil {
+			return nil, "", fmt.Errorf("open the log of run %s: %s is in the way and could not be moved aside: %w", id, s.LogPath(id), qerr)
+		}
+		warning = fmt.Sprintf("%s existed before the run started (%s); crew moved it to %s and writes the run's output to a fresh log", s.LogPath(id), what, dest)
+		f, err = rootfs.Open(dir, name, flag, s.filePerm())
 	}
-	return f, nil
+	if err != nil {
+		return nil, "", fmt.Errorf("open the log of run %s: %w", id, unwrapPath(err))
+	}
+	return f, warning, nil
+}
+
+// describe says what a directory entry is, for notes and warnings.
+func describe(fi os.FileInfo) string {
+	if fi.Mode().IsRegular() {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			return fmt.Sprintf("a file with %d hard links", st.Nlink)
+		}
+	}
+	return kindOf(fi.Mode())
 }
 
 // OpenLog opens a run's log for reading; fs.ErrNotExist if it has none.
@@ -113,7 +144,11 @@ func (s *Store) HasLog(id record.RunID) bool {
 	}
 	defer dir.Close()
 	fi, err := dir.Lstat(logName(id))
-	return err == nil && fi.Mode().IsRegular()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Nlink == 1 // a second link: OpenLog refuses it
 }
 
 // Refusals: refusals.log, one JSON line per refused start.
@@ -124,6 +159,8 @@ const refusalsLogLimit = 1 << 20
 
 // AppendRefusal appends a refusal: one O_APPEND write of one line, no
 // fsync. It is a diagnostic, not a record, and must never slow admission.
+// Anything but a regular file with one link at refusals.log (a planted
+// link, FIFO or directory) is moved aside into quarantine/ first.
 func (s *Store) AppendRefusal(r record.Refusal) {
 	line, err := json.Marshal(r)
 	if err != nil {
@@ -136,12 +173,31 @@ func (s *Store) AppendRefusal(r record.Refusal) {
 	if fi, err := root.Lstat(refusalsName); err == nil && fi.Mode().IsRegular() && fi.Size() > refusalsLogLimit {
 		_ = root.Rename(refusalsName, refusalsName+".1")
 	}
-	f, err := rootfs.Open(root, refusalsName, os.O_WRONLY|os.O_APPEND|os.O_CREATE, FilePerm)
+	f, err := s.openInPlace(".", root, refusalsName, os.O_WRONLY|os.O_APPEND|os.O_CREATE, "crew start")
 	if err != nil {
 		return
 	}
 	_, _ = f.Write(append(line, '\n'))
 	_ = f.Close()
+}
+
+// openInPlace opens a file crew writes in place (the refusal log, the
+// admission holder note). If something other than a regular file with one
+// link is at the name, it is moved aside into quarantine/ with a note and
+// a fresh file is made: a planted link or FIFO is never written through,
+// and never keeps crew from working.
+func (s *Store) openInPlace(rel string, dir *os.Root, name string, flag int, by string) (*os.File, error) {
+	f, err := rootfs.Open(dir, name, flag, s.filePerm())
+	var notRegular *rootfs.NotRegularError
+	var linked *rootfs.LinkedError
+	if !errors.As(err, &notRegular) && !errors.As(err, &linked) {
+		return f, err
+	}
+	why := fmt.Sprintf("%v; crew writes this file in place, so it moved it aside and made a fresh one", err)
+	if _, qerr := s.quarantine(rel, name, why, by); qerr != nil {
+		return nil, errors.Join(err, qerr)
+	}
+	return rootfs.Open(dir, name, flag|os.O_EXCL, s.filePerm())
 }
 
 // LastRefusal is the task's most recent refusal, if any.
@@ -172,11 +228,23 @@ func (s *Store) LastRefusal(task string) *record.Refusal {
 // to a note that says why, and returns its new path. The caller holds the
 // run's fence (or the file names no run).
 func (s *Store) QuarantineActive(name, why string, now time.Time, host string) (string, error) {
+	return s.quarantineAt(activeDir, name, why, "crew recover", now, host)
+}
+
+// quarantine moves name (of any type: a link is moved, never followed)
+// from the layout directory rel ("." for the root) into quarantine/, next
+// to a note that says why, and returns its new path.
+func (s *Store) quarantine(rel, name, why, by string) (string, error) {
+	host, _ := os.Hostname()
+	return s.quarantineAt(rel, name, why, by, time.Now(), host)
+}
+
+func (s *Store) quarantineAt(rel, name, why, by string, now time.Time, host string) (string, error) {
 	root, err := s.openRoot()
 	if err != nil {
 		return "", err
 	}
-	if err := root.Mkdir(quarantineDir, DirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := s.mkdir(root, quarantineDir); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("quarantine %s: %w", name, unwrapPath(err))
 	}
 	qdir, err := s.dir(quarantineDir)
@@ -184,27 +252,28 @@ func (s *Store) QuarantineActive(name, why string, now time.Time, host string) (
 		return "", fmt.Errorf("quarantine %s: %w", name, err)
 	}
 	defer qdir.Close()
+	from, done, err := s.dirOrRoot(rel)
+	if err != nil {
+		return "", fmt.Errorf("quarantine %s: %w", name, err)
+	}
+	defer done()
 	dest := name
 	if _, err := qdir.Lstat(dest); err == nil {
 		dest = fmt.Sprintf("%s.%d", dest, now.UnixNano())
 	}
-	note := fmt.Sprintf("quarantined at %s by crew recover (pid %d on %s)\noriginal path: %s\nreason: %s\n",
-		now.Format(time.RFC3339), os.Getpid(), host, s.display(activeDir, name), why)
-	if err := writeFile(qdir, dest+".why", []byte(note), durable); err != nil {
+	note := fmt.Sprintf("quarantined at %s by %s (pid %d on %s)\noriginal path: %s\nreason: %s\n",
+		now.Format(time.RFC3339), by, os.Getpid(), host, s.display(rel, name), why)
+	if err := writeFileMode(qdir, dest+".why", []byte(note), durable, s.filePerm()); err != nil {
 		return "", fmt.Errorf("quarantine %s: %w", name, unwrapPath(err))
 	}
-	if err := root.Rename(activeDir+"/"+name, quarantineDir+"/"+dest); err != nil {
-		return "", fmt.Errorf("quarantine %s: %w", name, unwrapPath(err))
+	if err := renameBetween(from, name, qdir, dest); err != nil {
+		_ = removeFile(qdir, dest+".why")
+		return "", fmt.Errorf("quarantine %s: %w", s.display(rel, name), err)
 	}
 	if err := syncDir(qdir); err != nil {
 		return "", err
 	}
-	active, err := s.dir(activeDir)
-	if err != nil {
-		return "", err
-	}
-	defer active.Close()
-	return s.display(quarantineDir, dest), syncDir(active)
+	return s.display(quarantineDir, dest), syncDir(from)
 }
 
 // ActiveFileExists reports whether name is still in the active set.

@@ -80,16 +80,14 @@ func TestLogs(t *testing.T) {
 	if _, err := s.OpenLog(testID); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), string(testID)) {
 		t.Errorf("OpenLog(none) = %v, want ErrNotExist naming the run", err)
 	}
-	for _, line := range []string{"one\n", "two\n"} { // appends, never truncates
-		f, err := s.CreateLog(testID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteString(line); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
+	f, warning, err := s.CreateLog(testID)
+	if err != nil || warning != "" {
+		t.Fatalf("CreateLog = %v, warning %q", err, warning)
 	}
+	if _, err := f.WriteString("one\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	if !s.HasLog(testID) {
 		t.Error("HasLog = false")
 	}
@@ -97,34 +95,70 @@ func TestLogs(t *testing.T) {
 		t.Errorf("LogPath = %q", s.LogPath(testID))
 	}
 	assertMode(t, s.LogPath(testID), FilePerm)
-	f, err := s.OpenLog(testID)
+	f, err = s.OpenLog(testID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(f)
 	f.Close()
-	if string(b) != "one\ntwo\n" {
+	if string(b) != "one\n" {
 		t.Errorf("log = %q", b)
 	}
 
-	// A link or FIFO at a log's name is refused, at once.
+	// A log is created exclusively: whatever is at its name already
+	// (planted before the run started: its id is readable in queue/) is
+	// moved into quarantine/ with a note, never written to or through.
 	outside := filepath.Join(t.TempDir(), "victim")
 	writeString(t, outside, "precious")
-	linked, fifo := idAt(time.Now(), 1), idAt(time.Now(), 2)
+	linked, fifo, hard, dir := idAt(time.Now(), 1), idAt(time.Now(), 2), idAt(time.Now(), 3), idAt(time.Now(), 4)
 	if err := os.Symlink(outside, s.LogPath(linked)); err != nil {
 		t.Fatal(err)
 	}
 	mkfifo(t, s.LogPath(fifo))
-	for _, id := range []record.RunID{linked, fifo} {
-		if s.HasLog(id) {
+	if err := os.Link(outside, s.LogPath(hard)); err != nil {
+		t.Fatal(err)
+	}
+	mkdirAll(t, s.LogPath(dir))
+	for _, id := range []record.RunID{linked, fifo, hard, dir} {
+		if s.HasLog(id) && id != hard {
 			t.Errorf("HasLog(%s) = true for a non-regular file", id)
 		}
-		for op, open := range map[string]func(record.RunID) (*os.File, error){"CreateLog": s.CreateLog, "OpenLog": s.OpenLog} {
-			f, err := returnsAtOnce(t, op, func() (*os.File, error) { return open(id) })
-			if err == nil {
-				f.Close()
-				t.Errorf("%s(%s) opened a non-regular file", op, id)
-			}
+		g, err := returnsAtOnce(t, "OpenLog", func() (*os.File, error) { return s.OpenLog(id) })
+		if err == nil {
+			g.Close()
+			t.Errorf("OpenLog(%s) opened a planted file", id)
+		}
+	}
+	for _, id := range []record.RunID{testID, linked, fifo, hard, dir} {
+		type created struct {
+			f       *os.File
+			warning string
+		}
+		c, err := returnsAtOnce(t, "CreateLog", func() (created, error) {
+			f, w, err := s.CreateLog(id)
+			return created{f, w}, err
+		})
+		if err != nil {
+			t.Errorf("CreateLog(%s) over a planted file = %v", id, err)
+			continue
+		}
+		if _, err := c.f.WriteString("fresh\n"); err != nil {
+			t.Fatal(err)
+		}
+		c.f.Close()
+		if !strings.Contains(c.warning, s.LogPath(id)+" existed before the run started") ||
+			!strings.Contains(c.warning, "moved it to "+s.osPath(quarantineDir, logName(id))) {
+			t.Errorf("CreateLog(%s) warning = %q", id, c.warning)
+		}
+		if got := readString(t, s.LogPath(id)); got != "fresh\n" {
+			t.Errorf("log of %s = %q, want a fresh log", id, got)
+		}
+		if _, err := os.Lstat(s.osPath(quarantineDir, logName(id))); err != nil {
+			t.Errorf("the planted log of %s is not in quarantine: %v", id, err)
+		}
+		note := readString(t, s.osPath(quarantineDir, logName(id)+".why"))
+		if !strings.Contains(note, "by crew start") || !strings.Contains(note, "existed before run "+string(id)+" started") {
+			t.Errorf("quarantine note = %q", note)
 		}
 	}
 	if readString(t, outside) != "precious" {
@@ -166,20 +200,29 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("LastRefusal(deploy) after rotation = %+v", r)
 	}
 
-	// Refusals are diagnostics: a link at the log's name is neither written
-	// through nor read, and never fails the caller.
-	s2 := newStore(t)
-	outside := filepath.Join(t.TempDir(), "victim")
-	writeString(t, outside, `{"task":"build","pid":666}`+"\n")
-	if err := os.Symlink(outside, s2.osPath(refusalsName)); err != nil {
-		t.Fatal(err)
-	}
-	s2.AppendRefusal(record.Refusal{Task: "build", PID: 1})
-	if r := s2.LastRefusal("build"); r != nil {
-		t.Errorf("LastRefusal through a link = %+v", r)
-	}
-	if got := readString(t, outside); got != `{"task":"build","pid":666}`+"\n" {
-		t.Errorf("refusal written through a link: %q", got)
+	// Refusals are diagnostics: a link (symbolic or hard) at the log's name
+	// is neither written through nor read, and never fails the caller: it
+	// is moved aside into quarantine/ and a fresh log is started.
+	for name, link := range map[string]func(string, string) error{"symlink": os.Symlink, "hard link": os.Link} {
+		s2 := newStore(t)
+		outside := filepath.Join(t.TempDir(), "victim")
+		writeString(t, outside, `{"task":"build","pid":666}`+"\n")
+		if err := link(outside, s2.osPath(refusalsName)); err != nil {
+			t.Fatal(err)
+		}
+		if r := s2.LastRefusal("build"); r != nil {
+			t.Errorf("%s: LastRefusal read through the link: %+v", name, r)
+		}
+		s2.AppendRefusal(record.Refusal{Task: "build", PID: 1})
+		if r := s2.LastRefusal("build"); r == nil || r.PID != 1 {
+			t.Errorf("%s: LastRefusal after the link was moved aside = %+v", name, r)
+		}
+		if got := readString(t, outside); got != `{"task":"build","pid":666}`+"\n" {
+			t.Errorf("%s: refusal written through a link: %q", name, got)
+		}
+		if _, err := os.Lstat(s2.osPath(quarantineDir, refusalsName)); err != nil {
+			t.Errorf("%s: the planted log is not in quarantine: %v", name, err)
+		}
 	}
 	// No state root: nothing happens, nothing is created.
 	missing := New(filepath.Join(t.TempDir(), "none"))

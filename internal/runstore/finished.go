@@ -154,8 +154,18 @@ func (s *Store) FinishedSize(id record.RunID) int64 {
 // rather than a log that nothing refers to. A run whose active file still
 // exists (a finalization cut short) is not touched: ErrRunBusy.
 func (s *Store) RemoveFinished(id record.RunID) error {
-	if s.hasActiveFile(id) {
-		return ErrRunBusy
+	// Fail closed: if the active set cannot be read (a link or a file
+	// where its directory belongs), nothing is removed.
+	active, err := s.dir(activeDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove run %s: %w", id, err)
+	}
+	if err == nil {
+		_, lerr := active.Lstat(recordName(id))
+		active.Close()
+		if lerr == nil {
+			return ErrRunBusy
+		}
 	}
 	if dir, err := s.dir(logsDir); err == nil {
 		err := removeFile(dir, logName(id))

@@ -47,7 +47,7 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		return nil, fmt.Errorf("reserve run %s: %w", rec.RunID, err)
 	}
 	defer dir.Close()
-	owner, err := lockfs.Create(dir, ownerLockName(rec.RunID))
+	owner, err := s.createLock(dir, ownerLockName(rec.RunID))
 	if err != nil {
 		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
 	}
@@ -55,7 +55,7 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		_ = owner.RemoveAndRelease()
 		return nil, fmt.Errorf("reserve run %s: %w", rec.RunID, err)
 	}
-	sup, err := lockfs.Create(dir, supervisorLockName(rec.RunID))
+	sup, err := s.createLock(dir, supervisorLockName(rec.RunID))
 	if err != nil {
 		_ = owner.RemoveAndRelease()
 		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
@@ -142,7 +142,7 @@ func (s *Store) Fence(id record.RunID, want *record.LockIDs) (*RunLocks, error) 
 			l.Release()
 			return nil, ErrRunDone
 		}
-		owner, err = lockfs.Create(dir, ownerLockName(id))
+		owner, err = s.createLock(dir, ownerLockName(id))
 		if err != nil {
 			l.Release()
 			if errors.Is(err, fs.ErrExist) {
@@ -347,4 +347,21 @@ func probe(dir *os.Root, name string) (record.Liveness, error) {
 		return record.Alive, nil
 	}
 	return record.Dead, nil
+}
+
+// createLock creates and locks a new lock file with the state root's file
+// mode: in a root shared with a group, every member must be able to probe
+// (read) and fence (write) it.
+func (s *Store) createLock(dir *os.Root, name string) (*lockfs.Lock, error) {
+	l, err := lockfs.Create(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	if perm := s.filePerm(); perm != FilePerm {
+		if err := l.File().Chmod(perm); err != nil {
+			_ = l.RemoveAndRelease()
+			return nil, fmt.Errorf("set the mode of lock %s: %w", name, err)
+		}
+	}
+	return l, nil
 }

@@ -72,8 +72,10 @@ func TestReserve(t *testing.T) {
 // files, no record.
 func TestReserveFailureLeavesNothing(t *testing.T) {
 	s := newStore(t)
-	// A directory at the record's name makes the rename fail.
+	// A directory at the record's name makes the rename fail, and it
+	// cannot be moved aside: quarantine/ is not a directory.
 	mkdirAll(t, s.osPath(activeDir, recordName(testID), "x"))
+	writeString(t, s.osPath(quarantineDir), "not a directory")
 	a := lockAdmission(t, s)
 	if l, err := a.Reserve(testRecord(testID, record.Provisioning)); err == nil {
 		l.Release()

@@ -123,11 +123,11 @@ func (a *Admission) Enqueue(t *record.Ticket) (*Waiter, error) {
 		return nil, fmt.Errorf("join the queue: %w", err)
 	}
 	defer dir.Close()
-	lock, err := lockfs.Create(dir, ticketLockName(t.RunID))
+	lock, err := s.createLock(dir, ticketLockName(t.RunID))
 	if err != nil {
 		return nil, fmt.Errorf("join the queue in %s: %w", s.display(queueDir), unwrapPath(err))
 	}
-	if err := rootfs.Mkfifo(dir, bellName(t.RunID), FilePerm); err != nil {
+	if err := rootfs.Mkfifo(dir, bellName(t.RunID), s.filePerm()); err != nil {
 		_ = lock.RemoveAndRelease()
 		return nil, fmt.Errorf("join the queue in %s: %w", s.display(queueDir), unwrapPath(err))
 	}
@@ -142,7 +142,7 @@ func (a *Admission) Enqueue(t *record.Ticket) (*Waiter, error) {
 	w := &Waiter{s: s, id: t.RunID, lock: lock, bell: bell, rung: make(chan struct{}, 1)}
 	b, err := t.Encode()
 	if err == nil {
-		err = writeFile(dir, ticketName(t.RunID), b, volatile)
+		err = s.replaceFile(queueDir, dir, ticketName(t.RunID), b, volatile)
 	}
 	if err != nil {
 		w.Remove()

@@ -165,7 +165,7 @@ func (s *Store) writeActive(rec *record.Run, how durability) error {
 	dir, err := s.dir(activeDir)
 	if err == nil {
 		defer dir.Close()
-		err = writeFile(dir, recordName(rec.RunID), b, how)
+		err = s.replaceFile(activeDir, dir, recordName(rec.RunID), b, how)
 	}
 	if err != nil {
 		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(activeDir), unwrapPath(err))
@@ -203,7 +203,7 @@ func (s *Store) writeDone(rec *record.Run) error {
 	for attempt := 0; ; attempt++ {
 		dir, err := s.ensureShard(shard)
 		if err == nil {
-			err = writeFile(dir, recordName(rec.RunID), b, durable)
+			err = s.replaceFile(shard, dir, recordName(rec.RunID), b, durable)
 			dir.Close()
 		}
 		if err == nil {
@@ -226,7 +226,7 @@ func (s *Store) ensureShard(shard string) (*os.Root, error) {
 		return nil, err
 	}
 	defer done.Close()
-	if err := done.Mkdir(path.Base(shard), DirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := s.mkdir(done, path.Base(shard)); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
 	if err := syncDir(done); err != nil {

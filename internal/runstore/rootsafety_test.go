@@ -236,7 +236,7 @@ func TestQueueLogsAndLocksRefuseLinkedDirs(t *testing.T) {
 				}
 				assertOnlyFiles(t, elsewhere, ticketName(testID))
 			case logsDir:
-				if f, err := fresh.CreateLog(testID); err == nil {
+				if f, _, err := fresh.CreateLog(testID); err == nil {
 					f.Close()
 					t.Error("CreateLog succeeded through the link")
 				}

@@ -36,7 +36,8 @@ import (
 	"sync"
 )
 
-// DirPerm and FilePerm are the modes of everything crew creates.
+// DirPerm and FilePerm are the modes of everything crew creates in a
+// private state root (see owner.go for a shared one).
 const (
 	DirPerm  os.FileMode = 0o700
 	FilePerm os.FileMode = 0o600
@@ -66,8 +67,12 @@ const (
 type Store struct {
 	path string
 
-	mu   sync.Mutex
-	root *os.Root
+	mu      sync.Mutex
+	root    *os.Root
+	sharing sharing // the group crew.json shares the root with, if any
+	// sharingNow: crew init --group is sharing the root; a group-writable
+	// directory is about to be converted, not refused (see PrepareSharing).
+	sharingNow bool
 }
 
 // New returns the store of the state root at path (absolute). It touches
@@ -103,6 +108,9 @@ func (s *Store) Ensure() error {
 		fi, err := r.Lstat(dir)
 		switch {
 		case err == nil && fi.IsDir():
+			if err := s.checkDir(fi, s.display(dir), false); err != nil {
+				return err
+			}
 			continue
 		case err == nil:
 			return fmt.Errorf("state root %s: %s is %s, not a directory; move it out of the way",
@@ -110,26 +118,49 @@ func (s *Store) Ensure() error {
 		case !errors.Is(err, fs.ErrNotExist):
 			return fmt.Errorf("state root %s: %w", s.path, unwrapPath(err))
 		}
-		if err := r.Mkdir(dir, DirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := s.mkdir(r, dir); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create state root %s: %w", s.path, unwrapPath(err))
 		}
 	}
 	return nil
 }
 
-// openRoot opens the state root once; ErrNoRoot if it does not exist.
+// openRoot opens the state root once; ErrNoRoot if it does not exist, an
+// *UnsafeRootError if someone untrusted can write it (owner.go).
 func (s *Store) openRoot() (*os.Root, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.root != nil {
+		defer s.mu.Unlock()
 		return s.root, nil
 	}
+	s.mu.Unlock()
 	r, err := os.OpenRoot(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNoRoot
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open state root: %w", unwrapPath(err))
+	}
+	fi, err := r.Stat(".")
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("open state root: %w", unwrapPath(err))
+	}
+	sh := readSharing(r)
+	s.mu.Lock()
+	if !s.sharingNow {
+		s.sharing = sh
+	}
+	s.mu.Unlock()
+	if err := s.checkLayout(r, fi); err != nil {
+		r.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.root != nil {
+		r.Close() // another goroutine opened it meanwhile
+		return s.root, nil
 	}
 	s.root = r
 	return r, nil
@@ -149,13 +180,32 @@ func (s *Store) dir(rel string) (*os.Root, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openDir(root, rel, s.display(rel))
+	return s.openDir(root, rel, s.display(rel))
+}
+
+// checkLayout checks the root (fi) and every directory of its layout
+// that exists, so that a state root someone untrusted can write is refused
+// whole, by every command, whichever of its directories the command would
+// have used. Shards of finished runs are checked as they are opened.
+func (s *Store) checkLayout(r *os.Root, fi os.FileInfo) error {
+	if err := s.checkDir(fi, s.path, true); err != nil {
+		return err
+	}
+	for _, dir := range append(layoutDirs, quarantineDir) {
+		if fi, err := r.Lstat(dir); err == nil && fi.IsDir() {
+			if err := s.checkDir(fi, s.display(dir), false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // openDir opens rel in parent as a root of its own, refusing a symbolic
 // link where a directory belongs (os.Root would follow one that stays
-// inside the state root; crew never follows any).
-func openDir(parent *os.Root, rel, display string) (*os.Root, error) {
+// inside the state root; crew never follows any), and a directory someone
+// untrusted can write.
+func (s *Store) openDir(parent *os.Root, rel, display string) (*os.Root, error) {
 	fi, err := parent.Lstat(rel)
 	if err != nil {
 		return nil, unwrapPath(err)
@@ -172,6 +222,10 @@ func openDir(parent *os.Root, rel, display string) (*os.Root, error) {
 		d.Close()
 		return nil, fmt.Errorf("%s was replaced while being opened", display)
 	}
+	if err := s.checkDir(opened, display, false); err != nil {
+		d.Close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -187,10 +241,11 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Exists reports whether the state root exists.
+// Exists reports whether the state root exists (a root crew refuses to
+// use exists: the next access says why it is refused).
 func (s *Store) Exists() bool {
 	_, err := s.openRoot()
-	return err == nil
+	return !errors.Is(err, ErrNoRoot)
 }
 
 // NotDirError is a name of the layout where a directory belongs that is

@@ -82,9 +82,15 @@ func Run(req Request) (err error) {
 
 func (s *supervisor) run() error {
 	id := s.rec.RunID
-	logf, err := s.Store.CreateLog(id)
+	logf, planted, err := s.Store.CreateLog(id)
 	if err != nil {
 		return s.internalFailure(err)
+	}
+	if planted != "" {
+		// Told to the user, and kept in the run's history (a detached
+		// run has no one to tell).
+		s.Warn(planted)
+		s.rec.AddEvent(s.now(), "%s", planted)
 	}
 	defer logf.Close()
 	out, err := newOutput(s.Stdout, s.Stderr, logf)

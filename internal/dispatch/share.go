@@ -1,0 +1,116 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// UnsafeRootError is a state root crew refuses to use: someone other
+// than its user (or the group it was shared with) can write it.
+type UnsafeRootError = runstore.UnsafeRootError
+
+// ShareResult says what Share or Unshare did.
+type ShareResult struct {
+	Root    string
+	Group   string // "" after Unshare
+	Changed int
+	Skipped []string
+}
+
+// Share shares the state root with group (crew init --group): crew.json
+// names the group, then every directory becomes group-owned 2770 and every
+// file 0660, the root last. Running it again converts whatever was made
+// private meanwhile (files of runs that were already running). It happens
+// under the admission lock, so no admission reads a half-changed config.
+func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*ShareResult, error) {
+	gid, err := d.PrepareShare(group)
+	if err != nil {
+		return nil, err
+	}
+	st := d.Store
+	adm, err := st.LockAdmission(context.Background(), lockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer adm.Release()
+	cfg, _, err := st.LoadConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := adm.CheckShareable(gid); err != nil {
+		return nil, err
+	}
+	cfg.Group = group
+	// The group goes into crew.json first: from then on every crew accepts
+	// directories of the group, whichever are converted yet.
+	if err := adm.SaveConfig(cfg); err != nil {
+		return nil, err
+	}
+	rep, err := adm.ShareWith(group, gid)
+	if err != nil {
+		return nil, fmt.Errorf("share the state root with group %s: %w", group, err)
+	}
+	return &ShareResult{Root: st.Root(), Group: group, Changed: rep.Changed, Skipped: rep.Skipped}, nil
+}
+
+// PrepareShare checks that group can be given to the state root, and lets
+// this dispatcher use a root whose directories its user owns whatever
+// their group (a root made group-writable by hand is shared on purpose by
+// exactly this command), until Share has converted it.
+func (d *Dispatcher) PrepareShare(group string) (int, error) {
+	gid, err := runstore.LookupGroup(group)
+	if err != nil {
+		return -1, usagef("--group: %v", err)
+	}
+	if !memberOf(gid) {
+		return -1, usagef("--group %s: you are not a member of group %s, and only its members (or root) can give it a directory", group, group)
+	}
+	d.Store.PrepareSharing(group, gid)
+	return gid, nil
+}
+
+// Unshare makes a shared state root private again (crew init --no-group):
+// directories 0700 and crew's own files 0600, the root last; then the group
+// leaves crew.json. Other users lose access to it at once.
+func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*ShareResult, error) {
+	st := d.Store
+	adm, err := st.LockAdmission(context.Background(), lockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer adm.Release()
+	cfg, _, err := st.LoadConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := adm.CheckPrivate(); err != nil {
+		return nil, err
+	}
+	// The group leaves crew.json first: the conversion then covers the
+	// rewritten crew.json too (run as root, it must become the owner's).
+	if cfg.Group != "" {
+		cfg.Group = ""
+		if err := adm.SaveConfig(cfg); err != nil {
+			return nil, err
+		}
+	}
+	rep, err := adm.MakePrivate()
+	if err != nil {
+		return nil, err
+	}
+	return &ShareResult{Root: st.Root(), Changed: rep.Changed, Skipped: rep.Skipped}, nil
+}
+
+// memberOf reports whether this process may give a file group gid.
+func memberOf(gid int) bool {
+	if os.Geteuid() == 0 || os.Getegid() == gid {
+		return true
+	}
+	groups, err := os.Getgroups()
+	return err == nil && slices.Contains(groups, gid)
+}
