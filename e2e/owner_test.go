@@ -26,9 +26,9 @@ import (
 // everyCommand is one call of each crew command (and the start modes).
 func everyCommand(arg string) [][]string {
 	return [][]string{
-		{"start", "x", "--", "true"}, {"start", "--wait=5s", "x", "--", "true"}, {"start", "--detach", "x", "--", "true"},
+		{"start", "x", "--", "true"}, {"start", "--wait=1s", "x", "--", "true"}, {"start", "--detach", "x", "--", "true"},
 		{"status"}, {"status", "--json"}, {"status", arg}, {"recover"}, {"recover", "--dry-run"},
-		{"wait", "--timeout", "5s", arg}, {"logs", arg}, {"stop", "--grace", "1s", arg}, {"prune", "--keep", "1"},
+		{"wait", "--timeout", "1s", arg}, {"logs", arg}, {"stop", "--grace", "1s", arg}, {"prune", "--keep", "1"},
 		{"init"}, {"init", "--max", "3"},
 	}
 }
