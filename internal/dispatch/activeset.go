@@ -17,20 +17,16 @@ type activeSet struct {
 }
 
 func (d *Dispatcher) readActive() (*activeSet, error) {
-	entries, err := d.Store.ListActive()
+	runs, err := d.Store.ScanActive()
 	if err != nil {
 		return nil, err
 	}
-	a := &activeSet{entries: entries, owners: make(map[record.RunID]record.Owner, len(entries))}
-	for _, e := range entries {
-		if e.ID == "" {
-			continue
+	a := &activeSet{entries: make([]runstore.ActiveEntry, len(runs)), owners: make(map[record.RunID]record.Owner, len(runs))}
+	for i, r := range runs {
+		a.entries[i] = r.ActiveEntry
+		if r.ID != "" {
+			a.owners[r.ID] = r.Owner
 		}
-		var want *record.LockIDs
-		if e.Rec != nil {
-			want = e.Rec.Locks
-		}
-		a.owners[e.ID] = d.Store.OwnerState(e.ID, want)
 	}
 	return a, nil
 }

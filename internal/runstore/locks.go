@@ -301,11 +301,17 @@ func (s *Store) OwnerState(id record.RunID, want *record.LockIDs) record.Owner {
 		return record.Owner{Owner: record.Unknown, Supervisor: record.Unknown, Err: err}
 	}
 	defer dir.Close()
+	return ownerState(dir, id, want)
+}
+
+// ownerState probes a run's two locks in the owners directory dir.
+func ownerState(dir *os.Root, id record.RunID, want *record.LockIDs) record.Owner {
 	var o record.Owner
 	var wantOwner, wantSup *record.FileID
 	if want != nil {
 		wantOwner, wantSup = &want.Owner, &want.Supervisor
 	}
+	var err error
 	o.Owner, err = probeAs(dir, ownerLockName(id), wantOwner)
 	var serr error
 	o.Supervisor, serr = probeAs(dir, supervisorLockName(id), wantSup)

@@ -173,7 +173,9 @@ func (s *Store) checkDirAs(fi os.FileInfo, display string, isRoot bool, sh shari
 	s.mu.Lock()
 	converting := s.sharingNow
 	s.mu.Unlock()
-	e := &UnsafeRootError{Root: s.path, Path: display, Owner: userName(uid), Group: groupName(gid), Mode: mode}
+	// The names in the error cost a read of /etc/passwd and /etc/group:
+	// only for a directory that fails the check.
+	e := &UnsafeRootError{Root: s.path, Path: display, Mode: mode}
 	chmod := "chmod go-w " + display
 	if sh.shared() {
 		chmod = "chmod o-w " + display
@@ -207,6 +209,7 @@ func (s *Store) checkDirAs(fi os.FileInfo, display string, isRoot bool, sh shari
 	default:
 		return nil
 	}
+	e.Owner, e.Group = userName(uid), groupName(gid)
 	return e
 }
 

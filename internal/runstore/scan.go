@@ -1,0 +1,146 @@
+package runstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/record"
+)
+
+// ActiveRun is an entry of the active set with its owner's liveness.
+type ActiveRun struct {
+	ActiveEntry
+	Owner record.Owner
+}
+
+// kernelTableAbove is the size of the active set from which ScanActive
+// reads the kernel's lock table once instead of probing every lock file:
+// one read of /proc/locks is cheaper than a handful of probes.
+const kernelTableAbove = 8
+
+// ScanActive reads the active set and every run's liveness in one pass: the
+// read admission, the queue and status all count slots from. It keeps one
+// handle on each directory for the whole pass. Liveness is OwnerState's
+// (fail closed), with one shortcut: a run whose owner lock the kernel's lock
+// table shows held is alive without a probe (positive evidence only; a lock
+// missing from the table is probed as usual).
+func (s *Store) ScanActive() ([]ActiveRun, error) {
+	active, err := s.dir(activeDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list active runs: %w", err)
+	}
+	defer active.Close()
+	names, err := listNames(active)
+	if err != nil {
+		return nil, fmt.Errorf("list active runs in %s: %w", s.display(activeDir), unwrapPath(err))
+	}
+	sc := &scan{s: s, shards: map[string]*os.Root{}}
+	defer sc.close()
+	if owners, err := s.dir(ownersDir); err == nil {
+		sc.owners = owners
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		sc.ownersErr = err
+	}
+	if len(names) > kernelTableAbove {
+		sc.held, _ = lockfs.WriteLocks()
+	}
+	out := make([]ActiveRun, 0, len(names))
+	for _, name := range names {
+		if !IsTempName(name) {
+			out = append(out, sc.entry(active, name))
+		}
+	}
+	return out, nil
+}
+
+// scan is one ScanActive pass: its directory handles and the kernel's
+// lock table.
+type scan struct {
+	s         *Store
+	owners    *os.Root
+	ownersErr error
+	shards    map[string]*os.Root // nil value: the shard does not exist
+	held      map[[2]uint64]bool
+}
+
+func (sc *scan) close() {
+	if sc.owners != nil {
+		sc.owners.Close()
+	}
+	for _, d := range sc.shards {
+		if d != nil {
+			d.Close()
+		}
+	}
+}
+
+func (sc *scan) entry(active *os.Root, name string) ActiveRun {
+	s := sc.s
+	ent := ActiveRun{ActiveEntry: ActiveEntry{Name: name, Path: s.display(activeDir, name)}}
+	idStr, isJSON := strings.CutSuffix(name, ".json")
+	if !isJSON || !record.LooksLikeRunID(idStr) {
+		ent.Err = fmt.Errorf("foreign file %s in the active set: not <run-id>.json", ent.Path)
+		return ent
+	}
+	ent.ID = record.RunID(idStr)
+	if sc.isDone(ent.ID) {
+		ent.Finished = true
+	} else {
+		rec, err := s.readRecord(active, name, ent.Path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			ent.Finished = true // finalized (moved out) since the listing
+		case err != nil:
+			ent.Err = err
+		case rec.RunID != ent.ID:
+			ent.Err = fmt.Errorf("run record %s: says runId %s, but its file name says %s", ent.Path, rec.RunID, ent.ID)
+		default:
+			ent.Rec = rec
+		}
+	}
+	ent.Owner = sc.owner(ent.ID, ent.Rec)
+	return ent
+}
+
+// isDone reports whether the run has a finished record, through one
+// handle per shard for the whole pass.
+func (sc *scan) isDone(id record.RunID) bool {
+	shard := id.Shard()
+	d, ok := sc.shards[shard]
+	if !ok {
+		d, _ = sc.s.dir(shardDir(id))
+		sc.shards[shard] = d
+	}
+	if d == nil {
+		return false
+	}
+	_, err := d.Lstat(recordName(id))
+	return err == nil
+}
+
+// owner is OwnerState for one run of the pass.
+func (sc *scan) owner(id record.RunID, rec *record.Run) record.Owner {
+	switch {
+	case sc.ownersErr != nil:
+		return record.Owner{Owner: record.Unknown, Supervisor: record.Unknown, Err: sc.ownersErr}
+	case sc.owners == nil:
+		return record.Owner{Owner: record.Dead, Supervisor: record.Dead}
+	}
+	var want *record.LockIDs
+	if rec != nil {
+		want = rec.Locks
+	}
+	if want != nil && sc.held[heldKey(want.Owner)] && sc.held[heldKey(want.Supervisor)] {
+		return record.Owner{Owner: record.Alive, Supervisor: record.Alive}
+	}
+	return ownerState(sc.owners, id, want)
+}
+
+func heldKey(f record.FileID) [2]uint64 { return [2]uint64{f.Dev, f.Ino} }
