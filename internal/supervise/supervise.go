@@ -83,6 +83,9 @@ func Run(req Request) (err error) {
 
 func (s *supervisor) run() error {
 	id := s.rec.RunID
+	if req := s.Store.ReadStopRequest(id); req != nil {
+		return s.stoppedBeforeLaunch(req)
+	}
 	logf, err := s.Store.CreateLog(id)
 	if err != nil {
 		return s.internalFailure(err)
@@ -96,9 +99,7 @@ func (s *supervisor) run() error {
 		out.closeAll()
 		return s.launchFailure(err)
 	}
-	if s.ownsTTY {
-		defer reclaimTTY(s.ttyFD)
-	}
+	defer s.reclaimTTY()
 	out.started()
 	failpoint.Hit("launched")
 	if err := s.recordRunning(); err != nil {
