@@ -179,6 +179,9 @@ func printRun(w io.Writer, r *dispatch.RunView) {
 	if r.State.Active() {
 		row("Owner", ownerWord(*r))
 	}
+	if r.Orphaned {
+		row("Slot held by", holdersWord(r))
+	}
 	if r.Forced {
 		row("Forced", "yes (admitted past the cap)")
 	}
@@ -197,6 +200,21 @@ func ownerWord(r dispatch.RunView) string {
 	default:
 		return "gone (holds no slot)"
 	}
+}
+
+// holdersWord lists the processes that hold an orphan's slot.
+func holdersWord(r *dispatch.RunView) string {
+	switch {
+	case r.HoldersUnknown != "":
+		return "cannot tell: " + r.HoldersUnknown
+	case len(r.HolderPIDs) == 0:
+		return "no process crew can see"
+	}
+	pids := make([]string, len(r.HolderPIDs))
+	for i, p := range r.HolderPIDs {
+		pids[i] = fmt.Sprint(p)
+	}
+	return "pids " + strings.Join(pids, ", ")
 }
 
 // quoteTask shows a task name unambiguously when it has spaces.
