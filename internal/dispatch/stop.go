@@ -140,13 +140,13 @@ func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts
 	t.signal(opts.Signal)
 	req.Targets = t.targets()
 	_ = d.Store.WriteStopRequest(id, req) // what was signalled, for the record
-	return d.awaitDirect(id, req, opts.Grace, t)
+	return d.awaitDirect(id, req, opts.Grace, t, why)
 }
 
 // awaitDirect waits for a run whose processes crew stop signalled to end,
 // sending SIGKILL to them (and to any that appeared since) after the grace
 // period.
-func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace time.Duration, t *runProcs) (*record.Run, error) {
+func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace time.Duration, t *runProcs, why string) (*record.Run, error) {
 	graceOver := time.After(grace)
 	deadline := time.Now().Add(grace + killTimeout)
 	var gone time.Time // when the last command process was seen gone
@@ -159,7 +159,8 @@ func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace
 		}
 		if !gone.IsZero() && time.Since(gone) > ackTimeout {
 			// Only a supervisor that does not answer still holds the run.
-			return nil, &StopError{Err: fmt.Errorf("run %s: its command's processes are gone (crew stop signalled %s), but %s", id, t.targets(), t.supervisorState())}
+			return nil, &StopError{Err: fmt.Errorf("run %s: %s, so crew stop signalled %s itself; they are gone, but %s",
+				id, why, t.targets(), t.supervisorState())}
 		}
 		select {
 		case <-graceOver:
