@@ -166,8 +166,8 @@ func TestStopNeverSignalsEveryone(t *testing.T) {
 			// cannot be proven from inside it: crew stop must refuse.
 			script := `sleep 60 & v=$!; "$0" stop --grace 300ms "$1"; rc=$?; ` +
 				`if kill -0 $v 2>/dev/null; then echo victim-alive; fi; kill -9 $v; exit $rc`
-			stopper := e.command(nil, "unshare", "-Urpf", "--mount-proc", "sh", "-c", script, e.bin, run.RunID)
-			stopper.Path, stopper.Args[0] = lookPath(t, "unshare"), "unshare"
+			stopper := exec.Command("unshare", "-Urpf", "--mount-proc", "sh", "-c", script, e.bin, run.RunID)
+			stopper.Env, stopper.Dir = e.environ(), e.dir
 			out, err := runWithTimeout(stopper, time.Minute)
 			assert.Contains(t, string(out), "victim-alive", "crew stop signalled a process outside the run")
 			if mode == "orphan" {
@@ -183,13 +183,6 @@ func TestStopNeverSignalsEveryone(t *testing.T) {
 			e.requireStopped(run.RunID, result{Stderr: string(out)}, cmd)
 		})
 	}
-}
-
-func lookPath(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	require.NoError(t, err)
-	return p
 }
 
 // runWithTimeout runs cmd (the test's own child) and SIGKILLs it if it
