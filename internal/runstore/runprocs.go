@@ -59,12 +59,14 @@ func lockFileID(dir *os.Root, name string) (proc.FileID, error) {
 
 // StopWatch is how a supervisor notices a stop request for its run
 // cheaply: it keeps owners/ open, and each Pending costs one fstatat until
-// a new request file appears.
+// a new request file appears. On Linux, Changed wakes it when one may have
+// (inotify), so it need not poll often.
 type StopWatch struct {
-	s    *Store
-	id   record.RunID
-	dir  *os.Root
-	seen os.FileInfo // the request file last read, to read each one once
+	s      *Store
+	id     record.RunID
+	dir    *os.Root
+	seen   os.FileInfo // the request file last read, to read each one once
+	notify *notifier   // nil: poll
 }
 
 // WatchStopRequests starts watching for stop requests for run id.
@@ -73,8 +75,21 @@ func (s *Store) WatchStopRequests(id record.RunID) (*StopWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch for stop requests of run %s: %w", id, err)
 	}
-	return &StopWatch{s: s, id: id, dir: dir}, nil
+	return &StopWatch{s: s, id: id, dir: dir, notify: newNotifier(dir)}, nil
 }
+
+// Changed delivers a value when a stop request may have appeared; nil
+// (never) where the kernel cannot say, and Notified is false.
+func (w *StopWatch) Changed() <-chan struct{} {
+	if w == nil || w.notify == nil {
+		return nil
+	}
+	return w.notify.changed
+}
+
+// Notified reports whether Changed works, so Pending need only be polled
+// now and then, as a safety net.
+func (w *StopWatch) Notified() bool { return w != nil && w.notify != nil }
 
 // Pending returns a stop request not yet acknowledged, if a new one has
 // appeared since the last call.
@@ -114,7 +129,12 @@ func (w *StopWatch) Acknowledge(req *record.StopRequest, ack record.StopAck) err
 }
 
 // Close stops watching.
-func (w *StopWatch) Close() { _ = w.dir.Close() }
+func (w *StopWatch) Close() {
+	if w.notify != nil {
+		w.notify.close()
+	}
+	_ = w.dir.Close()
+}
 
 // HasStopRequest reports whether a stop request for id exists: one
 // fstatat, for a waiter's slow poll.

@@ -11,11 +11,16 @@ import (
 	"github.com/crew-dev/crew/internal/runstore"
 )
 
-// stopPollInterval is how often a supervisor looks for a crew stop
-// request: one fstatat each time (measured: an idle supervisor stays far
-// below 0.1 % of a core), and crew stop hears back well within its
-// acknowledgement timeout.
-const stopPollInterval = 150 * time.Millisecond
+// How often a supervisor looks for a crew stop request (one fstatat each
+// time): where inotify wakes it (Linux), only as a safety net; elsewhere
+// often enough that crew stop hears back well within its 2 s
+// acknowledgement timeout. Measured on a 2-core VM, an idle supervisor
+// polling every 150 ms costs 0.12 % of a core, nearly all of it the
+// wake-ups themselves; with inotify and a 2 s safety poll, 0.01 %.
+const (
+	stopPollInterval     = 150 * time.Millisecond
+	stopSafetyPollPeriod = 2 * time.Second
+)
 
 // groupPollInterval is how often a supervisor whose command has exited
 // during a crew stop looks whether anything else of the group is left.
@@ -46,6 +51,8 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 			l.forward(asSignal(sig))
 		case <-l.poll.C:
 			l.checkStopRequest()
+		case <-l.watch.Changed():
+			l.checkStopRequest()
 		case <-l.grace:
 			l.graceOver()
 		case <-l.jobs.continued():
@@ -61,12 +68,18 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 }
 
 func (s *supervisor) newWaitLoop() *waitLoop {
-	l := &waitLoop{s: s, child: watchChild(s.cmd), poll: time.NewTicker(stopPollInterval), jobs: startJobControl(s.Stdin)}
+	l := &waitLoop{s: s, child: watchChild(s.cmd), jobs: startJobControl(s.Stdin)}
 	w, err := s.Store.WatchStopRequests(s.rec.RunID)
 	if err != nil {
 		s.Warn(err.Error() + "; crew stop will have to signal the command itself")
 	}
 	l.watch = w
+	period := stopPollInterval
+	if w.Notified() {
+		period = stopSafetyPollPeriod
+	}
+	l.poll = time.NewTicker(period)
+	l.checkStopRequest() // one written since the check before launch
 	return l
 }
 
