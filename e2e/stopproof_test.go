@@ -175,7 +175,11 @@ func TestStopNeverSignalsEveryone(t *testing.T) {
 				require.ErrorAs(t, err, &ee, "%s", out)
 				assert.Equal(t, 125, ee.ExitCode(), "%s", out)
 				assert.Contains(t, string(out), "nothing was signalled")
-				// From outside the namespace the orphan can be proven.
+				// From outside the namespace the orphan can be proven. The
+				// record gets its true numbers back first: a crew that
+				// signalled by the record would call kill(-1) out here, on
+				// every process of the machine.
+				e.editActive(run.RunID, map[string]any{"pgid": run.PGID, "taskPid": run.TaskPID, "supervisorPid": run.SupervisorPID})
 				e.requireStopped(run.RunID, e.run("stop", "--grace", "300ms", run.RunID), cmd)
 				return
 			}
