@@ -146,13 +146,14 @@ func (t *runProcs) targets() string {
 
 // supervisorState says what is known of a living supervisor, for messages.
 func (t *runProcs) supervisorState() string {
-	for _, h := range t.supervisors {
-		if h.State == 'T' || h.State == 't' {
-			return fmt.Sprintf("its supervisor (pid %d) is stopped (Ctrl-Z or SIGSTOP); it records the run when it is continued", h.PID)
-		}
-		return fmt.Sprintf("its supervisor (pid %d) is alive but did not answer", h.PID)
+	if len(t.supervisors) == 0 {
+		return "its supervisor is gone"
 	}
-	return "its supervisor is gone"
+	h := t.supervisors[0]
+	if h.State == 'T' || h.State == 't' {
+		return fmt.Sprintf("its supervisor (pid %d) is stopped (Ctrl-Z or SIGSTOP); it records the run when it is continued", h.PID)
+	}
+	return fmt.Sprintf("its supervisor (pid %d) is alive but did not answer", h.PID)
 }
 
 // noneProven explains why no process of the run could be signalled.
