@@ -382,3 +382,31 @@ func TestStopFallsBackWhenTheSupervisorDoesNotAnswer(t *testing.T) {
 	assert.Equal(t, "stopped", rec.State)
 	assert.Contains(t, rec.Reason, "stopped by crew stop (pid ")
 }
+
+// TestStopReachesARunBeforeItsCommandStarts: a run stopped between its
+// admission and its launch (held there by a failpoint) is never launched:
+// its supervisor finds the request before it starts the command. crew stop
+// itself, finding no command to signal and a supervisor that does not
+// answer, says so and leaves the request in place.
+func TestStopReachesARunBeforeItsCommandStarts(t *testing.T) {
+	e := newEnv(t)
+	gate, openGate := e.gate("admitted")
+	marker := filepath.Join(e.dir, "ran")
+	p := e.start([]string{"CREW_FAILPOINT=admitted:wait:" + gate}, "start", "early", "--", "touch", marker)
+	eventually(t, 10*time.Second, "the start to be admitted", func() bool { return exists(gate + ".reached") })
+
+	stop := e.run("stop", "--grace", "300ms", "early")
+	assert.Equal(t, 125, stop.Code, stop.Stderr)
+	assert.Contains(t, stop.Stderr, "did not take up the stop request")
+	if procfsProofs {
+		assert.Contains(t, stop.Stderr, "the stop request stays")
+	}
+	openGate()
+	r := p.wait(t, 10*time.Second)
+	assert.Equal(t, 143, r.Code, r.Stderr)
+	assert.NoFileExists(t, marker, "the command never ran")
+	rec := e.status("early").Finished[0]
+	assert.Equal(t, "stopped", rec.State)
+	assert.Contains(t, rec.Reason, "before the command started; it was never run")
+	assert.Contains(t, rec.Reason, "stopped by crew stop (pid ")
+}

@@ -135,7 +135,11 @@ func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts
 		if final := d.finalIfOver(id, req); final != nil {
 			return final, nil // it ended meanwhile
 		}
-		return nil, &StopError{Err: fmt.Errorf("run %s: %s; %s; %w", id, why, t.supervisorState(), t.noneProven())}
+		err := fmt.Errorf("run %s: %s; %s; %w", id, why, t.supervisorState(), t.noneProven())
+		if len(t.supervisors) > 0 {
+			err = fmt.Errorf("%w; the stop request stays, and the supervisor carries it out when it goes on", err)
+		}
+		return nil, &StopError{Err: err}
 	}
 	t.signal(opts.Signal)
 	req.Targets = t.targets()
