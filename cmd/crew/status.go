@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -179,6 +180,9 @@ func printRun(w io.Writer, r *dispatch.RunView) {
 	if r.State.Active() {
 		row("Owner", ownerWord(*r))
 	}
+	if r.Orphaned {
+		row("Slot held by", holdersWord(r))
+	}
 	if r.Forced {
 		row("Forced", "yes (admitted past the cap)")
 	}
@@ -197,6 +201,21 @@ func ownerWord(r dispatch.RunView) string {
 	default:
 		return "gone (holds no slot)"
 	}
+}
+
+// holdersWord lists the processes that hold an orphan's slot.
+func holdersWord(r *dispatch.RunView) string {
+	switch {
+	case r.HoldersUnknown != "":
+		return "cannot tell: " + r.HoldersUnknown
+	case len(r.HolderPIDs) == 0:
+		return "no process crew can see"
+	}
+	pids := make([]string, len(r.HolderPIDs))
+	for i, p := range r.HolderPIDs {
+		pids[i] = fmt.Sprint(p)
+	}
+	return "pids " + strings.Join(pids, ", ")
 }
 
 func humanTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }

@@ -23,13 +23,19 @@ func newStopCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &stopOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "stop RUN|TASK [--grace D] [--signal SIG]",
-		Short: "Stop a run: signal its process group, then SIGKILL after a grace period",
-		Long: `Send a signal (SIGTERM by default) to the run's process group, wait up to
---grace for the run to end, then send SIGKILL. The run is recorded as stopped,
-with who stopped it (pid, user). This works for foreground and detached runs,
-and for orphans whose supervisor is already gone (then crew stop records the
-run itself once the command's last process has exited). A waiting start is
-told to leave the queue. Stopping a run that already finished does nothing.`,
+		Short: "Stop a run: its signal, SIGCONT, then SIGKILL after a grace period",
+		Long: `Stop a run: send a signal (SIGTERM by default) to its processes, then SIGCONT,
+and SIGKILL to what is left of its process group after --grace. The run is
+recorded as stopped, with who stopped it (pid, user). Stopping a run that
+already finished does nothing.
+
+crew stop never signals a pid or process group because a file names it. A
+supervised run (foreground or detached) is stopped by its supervisor, which
+crew stop asks through the state root. An orphan (supervisor gone), or a run
+whose supervisor does not answer within 2s, is stopped through the processes
+the kernel shows holding the run's owner lock (Linux; elsewhere crew stop
+refuses and says why). A waiting start is told to leave the queue.
+`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRuns(g),
 		RunE: func(cmd *cobra.Command, args []string) error {

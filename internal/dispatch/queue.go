@@ -182,6 +182,13 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reser
 		}
 	}()
 	for {
+		if w != nil {
+			// crew stop asks a waiting start to leave by a stop request
+			// and a ring of its bell, never by a signal to a pid.
+			if err := d.stoppedWhileWaiting(w); err != nil {
+				return nil, err
+			}
+		}
 		res, ar, err := d.attempt(ctx, req, w)
 		if err != nil {
 			return nil, err
@@ -233,6 +240,9 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Wait
 			poll.Stop()
 			return nil
 		case <-poll.C:
+			if d.Store.HasStopRequest(w.ID()) {
+				return nil // a ring that was lost: leave now
+			}
 			// Cheap first: as long as every slot is held by a living run,
 			// nothing can have changed unannounced. Only free capacity
 			// (a run that died without a word frees its slot) makes it

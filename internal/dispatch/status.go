@@ -31,6 +31,12 @@ type RunView struct {
 	// HoldsSlot: the run counts against maximumInProgress right now.
 	HoldsSlot bool   `json:"holdsSlot"`
 	LogPath   string `json:"logPath"`
+	// HolderPIDs, for an orphan shown on its own (crew status RUN-ID),
+	// are the command's processes that hold its slot, as the kernel shows
+	// them: the holders of its owner lock (Linux).
+	HolderPIDs []int `json:"holderPids,omitempty"`
+	// HoldersUnknown says why HolderPIDs could not be listed.
+	HoldersUnknown string `json:"holderPidsUnknown,omitempty"`
 }
 
 // Problem is a file in the state root that is not a readable record.
@@ -211,6 +217,13 @@ func (d *Dispatcher) Run(id record.RunID) (*RunView, error) {
 		return &v, nil
 	}
 	v := d.liveView(rec, d.Store.OwnerState(id, rec.Locks))
+	if v.Orphaned {
+		pids, err := d.holderPIDs(id)
+		if err != nil {
+			v.HoldersUnknown = err.Error()
+		}
+		v.HolderPIDs = pids
+	}
 	return &v, nil
 }
 

@@ -8,8 +8,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crew-dev/crew/internal/proc"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/supervise"
 )
 
@@ -25,6 +27,18 @@ type StopOptions struct {
 	Grace  time.Duration
 }
 
+const (
+	// ackTimeout is how long a living supervisor has to take up a stop
+	// request (it looks every 150 ms) before crew stop acts itself.
+	ackTimeout = 2 * time.Second
+	// settleTimeout is how long a supervisor that took up the request
+	// has, beyond the grace period, to record the run (its command's
+	// output drains for up to 2 s, then three fsyncs).
+	settleTimeout = 10 * time.Second
+	// killTimeout bounds the wait for a run to end after SIGKILL.
+	killTimeout = 30 * time.Second
+)
+
 func currentUser() string {
 	if u, err := user.Current(); err == nil {
 		return u.Username
@@ -32,11 +46,20 @@ func currentUser() string {
 	return fmt.Sprintf("uid %d", os.Getuid())
 }
 
-// Stop signals a run's process group, waits up to the grace period, then
-// sends SIGKILL, and returns the run's final record. It works whether the
-// run's supervisor lives (foreground or detached: the supervisor records
-// the stop) or is gone and only the command lives (an orphan: Stop records
-// it itself once the command's last process has exited).
+func (d *Dispatcher) stopRequest(opts StopOptions) *record.StopRequest {
+	return &record.StopRequest{PID: os.Getpid(), User: currentUser(), Signal: supervise.SignalName(opts.Signal),
+		Signo: int(opts.Signal), At: d.now(), Grace: opts.Grace.String()}
+}
+
+// Stop stops a run and returns its final record. crew stop never signals
+// a pid or process group it read from a file. It writes a stop request;
+// a living supervisor (foreground or detached) carries it out on its own
+// command's group — which it provably owns, having not reaped the leader
+// — sending the signal, SIGCONT, and SIGKILL after the grace period, and
+// records the run. When there is no supervisor (an orphan), or it does
+// not take the request up in time (stopped, hung), crew stop signals the
+// processes the kernel shows holding the run's owner lock itself (Linux:
+// /proc and pidfds), and refuses where it cannot prove which they are.
 func (d *Dispatcher) Stop(id record.RunID, opts StopOptions) (*record.Run, error) {
 	st := d.Store
 	rec, err := st.ReadRun(id)
@@ -46,68 +69,115 @@ func (d *Dispatcher) Stop(id record.RunID, opts StopOptions) (*record.Run, error
 	if !rec.State.Active() {
 		return rec, nil
 	}
-	if st.OwnerState(id, rec.Locks).Owner == record.Dead {
+	o := st.OwnerState(id, rec.Locks)
+	if o.Owner == record.Dead {
 		// Nobody works on it: it only needs finalizing.
 		if _, _, err := recovery.FinalizeDead(st, id, d.now()); err != nil {
 			return nil, err
 		}
 		return st.ReadRun(id)
 	}
-	req := &record.StopRequest{PID: os.Getpid(), User: currentUser(), Signal: supervise.SignalName(opts.Signal), At: d.now(), Grace: opts.Grace.String()}
+	req := d.stopRequest(opts)
 	if err := st.WriteStopRequest(id, req); err != nil {
 		return nil, err
 	}
-	target := rec.PGID
-	if target == 0 {
-		// Not started yet (or its start was not recorded): stop the
-		// supervisor, which then records the run as stopped.
-		if st.OwnerState(id, rec.Locks).Supervisor != record.Alive {
-			return nil, &StopError{Err: fmt.Errorf("run %s has no recorded process group and no living supervisor; wait for it to finish or run crew recover", id)}
+	why := "its supervisor is gone"
+	if o.Supervisor.MayLive() {
+		final, reason := d.awaitSupervisor(id, req, opts.Grace)
+		if final != nil {
+			return final, nil
 		}
-		if err := syscall.Kill(rec.SupervisorPID, opts.Signal); err != nil {
-			return nil, &StopError{Err: fmt.Errorf("signal supervisor %d of run %s: %w", rec.SupervisorPID, id, err)}
-		}
-	} else if err := syscall.Kill(-target, opts.Signal); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return nil, &StopError{Err: fmt.Errorf("signal process group %d of run %s: %w", target, id, err)}
+		why = reason
 	}
-	return d.awaitStopped(id, rec, req, opts.Grace)
+	return d.stopDirectly(id, req, opts, why)
 }
 
-// awaitStopped waits for a signalled run to end, sending SIGKILL after the
-// grace period. The run is over when its record is final and no process of
-// its group is left: a grandchild that ignored the signal gets SIGKILL
-// after the grace period like the rest, even if the record was final
-// before.
-func (d *Dispatcher) awaitStopped(id record.RunID, rec *record.Run, req *record.StopRequest, grace time.Duration) (*record.Run, error) {
+// awaitSupervisor waits for the run's supervisor to take up the stop
+// request and record the run. It returns the final record, or why crew
+// stop must act itself.
+func (d *Dispatcher) awaitSupervisor(id record.RunID, req *record.StopRequest, grace time.Duration) (*record.Run, string) {
 	st := d.Store
-	target := rec.PGID
-	graceOver := time.After(grace)
-	deadline := time.Now().Add(grace + 30*time.Second)
-	var final *record.Run
-	groupGone := func() bool { return target == 0 || syscall.Kill(-target, 0) == syscall.ESRCH }
+	start := time.Now()
+	var acked time.Time
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		if final == nil {
-			final = d.finalIfOver(id, rec.Locks, req)
+		if final := d.finalIfOver(id, req); final != nil {
+			return final, ""
 		}
-		if final != nil && (groupGone() || graceOver == nil) {
+		if st.OwnerState(id, lockIDsOf(st, id)).Supervisor == record.Dead {
+			return nil, "its supervisor died before recording the run"
+		}
+		if cur := st.ReadStopRequest(id); acked.IsZero() && cur != nil && cur.Ack != nil {
+			acked = time.Now()
+		}
+		switch {
+		case acked.IsZero() && time.Since(start) > ackTimeout:
+			return nil, fmt.Sprintf("its supervisor did not take up the stop request within %s", ackTimeout)
+		case !acked.IsZero() && time.Since(acked) > grace+settleTimeout:
+			return nil, fmt.Sprintf("its supervisor took up the stop request but has not recorded the run %s after the grace period", settleTimeout)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// stopDirectly signals the run's command processes itself, as the kernel
+// shows them, then SIGKILL after the grace period, and returns the final
+// record: its own (FinalizeStopped) for an orphan, the supervisor's
+// otherwise. why says why the supervisor did not do it.
+func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts StopOptions, why string) (*record.Run, error) {
+	t, err := d.findRunProcs(id)
+	if errors.Is(err, proc.ErrUnsupported) {
+		return nil, &StopError{Err: fmt.Errorf("run %s: %s, and %w: nothing was signalled; the stop request stays for its supervisor, if it lives", id, why, err)}
+	}
+	if err != nil {
+		return nil, &StopError{Err: fmt.Errorf("run %s: %s, and its processes cannot be found: %w", id, why, err)}
+	}
+	defer t.close()
+	if len(t.cmd) == 0 {
+		if final := d.finalIfOver(id, req); final != nil {
+			return final, nil // it ended meanwhile
+		}
+		err := fmt.Errorf("run %s: %s; %s; %w", id, why, t.supervisorState(), t.noneProven())
+		if len(t.supervisors) > 0 {
+			err = fmt.Errorf("%w; the stop request stays, and the supervisor carries it out when it goes on", err)
+		}
+		return nil, &StopError{Err: err}
+	}
+	t.signal(opts.Signal)
+	req.Targets = t.targets()
+	_ = d.Store.WriteStopRequest(id, req) // what was signalled, for the record
+	return d.awaitDirect(id, req, opts.Grace, t, why)
+}
+
+// awaitDirect waits for a run whose processes crew stop signalled to end,
+// sending SIGKILL to them (and to any that appeared since) after the grace
+// period.
+func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace time.Duration, t *runProcs, why string) (*record.Run, error) {
+	graceOver := time.After(grace)
+	deadline := time.Now().Add(grace + killTimeout)
+	var gone time.Time // when the last command process was seen gone
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		if final := d.finalIfOver(id, req); final != nil {
 			return final, nil
+		}
+		if gone.IsZero() && !t.holding() {
+			gone = time.Now()
+		}
+		if !gone.IsZero() && time.Since(gone) > ackTimeout {
+			// Only a supervisor that does not answer still holds the run.
+			return nil, &StopError{Err: fmt.Errorf("run %s: %s, so crew stop signalled %s itself; they are gone, but %s",
+				id, why, t.targets(), t.supervisorState())}
 		}
 		select {
 		case <-graceOver:
 			graceOver = nil
-			req.Killed = true
-			if final == nil {
-				_ = st.WriteStopRequest(id, req)
-			}
-			if target != 0 {
-				_ = syscall.Kill(-target, syscall.SIGKILL)
-			} else {
-				_ = syscall.Kill(rec.SupervisorPID, syscall.SIGKILL)
-			}
+			_ = t.rescan()
+			t.signal(syscall.SIGKILL)
+			req.Killed, req.Targets = true, t.targets()
+			_ = d.Store.WriteStopRequest(id, req)
 		case <-time.After(delay):
 		}
 		if time.Now().After(deadline) {
-			return nil, &StopError{Err: fmt.Errorf("run %s did not end within %s after SIGKILL", id, 30*time.Second)}
+			return nil, &StopError{Err: fmt.Errorf("run %s did not end within %s after SIGKILL", id, killTimeout)}
 		}
 	}
 }
@@ -115,12 +185,13 @@ func (d *Dispatcher) awaitStopped(id record.RunID, rec *record.Run, req *record.
 // finalIfOver returns the run's final record once there is one: written by
 // its supervisor, or, when every process of the run is gone and no
 // supervisor lived to say so, by this crew stop.
-func (d *Dispatcher) finalIfOver(id record.RunID, want *record.LockIDs, req *record.StopRequest) *record.Run {
+func (d *Dispatcher) finalIfOver(id record.RunID, req *record.StopRequest) *record.Run {
 	st := d.Store
-	if cur, err := st.ReadRun(id); err == nil && !cur.State.Active() {
+	cur, err := st.ReadRun(id)
+	if err == nil && !cur.State.Active() {
 		return cur
 	}
-	if st.OwnerState(id, want).Owner != record.Dead {
+	if err != nil || st.OwnerState(id, cur.Locks).Owner != record.Dead {
 		return nil
 	}
 	// Every process of the run is gone. If a supervisor lived, it is
@@ -138,30 +209,10 @@ func (d *Dispatcher) finalIfOver(id record.RunID, want *record.LockIDs, req *rec
 	return rec
 }
 
-// StopWaiter tells a waiting start (a queue ticket, not yet a run) to
-// leave the queue, by signalling its process. It reports whether id was a
-// waiting start. The ticket's lock proves the process is alive, and the
-// waiter never forks, so the pid cannot belong to anyone else.
-func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, error) {
-	st := d.Store
-	if _, err := st.ReadRun(id); err == nil {
-		return false, nil
+// lockIDsOf is the lock files a run's record names, if it can be read.
+func lockIDsOf(st *runstore.Store, id record.RunID) *record.LockIDs {
+	if rec, err := st.ReadRun(id); err == nil {
+		return rec.Locks
 	}
-	entries, err := st.ListTickets()
-	if err != nil {
-		return false, err
-	}
-	for _, e := range entries {
-		if e.ID != id || e.Ticket == nil {
-			continue
-		}
-		if e.Waiter != record.Alive {
-			return false, nil
-		}
-		if err := syscall.Kill(e.Ticket.PID, sig); err != nil {
-			return true, &StopError{Err: fmt.Errorf("signal waiting start %s (pid %d): %w", id, e.Ticket.PID, err)}
-		}
-		return true, nil
-	}
-	return false, nil
+	return nil
 }

@@ -6,8 +6,12 @@ import (
 	"time"
 )
 
-// StopRequest is left by `crew stop` so that whoever finalizes the run
-// says who stopped it.
+// StopRequest is left by `crew stop` in the state root. It is how crew
+// stop asks a run's supervisor to stop the run (the supervisor signals its
+// own command's process group, which it provably owns; crew stop never
+// signals a pid or group it read from a file), how it tells a waiting
+// start to leave the queue, and how whoever finalizes the run says who
+// stopped it.
 type StopRequest struct {
 	PID    int       `json:"pid"`
 	User   string    `json:"user"`
@@ -15,15 +19,48 @@ type StopRequest struct {
 	At     time.Time `json:"at"`
 	Killed bool      `json:"killed"` // SIGKILL after the grace period
 	Grace  string    `json:"grace"`
+	// Signo is Signal's number, for the supervisor to send.
+	Signo int `json:"signo,omitempty"`
+	// Targets says what was signalled, when it was not the run's recorded
+	// process group (crew stop signalling an orphan's processes itself).
+	Targets string `json:"targets,omitempty"`
+	// Ack is set by the run's supervisor once it has acted on the request.
+	Ack *StopAck `json:"ack,omitempty"`
+}
+
+// StopAck is a supervisor's answer to a stop request: it has signalled
+// its command's process group and will record the run.
+type StopAck struct {
+	At            time.Time `json:"at"`
+	SupervisorPID int       `json:"supervisorPid"`
+	PGID          int       `json:"pgid"`
+}
+
+// GraceOr is the request's grace period, or def if it has none that
+// makes sense.
+func (r *StopRequest) GraceOr(def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(r.Grace); err == nil && d >= 0 {
+		return d
+	}
+	return def
 }
 
 // Describe says who stopped the run and how, for its reason.
 func (r *StopRequest) Describe(pgid int) string {
-	s := fmt.Sprintf("stopped by crew stop (pid %d, user %s), which sent %s to process group %d", r.PID, r.User, r.Signal, pgid)
+	target := fmt.Sprintf("process group %d", pgid)
+	if r.Targets != "" {
+		target = r.Targets
+	}
+	s := fmt.Sprintf("stopped by crew stop (pid %d, user %s), which sent %s to %s", r.PID, r.User, r.Signal, target)
 	if r.Killed {
 		s += fmt.Sprintf(" and SIGKILL after the %s grace period", r.Grace)
 	}
 	return s
+}
+
+// Who names the crew stop that asked, for messages.
+func (r *StopRequest) Who() string {
+	return fmt.Sprintf("crew stop (pid %d, user %s)", r.PID, r.User)
 }
 
 // Encode renders the request as it is stored.

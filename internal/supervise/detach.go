@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
@@ -88,6 +90,13 @@ func handoverResult(st *runstore.Store, id record.RunID, line string) error {
 // from /dev/null, tells the parent when the record says running, and
 // supervises the run to its end.
 func RunDetached(st *runstore.Store, id record.RunID, grace time.Duration, signals <-chan os.Signal, finished func()) error {
+	// Inherited descriptors are not close-on-exec. The command must
+	// inherit the owner lock alone (launch passes it as fd 3): a command
+	// that held the supervisor lock would pass for a living supervisor
+	// after this process died, and the handover pipe is ours.
+	for _, fd := range []int{fdOwner, fdSupervisor, fdReady} {
+		unix.CloseOnExec(fd)
+	}
 	ready := os.NewFile(fdReady, "ready")
 	locks, err := st.AdoptRunLocks(id, os.NewFile(fdOwner, "owner"), os.NewFile(fdSupervisor, "supervisor"))
 	if err != nil {

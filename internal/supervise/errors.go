@@ -43,15 +43,20 @@ func (e *InternalError) Error() string {
 func (e *InternalError) Unwrap() error { return e.Err }
 
 // SignalledError is a start abandoned because crew was told to stop before
-// the command ran.
+// the command ran: by a signal, or by crew stop (By names it).
 type SignalledError struct {
 	Signal syscall.Signal
 	RunID  record.RunID // empty if no run was reserved
+	By     string       // the crew stop that asked, if it was one
 }
 
 func (e *SignalledError) Error() string {
-	if e.RunID == "" {
-		return fmt.Sprintf("received %s while waiting for admission; nothing was started", SignalName(e.Signal))
+	why := "received " + SignalName(e.Signal)
+	if e.By != "" {
+		why = "stopped by " + e.By
 	}
-	return fmt.Sprintf("received %s before the command started; run %s recorded as stopped", SignalName(e.Signal), e.RunID)
+	if e.RunID == "" {
+		return fmt.Sprintf("%s while waiting for admission; nothing was started", why)
+	}
+	return fmt.Sprintf("%s before the command started; run %s recorded as stopped", why, e.RunID)
 }

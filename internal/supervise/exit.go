@@ -18,7 +18,15 @@ func (s *supervisor) describeExit(ws syscall.WaitStatus, stop *stopRecord) {
 	}
 	state, signal, reason := record.Failed, "", how
 	switch req := s.Store.ReadStopRequest(s.rec.RunID); {
+	case stop != nil && stop.req != nil:
+		// crew stop asked, and this supervisor carried it out.
+		r := *stop.req
+		r.Killed = stop.killed
+		state, signal = record.Stopped, r.Signal
+		reason = fmt.Sprintf("%s; %s", r.Describe(s.pgid), how)
 	case stop == nil && req != nil:
+		// crew stop signalled the command itself (this supervisor did not
+		// answer in time).
 		state, signal = record.Stopped, req.Signal
 		reason = fmt.Sprintf("%s; %s", req.Describe(s.pgid), how)
 	case stop != nil:

@@ -48,7 +48,7 @@ func Abandon(req Request, cause error) error {
 func (s *supervisor) internalFailure(cause error) error {
 	id := s.rec.RunID
 	if s.cmd != nil && s.cmd.ProcessState == nil {
-		_ = syscall.Kill(-s.pgid, syscall.SIGKILL)
+		s.signalGroup(syscall.SIGKILL) // not reaped yet: the group is still the command's
 		_ = s.cmd.Wait()
 	}
 	if !s.done {

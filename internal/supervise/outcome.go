@@ -65,7 +65,7 @@ func (s *supervisor) retryFinish(first error) error {
 	if s.ownsTTY {
 		// Give the terminal back now, so that Ctrl-C reaches crew while it
 		// retries (the command's group is gone).
-		reclaimTTY(s.ttyFD)
+		s.reclaimTTY()
 	}
 	s.Warn(s.retryNotice(first, keepErr))
 	last := first

@@ -82,6 +82,9 @@ func Run(req Request) (err error) {
 
 func (s *supervisor) run() error {
 	id := s.rec.RunID
+	if req := s.Store.ReadStopRequest(id); req != nil {
+		return s.stoppedBeforeLaunch(req)
+	}
 	logf, planted, err := s.Store.CreateLog(id)
 	if err != nil {
 		return s.internalFailure(err)
@@ -101,9 +104,7 @@ func (s *supervisor) run() error {
 		out.closeAll()
 		return s.launchFailure(err)
 	}
-	if s.ownsTTY {
-		defer reclaimTTY(s.ttyFD)
-	}
+	defer s.reclaimTTY()
 	out.started()
 	failpoint.Hit("launched")
 	if err := s.recordRunning(); err != nil {

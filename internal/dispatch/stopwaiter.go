@@ -1,0 +1,70 @@
+package dispatch
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/supervise"
+)
+
+// waiterLeaveTimeout bounds how long crew stop waits for a waiting start
+// to leave the queue once told to.
+const waiterLeaveTimeout = 10 * time.Second
+
+// StopWaiter tells a waiting start (a queue ticket, not yet a run) to
+// leave the queue: it writes a stop request under the ticket's id and
+// rings the waiter's bell; the waiter reads the request and exits with
+// 128+signal. The pid a ticket names is never signalled: a ticket is a
+// file, and files can lie. It reports whether id was a waiting start; if
+// the start was admitted meanwhile it reports false, and the run (which
+// sees the same request before it launches) is stopped like any other.
+func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, error) {
+	st := d.Store
+	if _, err := st.ReadRun(id); err == nil || !st.HasTicket(id) || st.WaiterState(id) != record.Alive {
+		return false, nil
+	}
+	req := d.stopRequest(StopOptions{Signal: sig})
+	if err := st.WriteStopRequest(id, req); err != nil {
+		return true, err
+	}
+	st.Ring(id)
+	deadline := time.Now().Add(waiterLeaveTimeout)
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		if left, admitted := waiterGone(st, id); admitted {
+			return false, nil
+		} else if left {
+			_ = st.RemoveStopRequest(id) // no run will ever have this id
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return true, &StopError{Err: fmt.Errorf("the waiting start %s did not leave the queue within %s; the request stays, and it leaves when it next wakes", id, waiterLeaveTimeout)}
+		}
+		time.Sleep(delay)
+	}
+}
+
+// waiterGone reports whether the waiter of ticket id left the queue, and
+// whether it left it admitted. A run's record is written before its
+// ticket goes, so a missing ticket with no record means it left without.
+func waiterGone(st *runstore.Store, id record.RunID) (left, admitted bool) {
+	if st.HasTicket(id) && st.WaiterState(id) != record.Dead {
+		return false, false
+	}
+	_, err := st.ReadRun(id)
+	return true, err == nil
+}
+
+// stoppedWhileWaiting returns the error a waiting start leaves the queue
+// with when crew stop has asked it to, or nil.
+func (d *Dispatcher) stoppedWhileWaiting(w *runstore.Waiter) error {
+	req := d.Store.ReadStopRequest(w.ID())
+	if req == nil {
+		return nil
+	}
+	w.Remove()
+	_ = d.Store.RemoveStopRequest(w.ID())
+	return &supervise.SignalledError{Signal: supervise.RequestedSignal(req), By: req.Who()}
+}

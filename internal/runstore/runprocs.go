@@ -1,0 +1,149 @@
+package runstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+
+	"github.com/crew-dev/crew/internal/proc"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/rootfs"
+)
+
+// What crew stop and the supervisor need to find a run's processes and to
+// pass stop requests between them.
+
+// RunLockIDs are the kernel's names for a run's lock files, by which its
+// processes are found (internal/proc): a process belongs to the run while
+// it holds the owner lock. Sup is zero if the supervisor lock file is
+// gone. A lock file with more than one link is refused: crew creates them
+// exclusively and never links them, so another link would let a process
+// holding some outside file pass for the run's.
+func (s *Store) RunLockIDs(id record.RunID) (owner, sup proc.FileID, err error) {
+	dir, err := s.dir(ownersDir)
+	if err != nil {
+		return owner, sup, fmt.Errorf("find the lock files of run %s: %w", id, err)
+	}
+	defer dir.Close()
+	if owner, err = lockFileID(dir, ownerLockName(id)); err != nil {
+		return owner, sup, fmt.Errorf("run %s: %w", id, err)
+	}
+	sup, err = lockFileID(dir, supervisorLockName(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	if err != nil {
+		return owner, sup, fmt.Errorf("run %s: %w", id, err)
+	}
+	return owner, sup, nil
+}
+
+func lockFileID(dir *os.Root, name string) (proc.FileID, error) {
+	fi, err := dir.Lstat(name)
+	if err != nil {
+		return proc.FileID{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return proc.FileID{}, &rootfs.NotRegularError{Name: name, Mode: fi.Mode()}
+	case !ok:
+		return proc.FileID{}, fmt.Errorf("lock file %s: no inode to identify it by", name)
+	case st.Nlink != 1:
+		return proc.FileID{}, fmt.Errorf("lock file %s has %d links (crew never links it): refusing to identify processes by it", name, st.Nlink)
+	}
+	return proc.FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}, nil
+}
+
+// StopWatch is how a supervisor notices a stop request for its run
+// cheaply: it keeps owners/ open, and each Pending costs one fstatat until
+// a new request file appears. On Linux, Changed wakes it when one may have
+// (inotify), so it need not poll often.
+type StopWatch struct {
+	s      *Store
+	id     record.RunID
+	dir    *os.Root
+	seen   os.FileInfo // the request file last read, to read each one once
+	notify *notifier   // nil: poll
+}
+
+// WatchStopRequests starts watching for stop requests for run id.
+func (s *Store) WatchStopRequests(id record.RunID) (*StopWatch, error) {
+	dir, err := s.dir(ownersDir)
+	if err != nil {
+		return nil, fmt.Errorf("watch for stop requests of run %s: %w", id, err)
+	}
+	return &StopWatch{s: s, id: id, dir: dir, notify: newNotifier(dir)}, nil
+}
+
+// Changed delivers a value when a stop request may have appeared; nil
+// (never) where the kernel cannot say, and Notified is false.
+func (w *StopWatch) Changed() <-chan struct{} {
+	if w == nil || w.notify == nil {
+		return nil
+	}
+	return w.notify.changed
+}
+
+// Notified reports whether Changed works, so Pending need only be polled
+// now and then, as a safety net.
+func (w *StopWatch) Notified() bool { return w != nil && w.notify != nil }
+
+// Pending returns a stop request not yet acknowledged, if a new one has
+// appeared since the last call.
+func (w *StopWatch) Pending() *record.StopRequest {
+	fi, err := w.dir.Lstat(stopRequestName(w.id))
+	if err != nil || (w.seen != nil && os.SameFile(fi, w.seen)) {
+		return nil
+	}
+	data, err := rootfs.ReadFile(w.dir, stopRequestName(w.id), 64<<10)
+	if err != nil {
+		return nil
+	}
+	w.seen = fi
+	req, err := record.DecodeStopRequest(data)
+	if err != nil || req.Ack != nil {
+		return nil
+	}
+	return req
+}
+
+// Acknowledge tells crew stop that the supervisor has acted on req: it
+// rewrites the request with ack, durably, so that who asked survives a
+// crash too.
+func (w *StopWatch) Acknowledge(req *record.StopRequest, ack record.StopAck) error {
+	acked := *req
+	acked.Ack = &ack
+	b, err := acked.Encode()
+	if err == nil {
+		err = writeFile(w.dir, stopRequestName(w.id), b, durable)
+	}
+	if err != nil {
+		return fmt.Errorf("acknowledge the stop request of run %s: %w", w.id, unwrapPath(err))
+	}
+	// The next Pending reads our own write once, sees the ack, and from
+	// then on costs one fstatat again.
+	return nil
+}
+
+// Close stops watching.
+func (w *StopWatch) Close() {
+	if w.notify != nil {
+		w.notify.close()
+	}
+	_ = w.dir.Close()
+}
+
+// HasStopRequest reports whether a stop request for id exists: one
+// fstatat, for a waiter's slow poll.
+func (s *Store) HasStopRequest(id record.RunID) bool {
+	dir, err := s.dir(ownersDir)
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	_, err = dir.Lstat(stopRequestName(id))
+	return err == nil
+}
