@@ -36,19 +36,29 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	crewBin = filepath.Join(dir, "crew")
-	args := []string{"build", "-tags", "failpoints", "-o", crewBin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "../cmd/crew")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if prebuilt := os.Getenv("CREW_E2E_BIN"); prebuilt != "" {
+		// A re-run of this binary (in a pid namespace, see
+		// inOwnPIDNamespace) uses the crew its parent built.
+		crewBin = prebuilt
+	} else if err := buildCrew(crewBin); err != nil {
 		fmt.Fprintln(os.Stderr, "build crew:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// buildCrew builds crew with failpoints (and the race detector when the
+// tests run with it) at path.
+func buildCrew(path string) error {
+	args := []string{"build", "-tags", "failpoints", "-o", path}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "../cmd/crew")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	return build.Run()
 }
 
 // result is one finished crew invocation.
