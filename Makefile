@@ -5,12 +5,20 @@ PKGS := ./...
 BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test vet unit e2e soak cross fuzz bench bench-check clean
+.PHONY: all build install test vet unit e2e soak cross fuzz bench bench-check clean
 
 all: build
 
+# The production binary: static (no cgo: cobra's flag package imports net,
+# which would link libc dynamically and cost every start the dynamic
+# loader), without absolute paths. Benchmarks and the static-link test
+# build it through this target, so there is one definition of it.
+BIN ?= bin/crew
 build:
-	$(GO) build -o bin/crew ./cmd/crew
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/crew
+
+install:
+	CGO_ENABLED=0 $(GO) install -trimpath ./cmd/crew
 
 # vet, unit tests, e2e tests (all with -race), and the darwin cross-build.
 test: vet cross

@@ -74,16 +74,17 @@ var plain struct {
 	err  error
 }
 
-// plainCrew builds crew as users get it (go build, no failpoints tag, no
-// race detector), once per test binary and only when first asked for, in
-// binDir, which TestMain removes. Benchmarks measure it, and
-// TestProductionBinaryHasNoFailpoints checks it.
+// plainCrew builds crew as users get it (`make build`: static, no
+// failpoints tag, no race detector), once per test binary and only when
+// first asked for, in binDir, which TestMain removes. Benchmarks measure
+// it, and TestProductionBinaryHasNoFailpoints and TestProductionBinaryIsStatic
+// check it.
 func plainCrew(tb testing.TB) string {
 	tb.Helper()
 	plain.once.Do(func() {
 		path := filepath.Join(binDir, "crew-plain")
-		if out, err := runGo("build", "-o", path, "../cmd/crew"); err != nil {
-			plain.err = fmt.Errorf("go build ../cmd/crew: %v\n%s", err, out)
+		if out, err := exec.Command("make", "-C", "..", "build", "BIN="+path).CombinedOutput(); err != nil {
+			plain.err = fmt.Errorf("make build: %v\n%s", err, out)
 			return
 		}
 		// GOFLAGS in the environment could still have added -race or tags.

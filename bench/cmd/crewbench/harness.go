@@ -182,8 +182,9 @@ func isCrewModule(dir string) bool {
 	return false
 }
 
-// buildCrew makes the production binary under test: no tags, no race
-// detector, exactly what `go build ./cmd/crew` gives a user.
+// buildCrew makes the production binary under test with crew's own
+// `make build` (static, no tags, no race detector): exactly what a user
+// who follows the README gets.
 func (h *harness) buildCrew() error {
 	src, err := crewSource(h.cfg.crewSrc)
 	if err != nil {
@@ -191,8 +192,8 @@ func (h *harness) buildCrew() error {
 	}
 	h.crewSrc = src
 	h.crew = h.path("crew")
-	h.progress("building crew: go build -o %s ./cmd/crew (in %s)", h.crew, src)
-	cmd := exec.Command("go", "build", "-o", h.crew, "./cmd/crew")
+	h.progress("building crew: make build BIN=%s (in %s)", h.crew, src)
+	cmd := exec.Command("make", "build", "BIN="+h.crew)
 	cmd.Dir = src
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

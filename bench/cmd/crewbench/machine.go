@@ -104,7 +104,7 @@ func (h *harness) crewVersion() string {
 	}
 	s := "`" + h.crew + "`"
 	if h.cfg.crewBin == "" {
-		s = "production build (`go build ./cmd/crew`, no tags) of the working tree"
+		s = "production build (`make build`: static, no tags) of the working tree"
 		if rev == "" && h.crewSrc != "" {
 			// No VCS stamp in the binary: ask git, read-only.
 			if out, err := output(h.env, "git", "-C", h.crewSrc, "rev-parse", "--short=12", "HEAD"); err == nil {

@@ -1,6 +1,6 @@
 // Command crewbench is crew's whole-process benchmark harness.
 //
-// It builds crew (a production build: `go build -o <tmp>/crew ./cmd/crew`,
+// It builds crew (a production build: `make build BIN=<tmp>/crew`,
 // no tags), checks crew's state-root layout against a real run
 // (layout.go, probe.go), then measures every figure of the performance
 // issue (#11) for crew and for every peer installed on the machine —
