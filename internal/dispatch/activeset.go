@@ -16,8 +16,18 @@ type activeSet struct {
 	owners  map[record.RunID]record.Owner
 }
 
-func (d *Dispatcher) readActive() (*activeSet, error) {
-	runs, err := d.Store.ScanActive()
+// readActive reads the active set. Status passes fast false (it shows
+// records); admission and the queue pass true and may count living runs
+// from the active index (runstore.ScanActive); admission passes the held
+// admission lock, which also tidies the index.
+func (d *Dispatcher) readActive(fast bool, adm *runstore.Admission) (*activeSet, error) {
+	var runs []runstore.ActiveRun
+	var err error
+	if adm != nil {
+		runs, err = adm.ScanActive()
+	} else {
+		runs, err = d.Store.ScanActive(fast)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -82,4 +92,21 @@ func (a *activeSet) dead() []runstore.ActiveEntry {
 		}
 	}
 	return out
+}
+
+// exactHolder completes a holder counted from the active index (which
+// knows runs only as active) from its record, for the messages that name
+// it: whether it is provisioning or running, and its supervisor now.
+func (d *Dispatcher) exactHolder(set *activeSet, h *admission.Holder) {
+	if h == nil {
+		return
+	}
+	for _, e := range set.entries {
+		if e.ID == h.RunID && e.Indexed {
+			if rec, err := d.Store.ReadActive(h.RunID); err == nil {
+				h.State, h.PID = rec.State, rec.SupervisorPID
+			}
+			return
+		}
+	}
 }

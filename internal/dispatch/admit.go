@@ -88,7 +88,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 			return nil, nil, unknownPool(req.Pool, cfg)
 		}
 	}
-	set, err := d.readActive()
+	set, err := d.readActive(true, adm)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,6 +100,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 		cand.Ticket = w.ID()
 	}
 	verdict := admission.Decide(cfg, usage, queue, cand)
+	d.exactHolder(set, verdict.BlockingRun)
 	warnings := append(set.warnings(), reaped.warnings...)
 	if verdict.Admit {
 		res, err := d.reserve(adm, req, cfg, usage, verdict, w)

@@ -268,7 +268,7 @@ func (d *Dispatcher) evaluate(w *runstore.Waiter, req AdmitRequest) *attemptResu
 	if err != nil {
 		return nil
 	}
-	set, err := d.readActive()
+	set, err := d.readActive(true, nil)
 	if err != nil {
 		return nil
 	}
@@ -287,7 +287,7 @@ func (d *Dispatcher) capacityLeft(req AdmitRequest) bool {
 	if err != nil {
 		return true // cannot tell: let the full evaluation decide
 	}
-	set, err := d.readActive()
+	set, err := d.readActive(true, nil)
 	if err != nil {
 		return true
 	}
@@ -312,7 +312,7 @@ func (d *Dispatcher) RingWaiters() {
 	if err != nil {
 		return
 	}
-	set, err := d.readActive()
+	set, err := d.readActive(true, nil)
 	if err != nil {
 		return
 	}

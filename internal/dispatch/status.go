@@ -115,7 +115,7 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	snap := &Snapshot{Version: StatusVersion, Root: st.Root(), ConfigPath: st.ConfigPath(), ConfigExists: exists,
 		MaximumInProgress: cfg.MaximumInProgress, Active: []RunView{}, Finished: []RunView{},
 		Problems: []Problem{}, Queue: []QueueView{}, Pools: []PoolView{}, ConfigError: problem}
-	set, err := d.readActive()
+	set, err := d.readActive(false, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package lockfs
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -62,27 +63,35 @@ func WriteLocks() (map[[2]uint64]bool, error) {
 		return nil, fmt.Errorf("read the kernel's lock table: %w", err)
 	}
 	defer f.Close()
+	// One large buffer: the kernel fills a read with as many lines as fit,
+	// so the table comes in a few reads rather than a page at a time.
+	data, err := io.ReadAll(bufio.NewReaderSize(f, 256<<10))
+	if err != nil {
+		return nil, fmt.Errorf("read the kernel's lock table: %w", err)
+	}
 	held := map[[2]uint64]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for line := range strings.SplitSeq(string(data), "\n") {
 		// "1: FLOCK  ADVISORY  WRITE 4711 fe:00:9980352 0 EOF"
-		fields := strings.Fields(sc.Text())
+		fields := strings.Fields(line)
 		if len(fields) < 6 || fields[1] == "->" || fields[3] != "WRITE" {
 			continue
 		}
-		parts := strings.Split(fields[5], ":")
-		if len(parts) != 3 {
-			continue
+		if k, ok := devIno(fields[5]); ok {
+			held[k] = true
 		}
-		maj, err1 := strconv.ParseUint(parts[0], 16, 32)
-		min, err2 := strconv.ParseUint(parts[1], 16, 32)
-		ino, err3 := strconv.ParseUint(parts[2], 10, 64)
-		if err1 == nil && err2 == nil && err3 == nil {
-			held[[2]uint64{unix.Mkdev(uint32(maj), uint32(min)), ino}] = true
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read the kernel's lock table: %w", err)
 	}
 	return held, nil
+}
+
+// devIno parses a /proc/locks "maj:min:ino" field (major and minor in hex).
+func devIno(field string) ([2]uint64, bool) {
+	majS, rest, _ := strings.Cut(field, ":")
+	minS, inoS, _ := strings.Cut(rest, ":")
+	maj, err1 := strconv.ParseUint(majS, 16, 32)
+	min, err2 := strconv.ParseUint(minS, 16, 32)
+	ino, err3 := strconv.ParseUint(inoS, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return [2]uint64{}, false
+	}
+	return [2]uint64{unix.Mkdev(uint32(maj), uint32(min)), ino}, true
 }

@@ -80,6 +80,7 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		_ = owner.RemoveAndRelease()
 		return nil, err
 	}
+	s.appendIndex(rec)
 	return &RunLocks{s: s, id: rec.RunID, owner: owner, sup: sup}, nil
 }
 

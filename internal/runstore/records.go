@@ -30,6 +30,10 @@ type ActiveEntry struct {
 	// Finished: the run already has a finished record; this active file is
 	// a leftover of its finalization and holds no slot.
 	Finished bool
+	// Indexed: Rec comes from the active index (ScanActive with fast): it
+	// holds what admission needs, and its State is running whatever the
+	// record says (provisioning or running).
+	Indexed bool
 }
 
 func recordName(id record.RunID) string { return string(id) + ".json" }
