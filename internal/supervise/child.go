@@ -6,7 +6,7 @@ import "syscall"
 type childEvent struct {
 	// exited: the command's leader has exited. Unless reaped is set it is
 	// a zombie still, which keeps its pid, and so its process group's id,
-	// from passing to anyone else until cmd.Wait reaps it.
+	// from passing to anyone else until child.reap reaps it.
 	exited bool
 	// reaped: the watcher had to reap the leader to see it exit (a
 	// system without waitid's WNOWAIT or kqueue): the group's id is no

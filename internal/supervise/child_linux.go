@@ -4,7 +4,6 @@ package supervise
 
 import (
 	"errors"
-	"os/exec"
 	"syscall"
 	"unsafe"
 
@@ -35,19 +34,19 @@ const (
 
 // watchChild reports the command's stops and its exit, never reaping it:
 // waitid(WEXITED|WSTOPPED|WNOWAIT) peeks; a stop is then consumed with
-// waitid(WSTOPPED), which cannot reap; an exit is left for cmd.Wait. The
+// waitid(WSTOPPED), which cannot reap; an exit is left for child.reap. The
 // channel closes after the exit.
-func watchChild(cmd *exec.Cmd) <-chan childEvent {
+func watchChild(c *child) <-chan childEvent {
 	events := make(chan childEvent, 4)
-	pid := cmd.Process.Pid
+	pid := c.pid
 	go func() {
 		defer close(events)
 		for {
 			var info siginfoChld
 			err := waitid(pid, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT, &info)
 			if err != nil || info.pid == 0 {
-				// Cannot happen for our own unreaped child; let cmd.Wait
-				// find out what became of it.
+				// Cannot happen for our own unreaped child; let reap find
+				// out what became of it.
 				events <- childEvent{exited: true}
 				return
 			}

@@ -5,7 +5,6 @@ package supervise
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,43 +36,52 @@ func procState(t *testing.T, pid int) byte {
 // TestWatchChildSeesStopsAndExitWithoutReaping: a stop is reported (and
 // consumed, so it is reported once), and the exit is reported while the
 // child is still a zombie, so its pid and group id stay pinned until
-// cmd.Wait reaps it.
+// child.reap reaps it.
 func TestWatchChildSeesStopsAndExitWithoutReaping(t *testing.T) {
-	cmd := exec.Command("sh", "-c", "kill -TSTP $$; kill -STOP $$; exit 3")
 	// A group of its own, whose parent (the test) is in another group of
 	// the same session: not orphaned, so SIGTSTP stops it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd := startTestChild(t, &syscall.SysProcAttr{Setpgid: true}, "sh", "-c", "kill -TSTP $$; kill -STOP $$; exit 3")
 	events := watchChild(cmd)
 
 	ev := nextEvent(t, events)
 	assert.False(t, ev.exited)
 	assert.Equal(t, syscall.SIGTSTP, ev.stopSig)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, syscall.Kill(cmd.pid, syscall.SIGCONT)) // unreaped: still ours
 	ev = nextEvent(t, events)
 	assert.False(t, ev.exited)
 	assert.Equal(t, syscall.SIGSTOP, ev.stopSig, "each stop is seen once, then the next")
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, syscall.Kill(cmd.pid, syscall.SIGCONT))
 
 	ev = nextEvent(t, events)
 	assert.True(t, ev.exited)
 	assert.False(t, ev.reaped)
-	assert.Equal(t, byte('Z'), procState(t, cmd.Process.Pid), "seen exited, not reaped")
+	assert.Equal(t, byte('Z'), procState(t, cmd.pid), "seen exited, not reaped")
 	_, open := <-events
 	assert.False(t, open, "the watcher is done after the exit")
-	require.Error(t, cmd.Wait())
-	assert.Equal(t, 3, cmd.ProcessState.ExitCode(), "cmd.Wait reaps it and gets its status")
+	assert.Equal(t, 3, cmd.reap().ExitStatus(), "reap collects it and its status")
 }
 
 // TestWatchChildSeesAKill: a child killed by a signal is an exit too.
 func TestWatchChildSeesAKill(t *testing.T) {
-	cmd := exec.Command("sleep", "30")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd := startTestChild(t, nil, "sleep", "30")
 	events := watchChild(cmd)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, syscall.Kill(cmd.pid, syscall.SIGKILL))
 	ev := nextEvent(t, events)
 	assert.True(t, ev.exited)
-	assert.Equal(t, byte('Z'), procState(t, cmd.Process.Pid))
+	assert.Equal(t, byte('Z'), procState(t, cmd.pid))
+}
+
+// startTestChild starts argv as crew starts a command; the test kills
+// (while it is still unreaped, so still its own) and reaps it at the end.
+func startTestChild(t *testing.T, sys *syscall.SysProcAttr, argv ...string) *child {
+	t.Helper()
+	c, err := startChild(argv, "", os.Environ(), nil, os.Stdout, os.Stderr, nil, sys)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if !c.reaped {
+			_ = syscall.Kill(c.pid, syscall.SIGKILL)
+			c.reap()
+		}
+	})
+	return c
 }

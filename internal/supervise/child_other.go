@@ -4,7 +4,6 @@ package supervise
 
 import (
 	"errors"
-	"os/exec"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,12 +13,12 @@ import (
 // does not reap, so the zombie leader still pins its group's id. Stops are
 // not seen here, so crew does no job control on this system. If kqueue
 // fails, the only way left to see the exit is to reap it (reaped is set).
-func watchChild(cmd *exec.Cmd) <-chan childEvent {
+func watchChild(c *child) <-chan childEvent {
 	events := make(chan childEvent, 1)
 	go func() {
 		defer close(events)
-		if err := waitExitKqueue(cmd.Process.Pid); err != nil {
-			_ = cmd.Wait()
+		if err := waitExitKqueue(c.pid); err != nil {
+			c.reap()
 			events <- childEvent{exited: true, reaped: true}
 			return
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,19 +45,16 @@ func Detach(req Request) error {
 		return Abandon(req, fmt.Errorf("create the handover pipe: %w", err))
 	}
 	defer readyR.Close()
-	cmd := exec.Command(exe, Command, "--root", req.Store.Root(), "--grace", req.Grace.String(), string(id))
-	cmd.Env = req.Env
-	cmd.Dir = req.Rec.Dir
-	cmd.ExtraFiles = []*os.File{req.Locks.OwnerFile(), req.Locks.SupervisorFile(), readyW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		readyW.Close()
+	argv := []string{exe, Command, "--root", req.Store.Root(), "--grace", req.Grace.String(), string(id)}
+	_, err = startChild(argv, req.Rec.Dir, req.Env, nil, nil, nil,
+		[]*os.File{req.Locks.OwnerFile(), req.Locks.SupervisorFile(), readyW}, &syscall.SysProcAttr{Setsid: true})
+	readyW.Close()
+	if err != nil {
 		return Abandon(req, fmt.Errorf("start the detached supervisor: %w", err))
 	}
-	readyW.Close()
 	failpoint.Hit("detach-handover")
-	// The child is not ours to wait for; it outlives us.
-	_ = cmd.Process.Release()
+	// The child is not ours to wait for: it outlives us (and, if it
+	// exits first, stays a zombie only until we exit a moment later).
 
 	line, _ := bufio.NewReader(readyR).ReadString('\n')
 	// Our copies of the locks go; the supervisor's stay.

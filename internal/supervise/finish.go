@@ -47,9 +47,9 @@ func Abandon(req Request, cause error) error {
 // finished, then the run is recorded as failed.
 func (s *supervisor) internalFailure(cause error) error {
 	id := s.rec.RunID
-	if s.cmd != nil && s.cmd.ProcessState == nil {
+	if s.cmd != nil && !s.cmd.reaped {
 		s.signalGroup(syscall.SIGKILL) // not reaped yet: the group is still the command's
-		_ = s.cmd.Wait()
+		s.cmd.reap()
 	}
 	if !s.done {
 		code := 125

@@ -18,28 +18,27 @@ import (
 // terminal's foreground group.
 func (s *supervisor) launch(out *output) error {
 	st, rec := s.Store, s.rec
-	cmd := exec.Command(rec.Command[0], rec.Command[1:]...)
-	cmd.Dir = rec.Dir
-	cmd.Stdin = s.Stdin
-	cmd.Stdout = out.child[0]
-	cmd.Stderr = out.child[1]
-	cmd.Env = append(append([]string{}, s.Env...),
+	env := append(append([]string{}, s.Env...),
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, "CREW_ROOT="+st.Root())
-	cmd.ExtraFiles = []*os.File{s.Locks.OwnerFile()}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sys := &syscall.SysProcAttr{Setpgid: true}
 	if fd, ok := foregroundTTY(s.Stdin); ok {
-		cmd.SysProcAttr.Foreground = true
-		cmd.SysProcAttr.Ctty = fd
+		sys.Foreground = true
+		sys.Ctty = fd
 		s.ownsTTY, s.ttyFD = true, fd
 	}
 	if err := failpoint.Error("fork-exec"); err != nil {
-		return &fs.PathError{Op: "fork/exec", Path: cmd.Path, Err: err}
+		path, lerr := exec.LookPath(rec.Command[0])
+		if lerr != nil {
+			path = rec.Command[0]
+		}
+		return &fs.PathError{Op: "fork/exec", Path: path, Err: err}
 	}
-	if err := cmd.Start(); err != nil {
+	c, err := startChild(rec.Command, rec.Dir, env, s.Stdin, out.child[0], out.child[1], []*os.File{s.Locks.OwnerFile()}, sys)
+	if err != nil {
 		return err
 	}
-	s.cmd = cmd
-	s.pgid = cmd.Process.Pid
+	s.cmd = c
+	s.pgid = c.pid
 	return nil
 }
 

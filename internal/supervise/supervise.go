@@ -8,7 +8,6 @@ package supervise
 import (
 	"io"
 	"os"
-	"os/exec"
 	"time"
 
 	"github.com/crew-dev/crew/internal/failpoint"
@@ -50,7 +49,7 @@ type Request struct {
 type supervisor struct {
 	Request
 	rec  *record.Run
-	cmd  *exec.Cmd
+	cmd  *child
 	pgid int
 	// ownsTTY: the command's group is its terminal's foreground group.
 	ownsTTY bool
@@ -131,7 +130,7 @@ func (s *supervisor) recordRunning() error {
 	now := s.now()
 	s.rec.State = record.Running
 	s.rec.StartedAt = &now
-	s.rec.TaskPID = s.cmd.Process.Pid
+	s.rec.TaskPID = s.cmd.pid
 	s.rec.PGID = s.pgid
 	s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d", s.rec.TaskPID, s.rec.SupervisorPID)
 	return s.Store.UpdateActive(s.rec)

@@ -120,10 +120,8 @@ func (l *waitLoop) exited(ev childEvent) syscall.WaitStatus {
 	s := l.s
 	if !ev.reaped {
 		l.endGroup()
-		_ = s.cmd.Wait()
 	}
-	ws, _ := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ws
+	return s.cmd.reap()
 }
 
 // endGroup deals with the rest of the command's group once its leader has
@@ -144,7 +142,7 @@ func (l *waitLoop) endGroup() {
 func (l *waitLoop) awaitGroup() {
 	s := l.s
 	for {
-		others, err := proc.GroupHasOthers(s.pgid, s.cmd.Process.Pid)
+		others, err := proc.GroupHasOthers(s.pgid, s.cmd.pid)
 		if err == nil && !others {
 			return
 		}
