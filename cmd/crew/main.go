@@ -1,5 +1,11 @@
 // Command crew runs commands under a machine-wide concurrency cap, without
 // a daemon, and keeps a truthful record of every run.
+//
+// A supervisor may wait for hours on its command, so the runtime does not
+// re-read the cgroup's CPU quota in the background to resize GOMAXPROCS:
+// crew waits on files and processes, not on CPU.
+
+//go:debug updatemaxprocs=0
 package main
 
 import "os"
