@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/recovery"
 )
 
@@ -35,7 +36,7 @@ to run while starts and recoveries run.`,
 			return o.run(s, cmd.Flags().Changed("keep"))
 		},
 	}
-	cmd.Flags().DurationVar(&o.olderThan, "older-than", 0, "remove runs that finished longer ago than this")
+	cmd.Flags().Var(duration.NewValue(&o.olderThan, 0), "older-than", "remove runs that finished longer ago than this")
 	cmd.Flags().IntVar(&o.keep, "keep", 0, "always keep this many of the newest finished runs")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "report what would be removed, remove nothing")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON (schema version 1)")

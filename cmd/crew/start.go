@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/duration"
 )
 
 type startOptions struct {
@@ -60,8 +61,8 @@ Any non-empty UTF-8 name up to 200 bytes without control characters is a task.
 	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only")
 	f.BoolVar(&o.json, "json", false, "with --detach, print {\"version\":1,\"runId\":...} instead of the bare run id")
 	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
-	f.DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
-	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between forwarding a stop signal and SIGKILL")
+	f.Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
+	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
 	return cmd
 }
 
