@@ -21,32 +21,45 @@ type initOptions struct {
 	max         int
 	maxSet      bool
 	lockTimeout time.Duration
+	initExtras
 }
 
 func newInitCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &initOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "init [--max N] [--pool NAME=N]...",
+		Use:   "init [--max N] [--pool NAME=N]... [--retain N] [--retain-for D] [--log-max SIZE]",
 		Short: "Create the state root and write its config (crew.json)",
 		Long: fmt.Sprintf(`Create the state root and write its versioned config, crew.json, atomically.
 
 Running it again is safe: without --max it keeps the current cap; with --max it
 changes the cap, also while runs are active (admissions read the config inside
-the admission lock). Without any config the cap is %d.`, record.DefaultMaximumInProgress),
+the admission lock). Without any config the cap is %d.
+
+Retention (default: keep every finished run): --retain N keeps the newest N
+finished runs, --retain-for D those that finished less than D ago (7d, 12h);
+with both, a run goes only when both let it go. Each run that finishes removes
+a few runs past them (records and logs, oldest first); crew prune applies them
+in full. --log-max SIZE caps every run's log (crew start --log-max overrides
+it). 0 removes a limit.`, record.DefaultMaximumInProgress),
+		Example: `  crew init --max 4
+  crew init --retain 1000 --log-max 10MiB         # a cron job's state root stays bounded
+  crew init --retain-for 30d --retain 100         # a month, and at least the last 100 runs
+  crew init --retain 0                            # keep any number again`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			markRan(cmd)
 			o.maxSet = cmd.Flags().Changed("max")
-			return o.run(s)
+			return o.run(cmd, s)
 		},
 	}
 	cmd.Flags().IntVar(&o.max, "max", record.DefaultMaximumInProgress, "maximumInProgress: how many runs may be active at once")
 	cmd.Flags().StringArrayVar(&o.pools, "pool", nil, "NAME=N: give pool NAME a cap of N (inside the global cap); N=0 removes it; repeatable")
 	cmd.Flags().Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
+	o.initExtras.flags(cmd)
 	return cmd
 }
 
-func (o *initOptions) run(s streams) error {
+func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	if o.maxSet && o.max < 1 {
 		return &usageError{fmt.Errorf("--max must be at least 1, not %d", o.max)}
 	}
@@ -63,7 +76,11 @@ func (o *initOptions) run(s streams) error {
 	if err != nil {
 		return err
 	}
-	res, err := d.Init(o.max, o.maxSet, pools, o.lockTimeout)
+	changes, err := o.initExtras.changes(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := d.Init(o.max, o.maxSet, pools, o.lockTimeout, changes...)
 	if err != nil {
 		return err
 	}
@@ -79,5 +96,6 @@ func (o *initOptions) run(s streams) error {
 	for _, name := range slices.Sorted(maps.Keys(res.Pools)) {
 		fmt.Fprintf(s.Err, "crew: pool %s: maximumInProgress %d\n", quoteTask(name), res.Pools[name])
 	}
+	printLimits(s.Err, res.Config)
 	return nil
 }

@@ -23,6 +23,7 @@ type startOptions struct {
 	force       bool
 	lockTimeout time.Duration
 	grace       time.Duration
+	startExtras
 }
 
 func newStartCmd(g *globalOptions, s streams) *cobra.Command {
@@ -48,7 +49,9 @@ Any non-empty UTF-8 name up to 200 bytes without control characters is a task.
   crew start --wait build -- make                  # wait in line, then run
   crew start --wait=10m nightly -- ./backup.sh     # give up after 10 minutes: exit 75
   crew start --pool deploy deploy:prod -- ./deploy.sh
-  crew start --force hotfix -- ./deploy.sh`,
+  crew start --force hotfix -- ./deploy.sh
+  crew start --tag lint -- make lint               # each output line starts with "lint<TAB>"
+  crew start --log-max 10MiB chatty -- ./noisy.sh  # keep the first 5 MiB and the newest output`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
 			return o.run(cmd, args, s)
@@ -63,6 +66,7 @@ Any non-empty UTF-8 name up to 200 bytes without control characters is a task.
 	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
 	f.Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
 	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
+	o.startExtras.flags(cmd)
 	return cmd
 }
 
@@ -81,6 +85,10 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		return &usageError{fmt.Errorf("--wait and --force do not go together: --force skips the line")}
 	case o.grace < 0:
 		return &usageError{fmt.Errorf("--grace must not be negative, not %s", o.grace)}
+	}
+	logMax, err := o.startExtras.check(cmd, o.detach)
+	if err != nil {
+		return err
 	}
 	// Catch stop signals before admission, so none is lost in between.
 	sigs := make(chan os.Signal, 4)
@@ -113,7 +121,9 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			Wait:        o.wait.set,
 			WaitTimeout: o.wait.timeout,
 			OnWait:      view.update,
+			LogMax:      logMax,
 		},
+		Tag:     o.tag,
 		Grace:   o.grace,
 		Stdin:   stdin,
 		Detach:  o.detach,
@@ -121,7 +131,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Stderr:  s.Err,
 		Env:     os.Environ(),
 		Signals: sigs,
-		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: warning: %s\n", w) },
+		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), w) },
 	})
 	var refused *dispatch.RefusedError
 	if errors.As(err, &refused) {
@@ -133,5 +143,5 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		}
 		fmt.Fprintln(s.Out, runID)
 	}
-	return err
+	return aboutTask(args[0], err)
 }

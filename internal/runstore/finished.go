@@ -146,16 +146,20 @@ func (s *Store) FinishedSize(id record.RunID) int64 {
 		}
 		dir.Close()
 	}
-	return n
+	return n + s.tailBytes(id)
 }
 
-// RemoveFinished deletes a finished run: its log first, then its record,
-// so that a removal cut short leaves a record (which the next prune takes)
-// rather than a log that nothing refers to. A run whose active file still
-// exists (a finalization cut short) is not touched: ErrRunBusy.
+// RemoveFinished deletes a finished run: its log first (the pieces of a
+// capped log's tail, then the log), then its record, so that a removal cut
+// short leaves a record (which the next prune takes) rather than a log
+// that nothing refers to. A run whose active file still exists (a
+// finalization cut short) is not touched: ErrRunBusy.
 func (s *Store) RemoveFinished(id record.RunID) error {
 	if s.hasActiveFile(id) {
 		return ErrRunBusy
+	}
+	if err := s.removeTail(id); err != nil {
+		return fmt.Errorf("remove the log of run %s: %w", id, err)
 	}
 	if dir, err := s.dir(logsDir); err == nil {
 		err := removeFile(dir, logName(id))

@@ -6,9 +6,11 @@
 package supervise
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"time"
 
 	"github.com/crew-dev/crew/internal/failpoint"
@@ -41,6 +43,9 @@ type Request struct {
 	Now func() time.Time
 	// Finished, if set, runs once the run is final and its slot free.
 	Finished func()
+	// Tag, if set, prefixes every line of the command's output on Stdout
+	// and Stderr (not in the log): crew start --tag.
+	Tag string
 
 	// ready, for a detached supervisor, tells the parent how the launch went.
 	ready *os.File
@@ -82,12 +87,12 @@ func Run(req Request) (err error) {
 
 func (s *supervisor) run() error {
 	id := s.rec.RunID
-	logf, err := s.Store.CreateLog(id)
+	logw, err := s.createLog()
 	if err != nil {
 		return s.internalFailure(err)
 	}
-	defer logf.Close()
-	out, err := newOutput(s.Stdout, s.Stderr, logf)
+	defer logw.Close()
+	out, err := newOutput(s.Stdout, s.Stderr, logw, s.Tag)
 	if err != nil {
 		return s.internalFailure(err)
 	}
@@ -110,6 +115,9 @@ func (s *supervisor) run() error {
 	failpoint.Hit("exited")
 	s.describeExit(ws, stop)
 	out.report(s.Warn, string(id), s.Store.LogPath(id))
+	if err := logw.Close(); err != nil && out.logErr() == nil {
+		s.Warn(fmt.Sprintf("run %s: the log %s could not be put together (%v); crew logs still shows it whole", id, s.Store.LogPath(id), err))
+	}
 	if err := s.finish(); err != nil {
 		return finishFailure(id, err)
 	}
@@ -117,6 +125,37 @@ func (s *supervisor) run() error {
 		return &ExitError{RunID: id, Code: code}
 	}
 	return nil
+}
+
+// createLog opens the run's log: capped if its record says so. Closing it
+// twice is harmless.
+func (s *supervisor) createLog() (io.WriteCloser, error) {
+	if s.rec.LogMax > 0 {
+		w, err := s.Store.CreateCappedLog(s.rec.RunID, s.rec.LogMax)
+		if err != nil {
+			return nil, err
+		}
+		return &closeOnce{c: w, w: w}, nil
+	}
+	f, err := s.Store.CreateLog(s.rec.RunID)
+	if err != nil {
+		return nil, err
+	}
+	return &closeOnce{c: f, w: f}, nil
+}
+
+// closeOnce closes its writer the first time only.
+type closeOnce struct {
+	w    io.Writer
+	c    io.Closer
+	once sync.Once
+	err  error
+}
+
+func (c *closeOnce) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *closeOnce) Close() error {
+	c.once.Do(func() { c.err = c.c.Close() })
+	return c.err
 }
 
 // recordRunning records the command's pid and process group.
