@@ -103,6 +103,7 @@ func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
 // find them there.
 func refreshIndex(st *runstore.Store) {
 	x := st.OpenDoneIndex(time.Now)
+	defer x.Close()
 	shards, err := x.Shards()
 	if err != nil {
 		return

@@ -154,6 +154,7 @@ func LazyPrune(st *runstore.Store, p Policy, now time.Time, lim LazyLimits) (Laz
 		return rep, nil
 	}
 	x := st.OpenDoneIndex(time.Now)
+	defer x.Close()
 	defer x.Save()
 	var b boundary
 	if p.KeepNewest >= 0 {
@@ -203,6 +204,7 @@ func LazyPrune(st *runstore.Store, p Policy, now time.Time, lim LazyLimits) (Laz
 			case err != nil:
 				return rep, err
 			}
+			x.Drop(id)
 			rep.Removed++
 			if len(touched) == 0 || touched[len(touched)-1] != shard {
 				touched = append(touched, shard)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,6 +71,10 @@ type DoneIndex struct {
 	entries map[string]indexEntry
 	dirty   bool
 	shards  []string
+	done    *os.Root
+	// listed memoizes shard listings for the operation's length: what it
+	// removes meanwhile, it removes through Drop.
+	listed map[string][]record.RunID
 }
 
 // OpenDoneIndex reads the index (an unusable one counts as empty).
@@ -135,53 +140,93 @@ func (x *DoneIndex) Shards() ([]string, error) {
 	return x.shards, nil
 }
 
+// Close releases the index's handle on runs/done.
+func (x *DoneIndex) Close() {
+	if x.done != nil {
+		x.done.Close()
+		x.done = nil
+	}
+}
+
 // shardState is what the shard directory looks like now: its inode and
-// modification time.
-func (x *DoneIndex) shardState(shard string) (mtime int64, ino uint64, err error) {
-	done, err := x.s.dir(doneDir)
-	if err != nil {
-		return 0, 0, err
+// modification time (zero if it cannot be told). runs/done is opened once
+// per DoneIndex: a DoneIndex lives for one short operation.
+func (x *DoneIndex) shardState(shard string) (mtime int64, ino uint64) {
+	if x.done == nil {
+		done, err := x.s.dir(doneDir)
+		if err != nil {
+			return 0, 0
+		}
+		x.done = done
 	}
-	defer done.Close()
-	fi, err := done.Lstat(shard)
-	if err != nil {
-		return 0, 0, err
-	}
-	if !fi.IsDir() {
-		return 0, 0, &NotDirError{Path: x.s.display(doneDir, shard), Mode: fi.Mode()}
+	fi, err := x.done.Lstat(shard)
+	if err != nil || !fi.IsDir() {
+		return 0, 0
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return 0, 0, errors.New("no inode")
+		return 0, 0
 	}
-	return fi.ModTime().UnixNano(), uint64(st.Ino), nil
+	return fi.ModTime().UnixNano(), uint64(st.Ino)
+}
+
+// lookup is the shard's state now, and its entry if that still describes
+// the shard.
+type lookup struct {
+	mtime int64
+	ino   uint64
+	entry indexEntry
+	valid bool
+}
+
+func (x *DoneIndex) lookup(shard string) lookup {
+	mtime, ino := x.shardState(shard)
+	e, ok := x.entries[shard]
+	return lookup{mtime: mtime, ino: ino, entry: e, valid: ok && mtime != 0 && e.mtime == mtime && e.ino == ino}
 }
 
 // cached is the shard's entry if it still describes the shard.
-func (x *DoneIndex) cached(shard string) (indexEntry, int64, uint64, bool) {
-	mtime, ino, err := x.shardState(shard)
-	if err != nil {
-		return indexEntry{}, 0, 0, false
-	}
-	e, ok := x.entries[shard]
-	return e, mtime, ino, ok && e.mtime == mtime && e.ino == ino
+func (x *DoneIndex) cached(shard string) (indexEntry, bool) {
+	l := x.lookup(shard)
+	return l.entry, l.valid
 }
 
-// remember stores what was counted in a shard whose state was (mtime,
-// ino) before the count, if that state was settled.
-func (x *DoneIndex) remember(shard string, mtime int64, ino uint64, st ShardStats) {
-	if !x.settled(mtime) {
+// remember stores what was counted in a shard whose state was l before
+// the count, if that state was settled; a shard that is not settled
+// loses its entry.
+func (x *DoneIndex) remember(shard string, l lookup, st ShardStats) {
+	if !x.settled(l.mtime) {
 		x.Forget(shard)
 		return
 	}
-	x.entries[shard] = indexEntry{mtime: mtime, ino: ino, ShardStats: st}
+	if l.valid && l.entry.ShardStats == st {
+		return
+	}
+	x.entries[shard] = indexEntry{mtime: l.mtime, ino: l.ino, ShardStats: st}
 	x.dirty = true
+}
+
+// settled reports whether a shard modified at mtime would be remembered.
+func (x *DoneIndex) settled(mtime int64) bool {
+	return mtime != 0 && x.now().Sub(time.Unix(0, mtime)) >= indexSettle
 }
 
 // IDs lists a shard's finished runs, oldest first, and remembers how many
 // there are. A shard that is gone (pruned meanwhile) has none.
 func (x *DoneIndex) IDs(shard string) ([]record.RunID, error) {
-	old, mtime, ino, valid := x.cached(shard)
+	l := x.lookup(shard)
+	ids, err := x.list(shard)
+	if err == nil && (!l.valid || l.entry.Runs != len(ids)) {
+		x.remember(shard, l, ShardStats{Runs: len(ids), LogBytes: -1})
+	}
+	return ids, err
+}
+
+// list lists a shard's finished runs, oldest first (once per DoneIndex).
+func (x *DoneIndex) list(shard string) ([]record.RunID, error) {
+	if ids, ok := x.listed[shard]; ok {
+		return ids, nil
+	}
 	names, err := x.s.shardNames(shard)
 	var notDir *NotDirError
 	if errors.Is(err, fs.ErrNotExist) || errors.As(err, &notDir) {
@@ -195,36 +240,41 @@ func (x *DoneIndex) IDs(shard string) ([]record.RunID, error) {
 	for i, n := range names {
 		ids[i] = record.RunID(strings.TrimSuffix(n, ".json"))
 	}
-	if !valid || old.Runs != len(ids) {
-		x.remember(shard, mtime, ino, ShardStats{Runs: len(ids), LogBytes: -1})
+	if x.listed == nil {
+		x.listed = map[string][]record.RunID{}
 	}
+	x.listed[shard] = ids
 	return ids, nil
 }
 
-// Count is how many finished runs a shard holds: from the index if it
-// still describes the shard, else by listing it.
-// A shard counted once it has settled is measured too (when not too
-// big), so that the index learns every shard's size once, when it is
-// cheapest: when it has to be listed anyway.
-func (x *DoneIndex) Count(shard string) (int, error) {
-	e, mtime, _, ok := x.cached(shard)
-	if ok {
-		return e.Runs, nil
+// Drop tells the index a run was removed from its shard.
+func (x *DoneIndex) Drop(id record.RunID) {
+	sh := id.Shard()
+	if ids, ok := x.listed[sh]; ok {
+		x.listed[sh] = slices.DeleteFunc(slices.Clone(ids), func(r record.RunID) bool { return r == id })
 	}
-	if x.settled(mtime) {
-		st, _, err := x.Stats(shard, measureOnCount)
-		return st.Runs, err
-	}
-	ids, err := x.IDs(shard)
-	return len(ids), err
+	x.Forget(sh)
 }
 
 // measureOnCount is the most runs Count measures in a shard it lists.
 const measureOnCount = 4096
 
-// settled reports whether a shard modified at mtime would be remembered.
-func (x *DoneIndex) settled(mtime int64) bool {
-	return mtime != 0 && x.now().Sub(time.Unix(0, mtime)) >= indexSettle
+// Count is how many finished runs a shard holds: from the index if it
+// still describes the shard, else by listing it. A shard counted once it
+// has settled is measured too (when not too big), so that the index
+// learns every shard's size once, when it is cheapest: when it has to be
+// listed anyway.
+func (x *DoneIndex) Count(shard string) (int, error) {
+	l := x.lookup(shard)
+	if l.valid {
+		return l.entry.Runs, nil
+	}
+	measure := 0
+	if x.settled(l.mtime) {
+		measure = measureOnCount
+	}
+	st, _, err := x.stats(shard, l, measure)
+	return st.Runs, err
 }
 
 // Stats is what a shard holds, its records' and logs' bytes included:
@@ -233,24 +283,33 @@ func (x *DoneIndex) settled(mtime int64) bool {
 // and log (fresh reports that work was done). A shard with more runs is
 // only counted (LogBytes -1).
 func (x *DoneIndex) Stats(shard string, measureUpTo int) (st ShardStats, fresh bool, err error) {
-	old, mtime, ino, valid := x.cached(shard)
-	if valid && old.LogBytes >= 0 {
-		return old.ShardStats, false, nil
+	return x.stats(shard, x.lookup(shard), measureUpTo)
+}
+
+func (x *DoneIndex) stats(shard string, l lookup, measureUpTo int) (st ShardStats, fresh bool, err error) {
+	if l.valid && (l.entry.LogBytes >= 0 || l.entry.Runs > measureUpTo) {
+		return l.entry.ShardStats, false, nil
 	}
-	if valid && old.Runs > measureUpTo {
-		return ShardStats{Runs: old.Runs, LogBytes: -1}, false, nil
-	}
-	ids, err := x.IDs(shard)
+	ids, err := x.list(shard)
 	if err != nil {
 		return ShardStats{}, false, err
 	}
-	if len(ids) > measureUpTo {
-		return ShardStats{Runs: len(ids), LogBytes: -1}, true, nil
+	st = ShardStats{Runs: len(ids), LogBytes: -1}
+	if len(ids) <= measureUpTo {
+		st = x.measure(shard, ids)
 	}
-	st = ShardStats{Runs: len(ids)}
+	if !l.valid || l.entry.ShardStats != st {
+		x.remember(shard, l, st)
+	}
+	return st, true, nil
+}
+
+// measure stats each record of a shard and its log.
+func (x *DoneIndex) measure(shard string, ids []record.RunID) ShardStats {
+	st := ShardStats{Runs: len(ids)}
 	dir, err := x.s.dir(doneDir + "/" + shard)
 	if err != nil {
-		return st, true, nil
+		return st
 	}
 	defer dir.Close()
 	logs, lerr := x.s.dir(logsDir)
@@ -261,18 +320,18 @@ func (x *DoneIndex) Stats(shard string, measureUpTo int) (st ShardStats, fresh b
 		if fi, err := dir.Lstat(recordName(id)); err == nil {
 			st.RecordBytes += fi.Size()
 		}
-		if lerr == nil {
-			if fi, err := logs.Lstat(logName(id)); err == nil {
-				st.LogFiles++
-				st.LogBytes += fi.Size()
-			}
-			if _, err := logs.Lstat(tailDirName(id)); err == nil {
-				st.LogBytes += x.s.tailBytes(id)
-			}
+		if lerr != nil {
+			continue
+		}
+		if fi, err := logs.Lstat(logName(id)); err == nil {
+			st.LogFiles++
+			st.LogBytes += fi.Size()
+		}
+		if _, err := logs.Lstat(tailDirName(id)); err == nil {
+			st.LogBytes += x.s.tailBytes(id)
 		}
 	}
-	x.remember(shard, mtime, ino, st)
-	return st, true, nil
+	return st
 }
 
 // Forget drops a shard's entry (before its records are removed).

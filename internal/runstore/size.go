@@ -47,6 +47,7 @@ func (s *Store) Size() (RootSize, error) {
 		return out, nil
 	}
 	x := s.OpenDoneIndex(time.Now)
+	defer x.Close()
 	shards, err := x.Shards()
 	if err != nil {
 		return out, err
@@ -63,7 +64,7 @@ func (s *Store) Size() (RootSize, error) {
 		case countedRuns < sizeCountBudget:
 			st, fresh, err = x.Stats(sh, max(sizeMeasureBudget-measuredRuns, 0))
 		default:
-			if e, _, _, ok := x.cached(sh); ok && e.LogBytes >= 0 {
+			if e, ok := x.cached(sh); ok && e.LogBytes >= 0 {
 				st = e.ShardStats
 			} else {
 				guessed++
