@@ -91,7 +91,7 @@ func TestBrokenConfigKeepsTheQueueAndTheOperatorInformed(t *testing.T) {
 
 	plain := e.run("start", "plain", "--", "true")
 	assert.Equal(t, 125, plain.Code)
-	assert.Equal(t, "crew: plain: "+problem+"; fix it, or rewrite it with `crew init --max N` (which moves this file aside)\n", plain.Stderr)
+	assert.Equal(t, "crew: "+problem+"; fix it, or rewrite it with `crew init --max N` (which moves this file aside)\n", plain.Stderr)
 
 	fix := e.run("init", "--max", "3", "--pool", "test=2")
 	require.Equal(t, 0, fix.Code, fix.Stderr)

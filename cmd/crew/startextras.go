@@ -9,6 +9,7 @@ import (
 	"github.com/crew-dev/crew/internal/bytesize"
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
 )
 
 // startExtras are crew start's --tag and --log-max.
@@ -51,10 +52,13 @@ type taskError struct {
 func (e *taskError) Error() string { return quoteTask(e.task) + ": " + e.err.Error() }
 func (e *taskError) Unwrap() error { return e.err }
 
-// aboutTask names the task in err, unless err is nil, no message, or a
-// usage error (about the command line, not a run).
+// aboutTask names the task in err, unless err is nil, no message, a
+// usage error (about the command line, not a run) or an unusable
+// crew.json (whose message starts PATH:LINE:COL, compiler-style, for
+// editors to jump to).
 func aboutTask(task string, err error) error {
-	if err == nil || silent(err) || exitCodeFor(err) == exitUsage {
+	var cfg *runstore.ConfigError
+	if err == nil || silent(err) || exitCodeFor(err) == exitUsage || errors.As(err, &cfg) {
 		return err
 	}
 	return &taskError{task: task, err: err}

@@ -21,10 +21,12 @@ import (
 // the newest part of its output, never more than C bytes on disk:
 //
 //	logs/<id>.log                the first C/2 bytes of output: the head
-//	logs/<id>.tail/<offset>      the newest output, in pieces of C/8 bytes,
-//	                             each named by the offset of its first byte
-//	                             in the output (20 decimal digits); at most
-//	                             4 pieces: the oldest goes when a fifth begins
+//	logs/<id>.tail/<offset>      the newest output, in pieces of C/8 bytes
+//	                             (at least 32 KiB, at most C/4), each named
+//	                             by the offset of its first byte in the
+//	                             output (20 decimal digits); as many as fit
+//	                             in C/2 (4, or 2 for caps under 256 KiB):
+//	                             the oldest goes when one more begins
 //
 // When the run ends, its supervisor appends to logs/<id>.log a marker line
 // and the pieces in order, fsyncs it, and only then removes the pieces and
@@ -32,7 +34,7 @@ import (
 //
 //	<the first C/2 bytes>
 //	[crew: 48234567 bytes of output dropped here (log capped at 1 MiB)]
-//	<the last 3/8 to 1/2 of C bytes>
+//	<the newest 3/8 to 1/2 of C bytes (1/4 to 1/2 under 256 KiB)>
 //
 // (the marker starts on a line of its own: a newline goes before it if the
 // head does not end with one; no marker if nothing was dropped). A crash
@@ -43,12 +45,23 @@ import (
 // incomplete one. Nothing here is fsynced while the run writes: a log is
 // output, not a record.
 
-// logCapPieces is how many pieces of the tail are kept.
-const logCapPieces = 4
+// Pieces of the tail: an eighth of the cap, 4 of them, but not under
+// 32 KiB (2 of them, then, for a cap under 256 KiB): making and removing
+// pieces (a file creation is the dearest step of a write) must not cost
+// the command more than a few nanoseconds a byte.
+const (
+	logCapPieces  = 4
+	minPieceBytes = 32 << 10
+)
 
-// capGeometry is the head's size and a piece's size for a cap.
-func capGeometry(logMax int64) (head, piece int64) {
-	return logMax / 2, max(logMax/(2*logCapPieces), 1)
+// capGeometry is the head's size, a piece's size and how many pieces are
+// kept, for a cap: head + pieces × piece never exceeds the cap, and the
+// tail keeps at least (pieces-1) × piece: 3/8 of the cap, or 1/4 for caps
+// under 256 KiB.
+func capGeometry(logMax int64) (head, piece int64, pieces int) {
+	head = logMax / 2
+	piece = max(logMax/(2*logCapPieces), min(minPieceBytes, (logMax-head)/2), 1)
+	return head, piece, int(max((logMax-head)/piece, 1))
 }
 
 func tailDirName(id record.RunID) string { return string(id) + ".tail" }
@@ -109,7 +122,7 @@ func (w *LogWriter) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	n := len(p)
-	headMax, pieceMax := capGeometry(w.logMax)
+	headMax, pieceMax, _ := capGeometry(w.logMax)
 	if w.written < headMax {
 		k := int(min(int64(len(p)), headMax-w.written))
 		if _, err := w.head.Write(p[:k]); err != nil {
@@ -162,7 +175,7 @@ func (w *LogWriter) nextPiece() error {
 	}
 	w.cur, w.curLen = f, 0
 	w.pieces = append(w.pieces, w.written)
-	if len(w.pieces) > logCapPieces {
+	if _, _, keep := capGeometry(w.logMax); len(w.pieces) > keep {
 		if err := removeFile(w.tail, pieceName(w.pieces[0])); err != nil {
 			return w.fail("drop the oldest piece of", err)
 		}
@@ -207,7 +220,7 @@ func (w *LogWriter) Close() error {
 // durable, then removes the pieces: a crash at any point leaves either
 // the pieces (readers use them) or a complete file.
 func (w *LogWriter) compose() error {
-	headMax, _ := capGeometry(w.logMax)
+	headMax, _, _ := capGeometry(w.logMax)
 	if dropped := w.pieces[0] - headMax; dropped > 0 {
 		if _, err := io.WriteString(w.head, dropMarker(dropped, w.logMax, w.last != '\n')); err != nil {
 			return w.fail("append the tail to", err)
@@ -379,7 +392,7 @@ func (r *LogReader) Copy(w io.Writer) (int64, error) {
 		return n, err
 	}
 	var total int64
-	headMax, _ := capGeometry(r.logMax)
+	headMax, _, _ := capGeometry(r.logMax)
 	if r.pos < headMax {
 		fi, err := r.head.Stat()
 		if err != nil {
@@ -418,7 +431,7 @@ func (r *LogReader) Copy(w io.Writer) (int64, error) {
 // composed reports whether the head file already holds the whole view:
 // the pieces were appended, and are only waiting to be removed.
 func (r *LogReader) composed(size int64, pieces []piece) bool {
-	headMax, _ := capGeometry(r.logMax)
+	headMax, _, _ := capGeometry(r.logMax)
 	want := headMax
 	if dropped := pieces[0].off - headMax; dropped > 0 {
 		want += int64(len(dropMarker(dropped, r.logMax, r.headLast() != '\n')))
@@ -431,7 +444,7 @@ func (r *LogReader) composed(size int64, pieces []piece) bool {
 
 // headLast is the last byte of the head.
 func (r *LogReader) headLast() byte {
-	headMax, _ := capGeometry(r.logMax)
+	headMax, _, _ := capGeometry(r.logMax)
 	var b [1]byte
 	if _, err := r.head.ReadAt(b[:], headMax-1); err != nil {
 		return '\n'
@@ -481,7 +494,7 @@ func (r *LogReader) copyPieces(w io.Writer, pieces []piece) (total int64, vanish
 
 // copyComposed shows a finished capped log beyond its head.
 func (r *LogReader) copyComposed(w io.Writer) (int64, error) {
-	headMax, _ := capGeometry(r.logMax)
+	headMax, _, _ := capGeometry(r.logMax)
 	fi, err := r.head.Stat()
 	if err != nil {
 		return 0, err

@@ -68,11 +68,29 @@ func checkCapped(t *testing.T, view string, out []byte, logMax int64) {
 	if !bytes.HasSuffix(out, []byte(tail)) {
 		t.Errorf("the tail is not the end of the output")
 	}
-	if int64(len(tail)) < 3*logMax/8 || int64(len(tail)) > logMax/2 {
-		t.Errorf("tail of %d bytes; want 3/8 to 1/2 of the cap %d", len(tail), logMax)
+	_, piece, pieces := capGeometry(logMax)
+	if int64(len(tail)) < int64(pieces-1)*piece || int64(len(tail)) > logMax/2 {
+		t.Errorf("tail of %d bytes; want %d to %d (cap %d)", len(tail), int64(pieces-1)*piece, logMax/2, logMax)
 	}
 	if int64(len(view)) > logMax+int64(len(m[0])) {
 		t.Errorf("view of %d bytes over the cap %d plus the marker", len(view), logMax)
+	}
+}
+
+// The geometry never exceeds the cap, keeps a tail of at least a
+// quarter of it, and never makes pieces so small that their churn costs.
+func TestCapGeometry(t *testing.T) {
+	for _, c := range []int64{64 << 10, 100_000, 128 << 10, 200 << 10, 256 << 10, 1 << 20, 1_500_000, 10 << 20, 1 << 30} {
+		head, piece, pieces := capGeometry(c)
+		if head+piece*int64(pieces) > c {
+			t.Errorf("cap %d: %d + %d×%d over the cap", c, head, pieces, piece)
+		}
+		if tail := piece * int64(pieces-1); tail < c/4 || (c >= 256<<10 && tail < 3*c/8) {
+			t.Errorf("cap %d: a tail of only %d", c, tail)
+		}
+		if piece < min(minPieceBytes, c/4) {
+			t.Errorf("cap %d: pieces of %d", c, piece)
+		}
 	}
 }
 
@@ -88,8 +106,9 @@ func TestCappedLogKeepsHeadMarkerAndTail(t *testing.T) {
 
 	// While it writes: a head and at most logCapPieces pieces, never over
 	// the cap on disk, and a reader sees the whole view already.
+	_, _, keep := capGeometry(logMax)
 	pieces, err := s.listPieces(testID)
-	if err != nil || len(pieces) == 0 || len(pieces) > logCapPieces {
+	if err != nil || len(pieces) == 0 || len(pieces) > keep {
 		t.Fatalf("pieces while writing: %v, %v", pieces, err)
 	}
 	var disk int64
@@ -299,7 +318,7 @@ func TestLogReaderUncapped(t *testing.T) {
 // log file directly (what an uncapped run does). Past the head, a capped
 // log also makes, removes and opens a piece every cap/8 bytes.
 func BenchmarkLogWrite(b *testing.B) {
-	chunk := output(32 << 10) // what one read from the pipe gives, at most
+	chunk := output(4 << 10) // what one read from the pipe gives, often
 	for _, bc := range []struct {
 		name   string
 		logMax int64
