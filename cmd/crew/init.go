@@ -42,7 +42,7 @@ a few runs past them (records and logs, oldest first); crew prune applies them
 in full. --log-max SIZE caps every run's log (crew start --log-max overrides
 it). 0 removes a limit.`, record.DefaultMaximumInProgress),
 		Example: `  crew init --max 4
-  crew init --retain 1000 --log-max 10MiB         # a cron job's state root stays bounded
+  crew init --retain 1000 --log-max 1MiB          # a cron job's state root stays bounded (~1 GiB at worst)
   crew init --retain-for 30d --retain 100         # a month, and at least the last 100 runs
   crew init --retain 0                            # keep any number again`,
 		Args: cobra.NoArgs,
