@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/crew-dev/crew/internal/record"
 )
 
 // output is n bytes of numbered lines, so that any piece of it says
@@ -349,4 +351,52 @@ func BenchmarkLogWrite(b *testing.B) {
 			w.Close()
 		})
 	}
+}
+
+// The pieces of a capped log whose run has no record (a prune cut short
+// by something older than crew's own order) are a leftover recover sweeps;
+// RemoveFinished removes them with their run.
+func TestCappedLogPiecesAreNeverLeftBehind(t *testing.T) {
+	s := newStore(t)
+	w, err := s.CreateCappedLog(testID, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeInChunks(t, w, output(200<<10))
+	w.cur.Close()
+	w.head.Close() // a crash: the pieces stay
+	assertExists(t, s.osPath(logsDir, tailDirName(testID)))
+
+	// With a finished record, RemoveFinished takes the pieces too.
+	mustWriteDone(t, s, testRecord(testID, record.Succeeded))
+	if n := s.FinishedSize(testID); n < 64<<10/2 {
+		t.Errorf("FinishedSize = %d; the pieces count", n)
+	}
+	if err := s.RemoveFinished(testID); err != nil {
+		t.Fatal(err)
+	}
+	assertMissing(t, s.osPath(logsDir, tailDirName(testID)))
+	assertMissing(t, s.LogPath(testID))
+
+	// Without any record, they are a leftover.
+	w, _ = s.CreateCappedLog(testID, 64<<10)
+	writeInChunks(t, w, output(200<<10))
+	w.cur.Close()
+	w.head.Close()
+	left := listLeftovers(t, s)
+	var tail Leftover
+	for _, l := range left {
+		if l.Kind == LeftoverLog && strings.HasSuffix(l.Path, ".tail") {
+			tail = l
+		}
+	}
+	if tail.Path == "" {
+		t.Fatalf("the orphaned pieces are not listed: %v", sortedKeys(left))
+	}
+	adm := lockAdmission(t, s)
+	if removed, err := adm.RemoveLeftover(tail); !removed || err != nil {
+		t.Fatalf("RemoveLeftover = %v, %v", removed, err)
+	}
+	adm.Release()
+	assertMissing(t, s.osPath(logsDir, tailDirName(testID)))
 }

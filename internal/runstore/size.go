@@ -41,6 +41,12 @@ const (
 // never writes), so what it measures is not kept; prunes keep the index.
 // Method says which of these happened.
 func (s *Store) Size() (RootSize, error) {
+	return s.sizeWithin(sizeMeasureBudget, sizeCountBudget)
+}
+
+// sizeWithin is Size with its budgets: measure up to measureBudget runs,
+// then count up to countBudget more.
+func (s *Store) sizeWithin(measureBudget, countBudget int) (RootSize, error) {
 	var out RootSize
 	if !s.Exists() {
 		out.Exact, out.Method = true, "exact: no state root yet"
@@ -61,8 +67,8 @@ func (s *Store) Size() (RootSize, error) {
 		var fresh bool
 		var err error
 		switch {
-		case countedRuns < sizeCountBudget:
-			st, fresh, err = x.Stats(sh, max(sizeMeasureBudget-measuredRuns, 0))
+		case countedRuns < countBudget:
+			st, fresh, err = x.Stats(sh, max(measureBudget-measuredRuns, 0))
 		default:
 			if e, ok := x.cached(sh); ok && e.LogBytes >= 0 {
 				st = e.ShardStats
