@@ -2,6 +2,7 @@ package runstore
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,12 +170,17 @@ func TestSizeExactAndEstimated(t *testing.T) {
 	if len(entries) != 3 {
 		t.Fatalf("%d shards", len(entries))
 	}
-	z2, err := s.sizeWithin(4, 4)
+	// One shard measured, one counted (two of its runs sampled), one
+	// extrapolated from the other two.
+	z2, err := s.sizeWithin(4, 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if z2.Exact || z2.Records.Files != 13 || z2.Bytes != z.Bytes {
 		t.Errorf("estimated Size = %+v; want 13 records, the same bytes (every run is alike), not exact", z2)
+	}
+	if !strings.Contains(z2.Method, "1 are known exactly (0 from the done index, 1 measured now), 1 were counted (4 runs, 2 of them measured as a sample) and 1 not even that") {
+		t.Errorf("method %q", z2.Method)
 	}
 	if z2.Method == "" || z2.Method[:10] != "estimated:" {
 		t.Errorf("method %q", z2.Method)

@@ -1,10 +1,10 @@
 package runstore
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"time"
+
+	"github.com/crew-dev/crew/internal/record"
 )
 
 // RootSize is what the state root's records and logs take, as `crew
@@ -26,27 +26,27 @@ type FileCount struct {
 	Bytes int64 `json:"bytes"`
 }
 
-// Budgets of one size measurement: how many runs it measures (two or three
-// stats each) and how many more it counts (listing names) before it
-// extrapolates.
+// Budgets of one size measurement, so that status stays cheap whatever
+// the history: how many runs it measures (two or three stats each), how
+// many more it counts (listing names), and how many of those it samples.
 const (
-	sizeMeasureBudget = 2048
-	sizeCountBudget   = 50_000
+	sizeMeasureBudget = 256
+	sizeCountBudget   = 1000
+	sizeSampleBudget  = 64
 )
 
 // Size measures the records (finished and active) and their logs cheaply:
 // a shard the done index describes costs one stat; others are measured (a
-// stat per record and log) within a budget, then only counted, then only
-// extrapolated from the shards already known. It changes nothing (status
-// never writes), so what it measures is not kept; prunes keep the index.
-// Method says which of these happened.
+// stat per record and log) within a budget, then only counted (and a few
+// of their runs sampled), then only extrapolated from the rest. It changes
+// nothing (status never writes), so what it measures is not kept; prunes
+// keep the index. Method says which of these happened.
 func (s *Store) Size() (RootSize, error) {
-	return s.sizeWithin(sizeMeasureBudget, sizeCountBudget)
+	return s.sizeWithin(sizeMeasureBudget, sizeCountBudget, sizeSampleBudget)
 }
 
-// sizeWithin is Size with its budgets: measure up to measureBudget runs,
-// then count up to countBudget more.
-func (s *Store) sizeWithin(measureBudget, countBudget int) (RootSize, error) {
+// sizeWithin is Size with its budgets.
+func (s *Store) sizeWithin(measureBudget, countBudget, sampleBudget int) (RootSize, error) {
 	var out RootSize
 	if !s.Exists() {
 		out.Exact, out.Method = true, "exact: no state root yet"
@@ -58,93 +58,63 @@ func (s *Store) sizeWithin(measureBudget, countBudget int) (RootSize, error) {
 	if err != nil {
 		return out, err
 	}
-	measuredRuns, countedRuns := 0, 0
-	var indexed, measured, counted, guessed int
-	var known ShardStats
-	var onlyCounted []int
-	for _, sh := range shards {
-		var st ShardStats
-		var fresh bool
-		var err error
-		switch {
-		case countedRuns < countBudget:
-			st, fresh, err = x.Stats(sh, max(measureBudget-measuredRuns, 0))
-		default:
-			if e, ok := x.cached(sh); ok && e.LogBytes >= 0 {
-				st = e.ShardStats
-			} else {
-				guessed++
-				continue
-			}
-		}
-		var notDir *NotDirError
-		if errors.Is(err, fs.ErrNotExist) || errors.As(err, &notDir) {
+	var (
+		known                     ShardStats // exactly known: indexed or measured
+		sample                    ShardStats // runs sampled in shards only counted
+		countedRuns, measuredRuns int
+		indexed, measured         int
+		counted, guessed          int
+	)
+	// Newest first: the recent history is the likeliest to be exact.
+	for i := len(shards) - 1; i >= 0; i-- {
+		sh := shards[i]
+		l := x.lookup(sh)
+		if l.valid && l.entry.LogBytes >= 0 {
+			indexed++
+			known.add(l.entry.ShardStats)
 			continue
 		}
+		if countedRuns+measuredRuns >= countBudget {
+			guessed++
+			continue
+		}
+		ids, err := x.list(sh)
 		if err != nil {
 			return out, err
 		}
-		if st.LogBytes < 0 {
-			countedRuns += st.Runs
-			counted++
-			onlyCounted = append(onlyCounted, st.Runs)
+		if measuredRuns+len(ids) <= measureBudget {
+			measured++
+			measuredRuns += len(ids)
+			known.add(x.measure(sh, ids))
 			continue
 		}
-		if fresh {
-			measuredRuns += st.Runs
-			measured++
-		} else {
-			indexed++
+		counted++
+		countedRuns += len(ids)
+		if n := min(len(ids), sampleBudget-sample.Runs, 16); n > 0 {
+			sample.add(x.measure(sh, spread(ids, n)))
 		}
-		known.Runs += st.Runs
-		known.RecordBytes += st.RecordBytes
-		known.LogFiles += st.LogFiles
-		known.LogBytes += st.LogBytes
 	}
 	out.Records = FileCount{Files: known.Runs, Bytes: known.RecordBytes}
 	out.Logs = FileCount{Files: known.LogFiles, Bytes: known.LogBytes}
-	// Extrapolate what was only counted, or not even that, from the
-	// average of what was measured.
-	extra := 0
-	for _, n := range onlyCounted {
-		extra += n
+	// Extrapolate: the counted runs at the average of the sampled ones (or
+	// of the known ones), the shards not even counted at the average count.
+	extra := countedRuns
+	if visited := indexed + measured + counted; guessed > 0 && visited > 0 {
+		extra += guessed * (known.Runs + countedRuns) / visited
 	}
-	if guessed > 0 && indexed+measured+counted > 0 {
-		extra += guessed * (known.Runs + countedRuns) / (indexed + measured + counted)
+	basis := sample
+	if basis.Runs == 0 {
+		basis = known
 	}
-	if extra > 0 && known.Runs > 0 {
-		out.Records.Files += extra
-		out.Records.Bytes += int64(extra) * known.RecordBytes / int64(known.Runs)
-		out.Logs.Files += extra * known.LogFiles / known.Runs
-		out.Logs.Bytes += int64(extra) * known.LogBytes / int64(known.Runs)
-	} else {
-		out.Records.Files += extra
+	out.Records.Files += extra
+	if basis.Runs > 0 {
+		out.Records.Bytes += int64(extra) * basis.RecordBytes / int64(basis.Runs)
+		out.Logs.Files += extra * basis.LogFiles / basis.Runs
+		out.Logs.Bytes += int64(extra) * basis.LogBytes / int64(basis.Runs)
 	}
-	// The active runs, always measured: there are few.
-	active, err := s.ListActive()
+	nActive, err := s.addActive(&out)
 	if err != nil {
 		return out, err
-	}
-	nActive := 0
-	logs, lerr := s.dir(logsDir)
-	if lerr == nil {
-		defer logs.Close()
-	}
-	for _, e := range active {
-		if e.Finished || e.ID == "" {
-			continue
-		}
-		nActive++
-		if n, err := s.activeSize(e.Name); err == nil {
-			out.Records.Files++
-			out.Records.Bytes += n
-		}
-		if lerr == nil {
-			if fi, err := logs.Lstat(logName(e.ID)); err == nil {
-				out.Logs.Files++
-				out.Logs.Bytes += fi.Size() + s.tailBytes(e.ID)
-			}
-		}
 	}
 	out.Bytes = out.Records.Bytes + out.Logs.Bytes
 	out.Exact = counted == 0 && guessed == 0
@@ -153,22 +123,62 @@ func (s *Store) sizeWithin(measureBudget, countBudget int) (RootSize, error) {
 			len(shards), indexed, measured, nActive)
 	} else {
 		out.Method = fmt.Sprintf("estimated: of %d hour-shards of finished runs, %d are known exactly (%d from the done index, %d measured now), "+
-			"%d were only counted and %d not even that; their sizes are extrapolated from the known ones (crew prune refreshes the done index)",
-			len(shards), indexed+measured, indexed, measured, counted, guessed)
+			"%d were counted (%d runs, %d of them measured as a sample) and %d not even that; the rest is extrapolated "+
+			"(crew prune, or retention, keeps the done index that makes this exact)",
+			len(shards), indexed+measured, indexed, measured, counted, countedRuns, sample.Runs, guessed)
 	}
 	return out, nil
 }
 
-// activeSize is the size of a file of the active set.
-func (s *Store) activeSize(name string) (int64, error) {
-	dir, err := s.dir(activeDir)
+func (a *ShardStats) add(b ShardStats) {
+	a.Runs += b.Runs
+	a.RecordBytes += b.RecordBytes
+	a.LogFiles += b.LogFiles
+	a.LogBytes += max(b.LogBytes, 0)
+}
+
+// spread picks n ids spread over the list.
+func spread(ids []record.RunID, n int) []record.RunID {
+	out := make([]record.RunID, 0, n)
+	for i := range n {
+		out = append(out, ids[i*len(ids)/n])
+	}
+	return out
+}
+
+// addActive adds the active runs' records and logs, always measured:
+// there are few. It returns how many there are.
+func (s *Store) addActive(out *RootSize) (int, error) {
+	active, err := s.ListActive()
 	if err != nil {
 		return 0, err
 	}
-	defer dir.Close()
-	fi, err := dir.Lstat(name)
-	if err != nil {
-		return 0, err
+	dir, derr := s.dir(activeDir)
+	if derr == nil {
+		defer dir.Close()
 	}
-	return fi.Size(), nil
+	logs, lerr := s.dir(logsDir)
+	if lerr == nil {
+		defer logs.Close()
+	}
+	n := 0
+	for _, e := range active {
+		if e.Finished || e.ID == "" {
+			continue
+		}
+		n++
+		if derr == nil {
+			if fi, err := dir.Lstat(e.Name); err == nil {
+				out.Records.Files++
+				out.Records.Bytes += fi.Size()
+			}
+		}
+		if lerr == nil {
+			if fi, err := logs.Lstat(logName(e.ID)); err == nil {
+				out.Logs.Files++
+				out.Logs.Bytes += fi.Size() + s.tailBytes(e.ID)
+			}
+		}
+	}
+	return n, nil
 }
