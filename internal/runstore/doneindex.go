@@ -75,6 +75,8 @@ type DoneIndex struct {
 	// listed memoizes shard listings for the operation's length: what it
 	// removes meanwhile, it removes through Drop.
 	listed map[string][]record.RunID
+	// measured is how many runs Count has measured.
+	measured int
 }
 
 // OpenDoneIndex reads the index (an unusable one counts as empty).
@@ -256,8 +258,10 @@ func (x *DoneIndex) Drop(id record.RunID) {
 	x.Forget(sh)
 }
 
-// measureOnCount is the most runs Count measures in a shard it lists.
-const measureOnCount = 4096
+// measureOnCount is the most runs the Counts of one DoneIndex measure
+// (two or three stats each): the index learns the sizes of a big history
+// a little at a time, never all at once in one finish.
+const measureOnCount = 512
 
 // Count is how many finished runs a shard holds: from the index if it
 // still describes the shard, else by listing it. A shard counted once it
@@ -271,9 +275,12 @@ func (x *DoneIndex) Count(shard string) (int, error) {
 	}
 	measure := 0
 	if x.settled(l.mtime) {
-		measure = measureOnCount
+		measure = max(measureOnCount-x.measured, 0)
 	}
 	st, _, err := x.stats(shard, l, measure)
+	if st.LogBytes >= 0 {
+		x.measured += st.Runs
+	}
 	return st.Runs, err
 }
 
