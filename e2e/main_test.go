@@ -378,11 +378,6 @@ func (e *env) initMax(n int) {
 	require.Equal(e.t, 0, r.Code, r.Stderr)
 }
 
-func runGo(args ...string) (string, error) {
-	out, err := exec.Command("go", args...).CombinedOutput()
-	return string(out), err
-}
-
 // signalName is the name crew records for a signal.
 func signalName(sig syscall.Signal) string {
 	return map[syscall.Signal]string{

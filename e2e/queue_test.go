@@ -100,8 +100,9 @@ func TestQueueIsFIFO(t *testing.T) {
 	for _, w := range waiters {
 		r := w.wait(t, 30*time.Second)
 		require.Equal(t, 0, r.Code, r.Stderr)
-		assert.Contains(t, r.Stderr, "crew: waiting for a slot: ")
-		assert.Contains(t, r.Stderr, "crew: admitted r-")
+		assert.Contains(t, r.Stderr, ": waiting for a slot: ")
+		assert.Contains(t, r.Stderr, ": admitted r-")
+		assert.Regexp(t, `(?m)^crew: w\d: admitted r-`, r.Stderr, "the line names the task")
 	}
 	data, err := os.ReadFile(order)
 	require.NoError(t, err)
@@ -215,14 +216,14 @@ func TestWaitTimeout(t *testing.T) {
 	r := e.run("start", "--wait=1s", "other", "--", "true")
 	took := time.Since(begin)
 	assert.Equal(t, 75, r.Code, r.Stderr)
-	assert.Contains(t, r.Stderr, "crew: not admitted: gave up after waiting 1s in the queue; all slots are busy (1/1 in use)")
+	assert.Contains(t, r.Stderr, "crew: other: not admitted: gave up after waiting 1s in the queue; all slots are busy (1/1 in use)")
 	assert.GreaterOrEqual(t, took, time.Second)
 	t.Logf("--wait=1s on a busy machine took %s", took)
 
 	require.Equal(t, 0, e.run("init", "--max", "2").Code)
 	r = e.run("start", "--wait=1s", "busy", "--", "true")
 	assert.Equal(t, 76, r.Code, r.Stderr)
-	assert.Contains(t, r.Stderr, `crew: not admitted: gave up after waiting 1s in the queue; task "busy" is already running as r-`)
+	assert.Contains(t, r.Stderr, `crew: busy: not admitted: gave up after waiting 1s in the queue; task "busy" is already running as r-`)
 	assert.Empty(t, e.queue().Queue, "timed-out tickets are removed")
 }
 
@@ -342,7 +343,7 @@ func TestPools(t *testing.T) {
 	assert.Equal(t, 1, q.Pools[0].MaximumInProgress)
 	r = e.run("start", "--pool", "deploy", "deploy:y", "--", "true")
 	assert.Equal(t, 75, r.Code)
-	assert.Contains(t, r.Stderr, `crew: not admitted: pool "deploy" is full (1/1 in use; all slots 1/4)`)
+	assert.Contains(t, r.Stderr, `crew: deploy:y: not admitted: pool "deploy" is full (1/1 in use; all slots 1/4)`)
 	w := e.start(nil, "start", "--wait", "--pool", "deploy", "deploy:z", "--", "true")
 	e.waitQueued("deploy:z")
 	for _, item := range e.queue().Queue {

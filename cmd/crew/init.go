@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -22,12 +23,13 @@ type initOptions struct {
 	lockTimeout time.Duration
 	group       string // --group: share the root with this group
 	noGroup     bool   // --no-group: make a shared root private again
+	initExtras
 }
 
 func newInitCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &initOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "init [--max N] [--pool NAME=N]... [--group NAME | --no-group]",
+		Use:   "init [--max N] [--pool NAME=N]... [--retain N] [--retain-for D] [--log-max SIZE] [--group NAME | --no-group]",
 		Short: "Create the state root and write its config (crew.json)",
 		Long: fmt.Sprintf(`Create the state root and write its versioned config, crew.json, atomically.
 
@@ -42,23 +44,36 @@ and crew.json records the group, so crew accepts exactly that group. Running
 it again converts whatever was made private meanwhile. crew init --no-group
 makes the root private again (directories 0700, your files 0600); other
 users lose access at once. Without either flag, crew init keeps the root as
-it is.`, record.DefaultMaximumInProgress),
+it is.
+
+Retention (default: keep every finished run): --retain N keeps the newest N
+finished runs, --retain-for D those that finished less than D ago (7d, 12h);
+with both, a run goes only when both let it go. Each run that finishes removes
+a few runs past them (records and logs, oldest first); crew prune applies them
+in full. --log-max SIZE caps every run's log (crew start --log-max overrides
+it). 0 removes a limit.`, record.DefaultMaximumInProgress),
+		Example: `  crew init --max 4
+  crew init --retain 1000 --log-max 1MiB          # a cron job's state root stays bounded (~1 GiB at worst)
+  crew init --retain-for 30d --retain 100         # a month, and at least the last 100 runs
+  crew init --retain 0                            # keep any number again
+  crew init --group ci                            # share the state root with group ci`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			markRan(cmd)
 			o.maxSet = cmd.Flags().Changed("max")
-			return o.run(s)
+			return o.run(cmd, s)
 		},
 	}
 	cmd.Flags().IntVar(&o.max, "max", record.DefaultMaximumInProgress, "maximumInProgress: how many runs may be active at once")
 	cmd.Flags().StringArrayVar(&o.pools, "pool", nil, "NAME=N: give pool NAME a cap of N (inside the global cap); N=0 removes it; repeatable")
-	cmd.Flags().DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
+	cmd.Flags().Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
 	cmd.Flags().StringVar(&o.group, "group", "", "share the state root with this group: directories 2770, files 0660 (see above)")
 	cmd.Flags().BoolVar(&o.noGroup, "no-group", false, "make a shared state root private again")
+	o.initExtras.flags(cmd)
 	return cmd
 }
 
-func (o *initOptions) run(s streams) error {
+func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	if o.maxSet && o.max < 1 {
 		return &usageError{fmt.Errorf("--max must be at least 1, not %d", o.max)}
 	}
@@ -78,12 +93,16 @@ func (o *initOptions) run(s streams) error {
 	if err != nil {
 		return err
 	}
+	changes, err := o.initExtras.changes(cmd)
+	if err != nil {
+		return err
+	}
 	if o.group != "" {
 		if _, err := d.PrepareShare(o.group); err != nil {
 			return err
 		}
 	}
-	res, err := d.Init(o.max, o.maxSet, pools, o.lockTimeout)
+	res, err := d.Init(o.max, o.maxSet, pools, o.lockTimeout, changes...)
 	if err != nil {
 		return err
 	}
@@ -99,6 +118,7 @@ func (o *initOptions) run(s streams) error {
 	for _, name := range slices.Sorted(maps.Keys(res.Pools)) {
 		fmt.Fprintf(s.Err, "crew: pool %s: maximumInProgress %d\n", quoteTask(name), res.Pools[name])
 	}
+	printLimits(s.Err, res.Config)
 	return o.share(d, s)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
 )
 
 type logsOptions struct {
@@ -27,7 +27,9 @@ func newLogsCmd(g *globalOptions, s streams) *cobra.Command {
 		Long: `Print the output (stdout and stderr, each in the order written) of a run, from its
 log in the state root. With -f, keep printing what the run writes until it ends,
 then exit with the same code as crew wait. Works for foreground and detached
-runs, and while the run is writing.`,
+runs, and while the run is writing. A log capped with --log-max shows its
+beginning, a marker line saying how many bytes were dropped, and its newest
+output (and, with -f, a marker wherever the follower fell behind the cap).`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRuns(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,15 +51,12 @@ func (o *logsOptions) run(arg string, s streams) error {
 		return err
 	}
 	if !o.follow {
-		f, err := d.Store.OpenLog(id)
+		r := d.OpenLog(id)
+		defer r.Close()
+		_, err := r.Copy(s.Out)
 		if errors.Is(err, os.ErrNotExist) {
 			return &noLogError{fmt.Sprintf("run %s has no log (it never started a command)", id)}
 		}
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(s.Out, f)
 		return err
 	}
 	return o.follow1(d, id, s)
@@ -81,27 +80,29 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, id record.RunID, s streams
 		}
 		done <- rec
 	}()
-	var f *os.File
+	// The reader is made once the log exists: by then the run's record
+	// says whether the log is capped (a waiting start has no record yet).
+	var r *runstore.LogReader
 	defer func() {
-		if f != nil {
-			f.Close()
+		if r != nil {
+			r.Close()
 		}
 	}()
 	var final *record.Run
 	for {
-		if f == nil {
-			opened, err := d.Store.OpenLog(id)
-			switch {
+		if r == nil {
+			switch f, err := d.Store.OpenLog(id); {
 			case err == nil:
-				f = opened
+				f.Close()
+				r = d.OpenLog(id)
 			case !errors.Is(err, os.ErrNotExist):
 				// Something other than a log is at its name (a link, a
 				// FIFO): never followed, never waited on.
 				return err
 			}
 		}
-		if f != nil {
-			if _, err := io.Copy(s.Out, f); err != nil {
+		if r != nil {
+			if _, err := r.Copy(s.Out); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
 		}

@@ -332,13 +332,13 @@ func TestStartRefusalsAndLaunchErrors(t *testing.T) {
 	r := crew(t, "--root", root, "start", "other", "--", "echo", "never")
 	assert.Equal(t, 75, r.code)
 	assert.Empty(t, r.stdout)
-	assert.Contains(t, r.stderr, "crew: not admitted: all slots are busy (1/1 in use)")
+	assert.Contains(t, r.stderr, "crew: other: not admitted: all slots are busy (1/1 in use)")
 	assert.NotContains(t, r.stderr, "--help' for usage", "a refusal is not a usage error")
 
 	r = crew(t, "--root", root, "start", "busy", "--", "echo", "never")
 	assert.Equal(t, 76, r.code)
 	assert.Empty(t, r.stdout)
-	assert.Contains(t, r.stderr, `crew: not admitted: task "busy" is already running as `+string(busyID))
+	assert.Contains(t, r.stderr, `crew: busy: not admitted: task "busy" is already running as `+string(busyID))
 
 	r = crew(t, "--root", root, "start", "--force", "forced", "--", "echo", "forced")
 	assert.Equal(t, 0, r.code, r.stderr)
@@ -346,7 +346,7 @@ func TestStartRefusalsAndLaunchErrors(t *testing.T) {
 
 	r = crew(t, "--root", root, "start", "--force", "missing", "--", "crew-test-no-such-command-7f3a")
 	assert.Equal(t, 127, r.code)
-	assert.Contains(t, r.stderr, "crew: command not found: crew-test-no-such-command-7f3a")
+	assert.Contains(t, r.stderr, "crew: missing: command not found: crew-test-no-such-command-7f3a")
 
 	s := statusOf(t, root)
 	assert.Equal(t, 1, s.SlotsInUse)
@@ -374,7 +374,7 @@ func TestLockTimeoutIsCrewFailure(t *testing.T) {
 
 	r := crew(t, "--root", root, "start", "--lock-timeout", "50ms", "x", "--", "true")
 	assert.Equal(t, 125, r.code)
-	assert.Contains(t, r.stderr, "crew: timed out after")
+	assert.Contains(t, r.stderr, "crew: x: timed out after")
 	assert.Contains(t, r.stderr, fmt.Sprintf("pid %d", os.Getpid()))
 	assert.Empty(t, r.stdout)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/recovery"
 )
 
@@ -23,26 +24,33 @@ func newPruneCmd(g *globalOptions, s streams) *cobra.Command {
 		Use:   "prune [--older-than D] [--keep N] [--dry-run]",
 		Short: "Remove finished runs' records and logs",
 		Long: `Remove the records and logs of finished runs that finished longer than
---older-than ago and are not among the --keep newest finished runs (give at
-least one of the two). Active and waiting runs are never touched, and it is safe
-to run while starts and recoveries run.`,
+--older-than ago and are not among the --keep newest finished runs (with both,
+a run goes only if both let it go). Without either, apply the retention
+configured with crew init --retain N / --retain-for D, in full (each finishing
+run applies it too, a few runs at a time). Active and waiting runs are never
+touched, and it is safe to run while starts and recoveries run.
+
+"The newest N" are precise: a run goes only once N finished runs were created
+after it finished, so a long run that ends after N shorter ones is kept too.`,
+		Example: `  crew prune --older-than 30d            # durations take days: 7d, 1d12h
+  crew prune --keep 100                  # keep the newest 100 finished runs
+  crew prune                             # apply crew.json's retain/retainFor
+  crew prune --dry-run --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			markRan(cmd)
-			if !cmd.Flags().Changed("older-than") && !cmd.Flags().Changed("keep") {
-				return &usageError{fmt.Errorf("say what to prune: --older-than D, --keep N, or both")}
-			}
-			return o.run(s, cmd.Flags().Changed("keep"))
+			ageSet, keepSet := cmd.Flags().Changed("older-than"), cmd.Flags().Changed("keep")
+			return o.run(s, !ageSet && !keepSet, ageSet, keepSet)
 		},
 	}
-	cmd.Flags().DurationVar(&o.olderThan, "older-than", 0, "remove runs that finished longer ago than this")
+	cmd.Flags().Var(duration.NewValue(&o.olderThan, 0), "older-than", "remove runs that finished longer ago than this")
 	cmd.Flags().IntVar(&o.keep, "keep", 0, "always keep this many of the newest finished runs")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "report what would be removed, remove nothing")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON (schema version 1)")
 	return cmd
 }
 
-func (o *pruneOptions) run(s streams, keepSet bool) error {
+func (o *pruneOptions) run(s streams, configured, ageSet, keepSet bool) error {
 	if o.olderThan < 0 || o.keep < 0 {
 		return &usageError{fmt.Errorf("--older-than and --keep must not be negative")}
 	}
@@ -50,7 +58,19 @@ func (o *pruneOptions) run(s streams, keepSet bool) error {
 	if err != nil {
 		return err
 	}
-	rep, err := d.Prune(recovery.PruneOptions{OlderThan: o.olderThan, Keep: o.keep, KeepSet: keepSet, DryRun: o.dryRun})
+	var rep *recovery.PruneReport
+	if configured {
+		rep, err = d.PruneConfigured(o.dryRun)
+	} else {
+		p := recovery.Policy{KeepNewest: recovery.NoCountRule, OlderThan: recovery.NoAgeRule}
+		if keepSet {
+			p.KeepNewest = o.keep
+		}
+		if ageSet {
+			p.OlderThan = o.olderThan
+		}
+		rep, err = d.Prune(recovery.PruneOptions{Policy: p, DryRun: o.dryRun})
+	}
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/recovery"
 )
 
@@ -45,7 +46,7 @@ converged, 1 when an item failed.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.dryRun, "dry-run", false, "report what would be done, change nothing")
 	f.BoolVar(&o.json, "json", false, "print JSON (schema version 1, see README)")
-	f.DurationVar(&o.timeout, "timeout", time.Minute, "bound on the whole pass")
+	f.Var(duration.NewValue(&o.timeout, time.Minute), "timeout", "bound on the whole pass")
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/duration"
 )
 
 type startOptions struct {
@@ -25,6 +26,7 @@ type startOptions struct {
 	force       bool
 	lockTimeout time.Duration
 	grace       time.Duration
+	startExtras
 }
 
 func newStartCmd(g *globalOptions, s streams) *cobra.Command {
@@ -53,7 +55,9 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
   crew start --wait=10m nightly -- ./backup.sh     # give up after 10 minutes: exit 75
   crew start --pool deploy deploy:prod -- ./deploy.sh
   crew start --force hotfix -- ./deploy.sh
-  crew start --task=-nightly -- ./backup.sh         # a task name that begins with -`,
+  crew start --task=-nightly -- ./backup.sh         # a task name that begins with -
+  crew start --tag lint -- make lint               # each output line starts with "lint<TAB>"
+  crew start --log-max 10MiB chatty -- ./noisy.sh  # keep the first 5 MiB and the newest output`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
 			return o.run(cmd, args, s)
@@ -73,8 +77,9 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
 	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only")
 	f.BoolVar(&o.json, "json", false, "with --detach, print {\"version\":1,\"runId\":...} instead of the bare run id")
 	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
-	f.DurationVar(&o.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for the admission lock")
-	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between forwarding a stop signal and SIGKILL")
+	f.Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
+	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
+	o.startExtras.flags(cmd)
 	return cmd
 }
 
@@ -104,6 +109,10 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		return &usageError{fmt.Errorf("--wait and --force do not go together: --force skips the line")}
 	case o.grace < 0:
 		return &usageError{fmt.Errorf("--grace must not be negative, not %s", o.grace)}
+	}
+	logMax, err := o.startExtras.check(cmd, o.detach)
+	if err != nil {
+		return err
 	}
 	// Catch stop signals before admission, so none is lost in between.
 	sigs := make(chan os.Signal, 4)
@@ -136,7 +145,9 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			Wait:        o.wait.set,
 			WaitTimeout: o.wait.timeout,
 			OnWait:      view.update,
+			LogMax:      logMax,
 		},
+		Tag:     o.tag,
 		Grace:   o.grace,
 		Stdin:   stdin,
 		Detach:  o.detach,
@@ -144,7 +155,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Stderr:  s.Err,
 		Env:     os.Environ(),
 		Signals: sigs,
-		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: warning: %s\n", termSafe(w)) },
+		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termSafe(w)) },
 	})
 	var refused *dispatch.RefusedError
 	if errors.As(err, &refused) {
@@ -156,5 +167,5 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		}
 		fmt.Fprintln(s.Out, runID)
 	}
-	return err
+	return aboutTask(args[0], err)
 }

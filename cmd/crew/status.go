@@ -99,6 +99,7 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 	for _, p := range snap.Pools {
 		fmt.Fprintf(w, "Pool %s: %d/%d in use\n", quoteTask(p.Name), p.InUse, p.MaximumInProgress)
 	}
+	printStorage(w, snap)
 	title := "Active runs"
 	if task != "" {
 		title = fmt.Sprintf("Active runs of %s", strconv.Quote(task))

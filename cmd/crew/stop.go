@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/duration"
 )
 
 type stopOptions struct {
@@ -43,7 +44,7 @@ refuses and says why). A waiting start is told to leave the queue.
 			return o.run(args[0], s)
 		},
 	}
-	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "time between the signal and SIGKILL")
+	cmd.Flags().Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between the signal and SIGKILL")
 	cmd.Flags().StringVar(&o.signal, "signal", "SIGTERM", "signal to send first (name such as TERM, INT, HUP, or number)")
 	cmd.Flags().BoolVar(&o.json, "json", false, `print {"version": 1, "run": RUN} with the run's final record`)
 	return cmd

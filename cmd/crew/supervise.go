@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/supervise"
 )
@@ -33,9 +34,9 @@ func newSuperviseCmd(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return supervise.RunDetached(d.Store, id, grace, sigs, d.RingWaiters)
+			return supervise.RunDetached(d.Store, id, grace, sigs, d.RunFinished)
 		},
 	}
-	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "")
+	cmd.Flags().Var(duration.NewValue(&grace, 10*time.Second), "grace", "")
 	return cmd
 }

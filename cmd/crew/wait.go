@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -36,7 +37,7 @@ stderr. With --timeout, exit 124 if the runs have not finished in time.`,
 			return o.run(args, s)
 		},
 	}
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 124); 0 waits forever")
+	cmd.Flags().Var(duration.NewValue(&o.timeout, 0), "timeout", "give up after this long (exit 124); 0 waits forever")
 	cmd.Flags().BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "exitCode": N}`)
 	return cmd
 }

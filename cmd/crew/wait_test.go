@@ -72,7 +72,7 @@ func TestStartWaitGivesUp(t *testing.T) {
 	r := crew(t, "--root", root, "start", "--wait=50ms", "other", "--", "echo", "never")
 	assert.Equal(t, 75, r.code, r.stderr)
 	assert.Empty(t, r.stdout)
-	assert.Contains(t, r.stderr, "crew: waiting for a slot: 1st in line, 1/1 slots busy")
+	assert.Contains(t, r.stderr, "crew: other: waiting for a slot: 1st in line, 1/1 slots busy")
 	assert.Contains(t, r.stderr, "gave up after waiting 50ms")
 
 	r = crew(t, "--root", root, "start", "--wait=50ms", "busy", "--", "echo", "never")
@@ -125,8 +125,8 @@ func TestWaitViewOffTerminal(t *testing.T) {
 	v.close()
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 2, buf.String())
-	assert.Equal(t, "crew: waiting for a slot: 1st in line, 1/1 slots busy", lines[0])
-	assert.True(t, strings.HasPrefix(lines[1], "crew: admitted r-1 after waiting "), lines[1])
+	assert.Equal(t, "crew: t: waiting for a slot: 1st in line, 1/1 slots busy", lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], "crew: t: admitted r-1 after waiting "), lines[1])
 	assert.NotContains(t, buf.String(), "\x1b[", "no terminal escapes off a terminal")
 }
 
@@ -147,9 +147,9 @@ func TestWaitViewShowsAConfigProblem(t *testing.T) {
 	v.close()
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 4, buf.String())
-	assert.Equal(t, "crew: waiting, 1st in line, for crew.json to be fixed (retrying): /r/crew.json:1:2: malformed JSON: x; fix it", lines[1])
-	assert.Equal(t, `crew: waiting, 1st in line, for crew.json to be fixed (retrying): /r/crew.json: no "version" field; fix it`, lines[2])
-	assert.Equal(t, "crew: waiting for a slot: 1st in line, 1/1 slots busy", lines[3])
+	assert.Equal(t, "crew: t: waiting, 1st in line, for crew.json to be fixed (retrying): /r/crew.json:1:2: malformed JSON: x; fix it", lines[1])
+	assert.Equal(t, `crew: t: waiting, 1st in line, for crew.json to be fixed (retrying): /r/crew.json: no "version" field; fix it`, lines[2])
+	assert.Equal(t, "crew: t: waiting for a slot: 1st in line, 1/1 slots busy", lines[3])
 }
 
 // On a terminal, the one wait line shows the problem.
@@ -158,5 +158,5 @@ func TestWaitViewOnTerminalShowsAConfigProblem(t *testing.T) {
 	v := &waitView{w: &buf, terminal: true, task: "t", stop: make(chan struct{})}
 	v.update(dispatch.WaitProgress{RunID: "r-1", Position: 2, Reason: admission.WaitConfig, ConfigErr: "/r/crew.json:1:2: bad", Since: time.Now()})
 	v.close()
-	assert.Contains(t, buf.String(), "\r\x1b[Kcrew: waiting, 2nd in line, for crew.json to be fixed (retrying): /r/crew.json:1:2: bad")
+	assert.Contains(t, buf.String(), "\r\x1b[Kcrew: t: waiting, 2nd in line, for crew.json to be fixed (retrying): /r/crew.json:1:2: bad")
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"time"
+
+	"github.com/crew-dev/crew/internal/duration"
 )
 
 // waitFlag is --wait[=DURATION]: given alone it waits without a limit.
@@ -18,7 +20,7 @@ func (w *waitFlag) String() string {
 	if w.timeout == 0 {
 		return "forever"
 	}
-	return w.timeout.String()
+	return duration.Format(w.timeout)
 }
 
 func (w *waitFlag) Set(s string) error {
@@ -26,9 +28,9 @@ func (w *waitFlag) Set(s string) error {
 		w.set, w.timeout = true, 0
 		return nil
 	}
-	d, err := time.ParseDuration(s)
+	d, err := duration.Parse(s)
 	if err != nil {
-		return fmt.Errorf("not a duration (use Go syntax such as 90s, 10m, 1h30m)")
+		return fmt.Errorf("not a duration: use %s", duration.Forms)
 	}
 	if d <= 0 {
 		return fmt.Errorf("must be positive")

@@ -13,7 +13,8 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 )
 
-// waitView shows a waiting start to a human. On a terminal it keeps one
+// waitView shows a waiting start to a human; every line names the task,
+// so that in a CI log of parallel starts each says whose it is. On a terminal it keeps one
 // line up to date; elsewhere (CI logs, cron mail) it prints one line when
 // the wait starts and one when the run is admitted.
 type waitView struct {
@@ -46,7 +47,7 @@ func (v *waitView) update(p dispatch.WaitProgress) {
 		if v.terminal {
 			fmt.Fprintf(v.w, "\r\x1b[K")
 		}
-		fmt.Fprintf(v.w, "crew: admitted %s after waiting %s\n", p.RunID, waited)
+		fmt.Fprintf(v.w, "crew: %s: admitted %s after waiting %s\n", quoteTask(v.task), p.RunID, waited)
 		v.last = nil
 		return
 	}
@@ -57,7 +58,7 @@ func (v *waitView) update(p dispatch.WaitProgress) {
 	case v.terminal:
 		v.render()
 	case first || news:
-		fmt.Fprintf(v.w, "crew: %s\n", describeWait(p, v.task))
+		fmt.Fprintf(v.w, "crew: %s: %s\n", quoteTask(v.task), describeWait(p, v.task))
 	}
 	v.printed = true
 }
@@ -80,7 +81,7 @@ func (v *waitView) tick() {
 }
 
 func (v *waitView) render() {
-	fmt.Fprintf(v.w, "\r\x1b[Kcrew: %s", describeWait(*v.last, v.task))
+	fmt.Fprintf(v.w, "\r\x1b[Kcrew: %s: %s", quoteTask(v.task), describeWait(*v.last, v.task))
 }
 
 // close ends the view, clearing a half-drawn line.

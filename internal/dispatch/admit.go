@@ -35,6 +35,9 @@ type AdmitRequest struct {
 	// OnWait, if set, hears about the wait: once when the run joins the
 	// queue, after every re-evaluation, and once when it is admitted.
 	OnWait func(WaitProgress)
+	// LogMax caps the run's log in bytes; 0: crew.json's logMax;
+	// LogMaxNone: no cap.
+	LogMax int64
 }
 
 // Reservation is an admitted run: its provisioning record is durable and
@@ -203,6 +206,7 @@ func (d *Dispatcher) provisioning(id record.RunID, req AdmitRequest, cfg record.
 		SlotsInUse:        u.InUse,
 		MaximumInProgress: cfg.MaximumInProgress,
 		Pool:              req.Pool,
+		LogMax:            logMaxFor(req, cfg),
 	}
 	if queuedAt, err := id.CreatedAt(); err == nil && req.Wait {
 		rec.QueuedAt = &queuedAt

@@ -20,6 +20,8 @@ type InitResult struct {
 	// was moved, so that nothing it held (pools) is lost silently.
 	Broken     string
 	MovedAside string
+	// Config is crew.json as it is now.
+	Config record.Config
 }
 
 // PoolChange sets a pool's cap; a cap of 0 removes the pool.
@@ -33,8 +35,15 @@ type PoolChange struct {
 // The write happens under the admission lock, so no admission reads a
 // config in the middle of a change and recovery can tell crew.json's
 // temporary files from live ones.
-func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lockTimeout time.Duration) (*InitResult, error) {
+func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lockTimeout time.Duration, changes ...ConfigChange) (*InitResult, error) {
 	if err := checkInit(maxInProgress, setMax, pools); err != nil {
+		return nil, err
+	}
+	var probe record.Config
+	for _, c := range changes {
+		c(&probe)
+	}
+	if err := checkChange(probe); err != nil {
 		return nil, err
 	}
 	st := d.Store
@@ -60,8 +69,11 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 		cfg.MaximumInProgress = maxInProgress
 	}
 	cfg.Pools = applyPools(cfg.Pools, pools)
-	res.New, res.Pools = cfg.MaximumInProgress, cfg.Pools
-	if !res.Existed || setMax || len(pools) > 0 {
+	for _, c := range changes {
+		c(&cfg)
+	}
+	res.New, res.Pools, res.Config = cfg.MaximumInProgress, cfg.Pools, cfg
+	if !res.Existed || setMax || len(pools) > 0 || len(changes) > 0 {
 		if err := adm.SaveConfig(cfg); err != nil {
 			return nil, err
 		}

@@ -35,6 +35,10 @@ type StartRequest struct {
 	// Detach hands the run to a supervisor process of its own and returns
 	// once the command is running.
 	Detach bool
+	// Tag prefixes each line of the command's output on Stdout and Stderr
+	// with the task's name and a tab (crew start --tag); the log keeps the
+	// output as it was written.
+	Tag bool
 }
 
 // Start admits, launches and supervises one run. It returns the run's id
@@ -69,7 +73,10 @@ func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
 
 	sreq := supervise.Request{Store: d.Store, Rec: res.Rec, Locks: res.Locks, Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
-		Now: d.Now, Finished: d.RingWaiters}
+		Now: d.Now, Finished: d.RunFinished}
+	if req.Tag {
+		sreq.Tag = req.Task + "\t"
+	}
 	id := res.Rec.RunID
 	switch {
 	case sig != 0:

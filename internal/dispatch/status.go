@@ -68,6 +68,11 @@ type Snapshot struct {
 	// ConfigError, if set, says crew.json is unusable: nothing is admitted
 	// until it is fixed, and MaximumInProgress is 0 (unknown).
 	ConfigError *ConfigProblem `json:"configError,omitempty"`
+	// Retention is crew.json's retention; LogMax its log cap (0: none).
+	Retention RetentionView `json:"retention"`
+	LogMax    int64         `json:"logMax"`
+	// Size is what the records and logs take (without a task filter).
+	Size *runstore.RootSize `json:"size,omitempty"`
 }
 
 // ConfigProblem is an unusable crew.json.
@@ -114,7 +119,15 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	}
 	snap := &Snapshot{Version: StatusVersion, Root: st.Root(), ConfigPath: st.ConfigPath(), ConfigExists: exists,
 		MaximumInProgress: cfg.MaximumInProgress, Active: []RunView{}, Finished: []RunView{},
-		Problems: []Problem{}, Queue: []QueueView{}, Pools: []PoolView{}, ConfigError: problem}
+		Problems: []Problem{}, Queue: []QueueView{}, Pools: []PoolView{}, ConfigError: problem,
+		Retention: retentionView(cfg), LogMax: cfg.LogMax}
+	if taskFilter == "" {
+		size, err := st.Size()
+		if err != nil {
+			return nil, err
+		}
+		snap.Size = &size
+	}
 	set, err := d.readActive(false, nil)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,10 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/crew-dev/crew/internal/bytesize"
+	"github.com/crew-dev/crew/internal/duration"
 )
 
 // ConfigVersion is the version of crew.json this crew reads and writes.
@@ -25,8 +29,38 @@ type Config struct {
 	Pools map[string]int `json:"pools,omitempty"`
 	// Group, if set, is the group the state root is shared with (crew
 	// init --group): its members may write the root, and crew creates
-	// directories 2770 and files 0660.
-	Group string `json:"group,omitempty"`
+	// directories 2770 and files 0660. Stored as "group".
+	Group string `json:"-"`
+	// Retain keeps the newest Retain finished runs (0: no limit by count).
+	// Stored as "retain".
+	Retain int `json:"-"`
+	// RetainFor keeps finished runs younger than RetainFor (0: no limit by
+	// age). Stored as "retainFor", text such as "30d" or "12h".
+	RetainFor time.Duration `json:"-"`
+	// LogMax caps each run's log, in bytes (0: no cap); crew start
+	// --log-max overrides it. Stored as "logMax", text such as "10MiB".
+	LogMax int64 `json:"-"`
+}
+
+// MinLogMax is the smallest log cap: the log keeps its first half and
+// the newest output in eighths of the cap, and much smaller pieces would
+// cost more in files than they save.
+const MinLogMax = 64 << 10
+
+// KeepsEverything reports whether no retention is configured.
+func (c Config) KeepsEverything() bool { return c.Retain == 0 && c.RetainFor == 0 }
+
+// configWire is crew.json as stored: the retention and log fields are
+// optional (omitted when unset, so a config that does not use them stays
+// readable by a crew that predates them) and durations and sizes are text.
+type configWire struct {
+	Version           int            `json:"version"`
+	MaximumInProgress int            `json:"maximumInProgress"`
+	Pools             map[string]int `json:"pools,omitempty"`
+	Retain            *int           `json:"retain,omitempty"`
+	RetainFor         *string        `json:"retainFor,omitempty"`
+	LogMax            *string        `json:"logMax,omitempty"`
+	Group             string         `json:"group,omitempty"`
 }
 
 // DefaultConfig is what a state root without crew.json uses.
@@ -64,8 +98,19 @@ func ValidateNewPoolName(name string) error {
 
 // Encode renders the config as it is stored.
 func (c Config) Encode() ([]byte, error) {
-	c.Version = ConfigVersion
-	b, err := json.MarshalIndent(c, "", "  ")
+	w := configWire{Version: ConfigVersion, MaximumInProgress: c.MaximumInProgress, Pools: c.Pools, Group: c.Group}
+	if c.Retain > 0 {
+		w.Retain = &c.Retain
+	}
+	if c.RetainFor > 0 {
+		s := duration.Format(c.RetainFor)
+		w.RetainFor = &s
+	}
+	if c.LogMax > 0 {
+		s := bytesize.Flag(c.LogMax)
+		w.LogMax = &s
+	}
+	b, err := json.MarshalIndent(w, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode config: %w", err)
 	}
@@ -93,7 +138,7 @@ func DecodeConfig(data []byte) (Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var w struct {
-		Config
+		configWire
 		Version *int `json:"version"`
 	}
 	if err := dec.Decode(&w); err != nil {
@@ -108,8 +153,10 @@ func DecodeConfig(data []byte) (Config, error) {
 	if *w.Version != ConfigVersion {
 		return Config{}, fmt.Errorf("unknown config version %d (this crew reads version %d)", *w.Version, ConfigVersion)
 	}
-	cfg := w.Config
-	cfg.Version = *w.Version
+	cfg := Config{Version: *w.Version, MaximumInProgress: w.MaximumInProgress, Pools: w.Pools, Group: w.Group}
+	if err := w.decodeLimits(&cfg); err != nil {
+		return Config{}, err
+	}
 	if cfg.MaximumInProgress < 1 {
 		return Config{}, fmt.Errorf("maximumInProgress is %d; it must be at least 1", cfg.MaximumInProgress)
 	}
@@ -129,6 +176,37 @@ func DecodeConfig(data []byte) (Config, error) {
 	return cfg, nil
 }
 
+// decodeLimits validates and converts the retention and log fields.
+func (w configWire) decodeLimits(cfg *Config) error {
+	if w.Retain != nil {
+		if *w.Retain < 1 {
+			return fmt.Errorf("retain is %d; it must be at least 1 (remove the field to keep every finished run)", *w.Retain)
+		}
+		cfg.Retain = *w.Retain
+	}
+	if w.RetainFor != nil {
+		d, err := duration.Parse(*w.RetainFor)
+		if err != nil {
+			return fmt.Errorf("retainFor: %w", err)
+		}
+		if d <= 0 {
+			return fmt.Errorf("retainFor is %q; it must be positive (remove the field to keep runs of any age)", *w.RetainFor)
+		}
+		cfg.RetainFor = d
+	}
+	if w.LogMax != nil {
+		n, err := bytesize.Parse(*w.LogMax)
+		if err != nil {
+			return fmt.Errorf("logMax: %w", err)
+		}
+		if n < MinLogMax {
+			return fmt.Errorf("logMax is %q; it must be at least %s (remove the field for logs without a cap)", *w.LogMax, bytesize.Flag(MinLogMax))
+		}
+		cfg.LogMax = n
+	}
+	return nil
+}
+
 // positioned turns a decoding error into a SyntaxError naming the line and
 // column of the offending byte.
 func positioned(data []byte, err error) error {
@@ -143,12 +221,12 @@ func positioned(data []byte, err error) error {
 	case errors.As(err, &typ) && typ.Field == "version":
 		return at(data, valueStart(data, typ.Offset), fmt.Errorf("malformed JSON: \"version\" is a JSON %s, not a number", typ.Value))
 	case errors.As(err, &typ):
-		field := strings.TrimPrefix(typ.Field, "Config.")
+		field := strings.TrimPrefix(typ.Field, "configWire.")
 		return at(data, valueStart(data, typ.Offset), fmt.Errorf("malformed config: %q is a JSON %s, not %s", field, typ.Value, typ.Type))
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return at(data, int64(len(data)), fmt.Errorf("malformed JSON: %w (the file is empty or cut short)", err))
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return &SyntaxError{Err: fmt.Errorf("malformed config: %s (known fields: version, maximumInProgress, pools, group)", strings.TrimPrefix(err.Error(), "json: "))}
+		return &SyntaxError{Err: fmt.Errorf("malformed config: %s (known fields: version, maximumInProgress, pools, retain, retainFor, logMax, group)", strings.TrimPrefix(err.Error(), "json: "))}
 	}
 	return &SyntaxError{Err: fmt.Errorf("malformed JSON: %w", err)}
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDecodeConfigValid(t *testing.T) {
@@ -29,6 +30,36 @@ func TestDecodeConfigValid(t *testing.T) {
 	}
 }
 
+// Retention and the log cap are optional fields of version 1: absent, the
+// config keeps everything; present, they round-trip as the text they are.
+func TestConfigRetentionFields(t *testing.T) {
+	cfg, err := DecodeConfig([]byte(`{"version":1,"maximumInProgress":2}`))
+	if err != nil || !cfg.KeepsEverything() || cfg.LogMax != 0 {
+		t.Fatalf("a config without retention: %+v, %v", cfg, err)
+	}
+	b, _ := cfg.Encode()
+	if strings.Contains(string(b), "retain") || strings.Contains(string(b), "logMax") {
+		t.Errorf("unset fields are written: %s", b)
+	}
+	cfg, err = DecodeConfig([]byte(`{"version":1,"maximumInProgress":2,"retain":20,"retainFor":"30d","logMax":"10MiB"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Retain != 20 || cfg.RetainFor != 30*24*time.Hour || cfg.LogMax != 10<<20 || cfg.KeepsEverything() {
+		t.Fatalf("decoded %+v", cfg)
+	}
+	b, _ = cfg.Encode()
+	for _, want := range []string{`"retain": 20`, `"retainFor": "30d"`, `"logMax": "10MiB"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("encoded config lacks %s: %s", want, b)
+		}
+	}
+	back, err := DecodeConfig(b)
+	if err != nil || !reflect.DeepEqual(back, cfg) {
+		t.Errorf("round trip: %+v, %v; want %+v", back, err, cfg)
+	}
+}
+
 func TestDecodeConfigErrors(t *testing.T) {
 	tests := []struct {
 		name, data, wantErr string
@@ -50,6 +81,15 @@ func TestDecodeConfigErrors(t *testing.T) {
 		{"max missing", `{"version":1}`, "maximumInProgress is 0"},
 		{"max 0", `{"version":1,"maximumInProgress":0}`, "maximumInProgress is 0"},
 		{"max negative", `{"version":1,"maximumInProgress":-3}`, "maximumInProgress is -3"},
+		{"retain 0", `{"version":1,"maximumInProgress":2,"retain":0}`, "retain is 0; it must be at least 1"},
+		{"retain negative", `{"version":1,"maximumInProgress":2,"retain":-5}`, "retain is -5; it must be at least 1"},
+		{"retain string", `{"version":1,"maximumInProgress":2,"retain":"5"}`, `"retain" is a JSON string`},
+		{"retainFor bad", `{"version":1,"maximumInProgress":2,"retainFor":"a month"}`, `retainFor: invalid duration "a month"`},
+		{"retainFor number", `{"version":1,"maximumInProgress":2,"retainFor":30}`, `"retainFor" is a JSON number`},
+		{"retainFor negative", `{"version":1,"maximumInProgress":2,"retainFor":"-1d"}`, `retainFor is "-1d"; it must be positive`},
+		{"retainFor zero", `{"version":1,"maximumInProgress":2,"retainFor":"0"}`, `retainFor is "0"; it must be positive`},
+		{"logMax bad", `{"version":1,"maximumInProgress":2,"logMax":"10M"}`, `logMax: invalid size "10M": say 10MiB (binary) or 10MB (decimal)`},
+		{"logMax small", `{"version":1,"maximumInProgress":2,"logMax":"1KiB"}`, `logMax is "1KiB"; it must be at least 64KiB`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,7 +2,6 @@ package record
 
 import (
 	"bytes"
-	"encoding/json"
 	"reflect"
 	"testing"
 )
@@ -74,6 +73,8 @@ func FuzzDecodeConfig(f *testing.F) {
 		`{"version":1,"maximumInProgress":4} {}`,
 		`{"VERSION":1,"MaximumInProgress":3}`,
 		`{"version":1,"maximumInProgress":1e3}`,
+		`{"version":1,"maximumInProgress":4,"retain":20,"retainFor":"1d12h","logMax":"10MiB"}`,
+		`{"version":1,"maximumInProgress":4,"retainFor":"1.5h","logMax":"1.5MB"}`,
 		"",
 		"null",
 		"[]",
@@ -91,7 +92,7 @@ func FuzzDecodeConfig(f *testing.F) {
 		if cfg.Version != ConfigVersion || cfg.MaximumInProgress < 1 {
 			t.Fatalf("DecodeConfig accepted an invalid config %+v", cfg)
 		}
-		b, err := json.MarshalIndent(cfg, "", "  ")
+		b, err := cfg.Encode()
 		if err != nil {
 			t.Fatal(err)
 		}

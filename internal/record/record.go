@@ -59,6 +59,9 @@ type Run struct {
 	Forced bool `json:"forced"`
 	// Pool is the pool whose cap the run also counts against, if any.
 	Pool string `json:"pool"`
+	// LogMax caps the run's log in bytes (0: no cap); see runstore's
+	// capped logs for what is kept.
+	LogMax int64 `json:"logMax,omitempty"`
 	// QueuedAt is when the run joined the queue, if it waited (--wait).
 	QueuedAt *time.Time `json:"queuedAt,omitempty"`
 	// Events is the run's history, oldest first.

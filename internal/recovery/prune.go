@@ -3,6 +3,7 @@ package recovery
 import (
 	"errors"
 	"io/fs"
+	"math"
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
@@ -12,15 +13,12 @@ import (
 // PruneVersion is the version of `crew prune --json`.
 const PruneVersion = 1
 
-// PruneOptions selects finished runs to remove. A run is removed if it
-// finished longer than OlderThan ago (when set) and is not among the Keep
-// newest finished runs (when set).
+// PruneOptions selects finished runs to remove: those Policy lets go
+// (crew prune --keep N --older-than D, or the configured retention).
 type PruneOptions struct {
-	OlderThan time.Duration
-	Keep      int
-	KeepSet   bool
-	DryRun    bool
-	Now       time.Time
+	Policy Policy
+	DryRun bool
+	Now    time.Time
 }
 
 // PrunedRun is one removed (or, dry, removable) finished run.
@@ -48,10 +46,20 @@ type PruneReport struct {
 // short) is kept, so the active file is never mistaken for a living run.
 func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
 	report := &PruneReport{Version: PruneVersion, DryRun: opts.DryRun, Removed: []PrunedRun{}, Errors: []string{}}
+	p := opts.Policy
+	if p.KeepsEverything() {
+		return report, nil
+	}
 	seen := 0
+	b := boundary{all: p.KeepNewest == 0, ok: p.KeepNewest == 0}
 	touched := map[string]bool{}
 	err := st.WalkFinished(func(id record.RunID) bool {
 		seen++
+		if p.KeepNewest > 0 && seen == p.KeepNewest {
+			if at, err := id.CreatedAt(); err == nil {
+				b = boundary{at: at, id: id, ok: true}
+			}
+		}
 		rec, err := st.ReadDone(id)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -59,7 +67,7 @@ func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
 		case err != nil:
 			report.Errors = append(report.Errors, err.Error())
 			return true
-		case !prunable(rec, seen, opts):
+		case p.KeepNewest > 0 && seen <= p.KeepNewest, !p.removable(rec, b, opts.Now):
 			report.Kept++
 			return true
 		}
@@ -84,17 +92,24 @@ func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
 	for shard := range touched {
 		st.RemoveShardIfEmpty(shard)
 	}
+	if !opts.DryRun {
+		refreshIndex(st)
+	}
 	return report, nil
 }
 
-func prunable(rec *record.Run, rank int, opts PruneOptions) bool {
-	if opts.KeepSet && rank <= opts.Keep {
-		return false
+// refreshIndex brings the done index up to date with every shard (a full
+// prune has just read them all anyway), so that status and lazy prunes
+// find them there.
+func refreshIndex(st *runstore.Store) {
+	x := st.OpenDoneIndex(time.Now)
+	defer x.Close()
+	shards, err := x.Shards()
+	if err != nil {
+		return
 	}
-	if opts.OlderThan > 0 {
-		if rec.FinishedAt == nil || opts.Now.Sub(*rec.FinishedAt) < opts.OlderThan {
-			return false
-		}
+	for _, sh := range shards {
+		_, _, _ = x.Stats(sh, math.MaxInt)
 	}
-	return true
+	x.Save()
 }

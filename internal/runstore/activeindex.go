@@ -41,8 +41,8 @@ const (
 	compactAbove = 256
 )
 
-// indexEntry is one line of the active index.
-type indexEntry struct {
+// activeEntryLine is one line of the active index.
+type activeEntryLine struct {
 	ID        record.RunID
 	Task      string
 	Pool      string
@@ -51,7 +51,7 @@ type indexEntry struct {
 	Locks     record.LockIDs
 }
 
-func (e *indexEntry) line() []byte {
+func (e *activeEntryLine) line() []byte {
 	b := make([]byte, 0, 160)
 	b = append(b, e.ID...)
 	b = append(b, ' ')
@@ -72,7 +72,7 @@ func (e *indexEntry) line() []byte {
 }
 
 // parseIndexLine parses one line; ok is false for anything malformed.
-func parseIndexLine(line string) (e indexEntry, ok bool) {
+func parseIndexLine(line string) (e activeEntryLine, ok bool) {
 	id, rest, _ := strings.Cut(line, " ")
 	created, rest, _ := strings.Cut(rest, " ")
 	pid, rest, _ := strings.Cut(rest, " ")
@@ -85,9 +85,9 @@ func parseIndexLine(line string) (e indexEntry, ok bool) {
 	o, ok1 := parseFileID(owner)
 	su, ok2 := parseFileID(sup)
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || !ok1 || !ok2 || rest != "" || !record.LooksLikeRunID(id) {
-		return indexEntry{}, false
+		return activeEntryLine{}, false
 	}
-	return indexEntry{ID: record.RunID(id), Task: task, Pool: pool, CreatedAt: time.Unix(0, ns).UTC(), PID: p,
+	return activeEntryLine{ID: record.RunID(id), Task: task, Pool: pool, CreatedAt: time.Unix(0, ns).UTC(), PID: p,
 		Locks: record.LockIDs{Owner: o, Supervisor: su}}, true
 }
 
@@ -109,7 +109,7 @@ func parseFileID(s string) (record.FileID, bool) {
 }
 
 // run is the part of a record the entry stands for: an active run.
-func (e *indexEntry) run() *record.Run {
+func (e *activeEntryLine) run() *record.Run {
 	return &record.Run{Version: record.RecordVersion, RunID: e.ID, Task: e.Task, Pool: e.Pool, State: record.Running,
 		CreatedAt: e.CreatedAt, SupervisorPID: e.PID, Locks: &e.Locks}
 }
@@ -120,7 +120,7 @@ func (s *Store) appendIndex(rec *record.Run) {
 	if rec.Locks == nil {
 		return
 	}
-	e := indexEntry{ID: rec.RunID, Task: rec.Task, Pool: rec.Pool, CreatedAt: rec.CreatedAt, PID: rec.SupervisorPID, Locks: *rec.Locks}
+	e := activeEntryLine{ID: rec.RunID, Task: rec.Task, Pool: rec.Pool, CreatedAt: rec.CreatedAt, PID: rec.SupervisorPID, Locks: *rec.Locks}
 	dir, err := s.dir(indexDir)
 	if err != nil {
 		return
@@ -137,7 +137,7 @@ func (s *Store) appendIndex(rec *record.Run) {
 // readIndex reads the active index into a map by run id, and counts its
 // lines. Unreadable lines are skipped: a run without an entry is read from
 // its record.
-func (s *Store) readIndex() (map[record.RunID]*indexEntry, int) {
+func (s *Store) readIndex() (map[record.RunID]*activeEntryLine, int) {
 	dir, err := s.dir(indexDir)
 	if err != nil {
 		return nil, 0
@@ -147,7 +147,7 @@ func (s *Store) readIndex() (map[record.RunID]*indexEntry, int) {
 	if err != nil {
 		return nil, 0
 	}
-	out := map[record.RunID]*indexEntry{}
+	out := map[record.RunID]*activeEntryLine{}
 	lines := 0
 	for line := range strings.SplitSeq(string(data), "\n") {
 		if line == "" {
@@ -165,7 +165,7 @@ func (s *Store) readIndex() (map[record.RunID]*indexEntry, int) {
 // still in the active set. The caller holds the admission lock (only
 // Reserve appends, under the same lock, so no line is lost to the
 // rewrite).
-func (a *Admission) compactIndex(index map[record.RunID]*indexEntry, active []record.RunID) {
+func (a *Admission) compactIndex(index map[record.RunID]*activeEntryLine, active []record.RunID) {
 	var buf bytes.Buffer
 	for _, id := range active {
 		if e, ok := index[id]; ok {

@@ -12,7 +12,7 @@ import (
 )
 
 func TestIndexLineRoundTrip(t *testing.T) {
-	e := indexEntry{ID: testID, Task: "deploy \"prod\"\n evil 7", Pool: "pool with spaces", CreatedAt: time.Unix(1700000000, 123456789).UTC(),
+	e := activeEntryLine{ID: testID, Task: "deploy \"prod\"\n evil 7", Pool: "pool with spaces", CreatedAt: time.Unix(1700000000, 123456789).UTC(),
 		PID: 4711, Locks: record.LockIDs{Owner: record.FileID{Dev: 2049, Ino: 12345}, Supervisor: record.FileID{Dev: 2049, Ino: 12346}}}
 	line := string(e.line())
 	if strings.Count(line, "\n") != 1 || !strings.HasSuffix(line, "\n") {
@@ -129,7 +129,7 @@ func TestAdmissionCompactsTheIndex(t *testing.T) {
 	live := reserveMany(t, s, kernelTableAbove+1)
 	var stale strings.Builder
 	for i := range compactAbove + 10 {
-		e := indexEntry{ID: idAt(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), i+1), Task: "gone", CreatedAt: time.Now()}
+		e := activeEntryLine{ID: idAt(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), i+1), Task: "gone", CreatedAt: time.Now()}
 		stale.Write(e.line())
 	}
 	f, err := os.OpenFile(s.osPath(indexDir, activeIndexName), os.O_WRONLY|os.O_APPEND, 0)

@@ -146,13 +146,14 @@ func (s *Store) FinishedSize(id record.RunID) int64 {
 		}
 		dir.Close()
 	}
-	return n
+	return n + s.tailBytes(id)
 }
 
-// RemoveFinished deletes a finished run: its log first, then its record,
-// so that a removal cut short leaves a record (which the next prune takes)
-// rather than a log that nothing refers to. A run whose active file still
-// exists (a finalization cut short) is not touched: ErrRunBusy.
+// RemoveFinished deletes a finished run: its log first (the pieces of a
+// capped log's tail, then the log), then its record, so that a removal cut
+// short leaves a record (which the next prune takes) rather than a log
+// that nothing refers to. A run whose active file still exists (a
+// finalization cut short) is not touched: ErrRunBusy.
 func (s *Store) RemoveFinished(id record.RunID) error {
 	// Fail closed: if the active set cannot be read (a link or a file
 	// where its directory belongs), nothing is removed.
@@ -166,6 +167,9 @@ func (s *Store) RemoveFinished(id record.RunID) error {
 		if lerr == nil {
 			return ErrRunBusy
 		}
+	}
+	if err := s.removeTail(id); err != nil {
+		return fmt.Errorf("remove the log of run %s: %w", id, err)
 	}
 	if dir, err := s.dir(logsDir); err == nil {
 		err := removeFile(dir, logName(id))

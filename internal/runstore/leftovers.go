@@ -24,7 +24,7 @@ const (
 	// LeftoverQueueLock: a waiter's lock (and bell) with no ticket.
 	LeftoverQueueLock
 	// LeftoverLog: a log whose run has no record anywhere (a prune cut
-	// short by an older crew).
+	// short by an older crew), or the pieces of a capped log's tail.
 	LeftoverLog
 )
 
@@ -53,7 +53,7 @@ func (s *Store) Leftovers() ([]Leftover, error) {
 	}
 	out = append(out, tickets...)
 	out = append(out, s.logLeftovers()...)
-	dirs := []string{".", activeDir, quarantineDir, queueDir, ownersDir}
+	dirs := []string{".", "runs", activeDir, quarantineDir, queueDir, ownersDir}
 	shards, _ := s.doneShards()
 	for _, sh := range shards {
 		dirs = append(dirs, doneDir+"/"+sh)
@@ -147,6 +147,9 @@ func (s *Store) logLeftovers() []Leftover {
 	var out []Leftover
 	for _, name := range s.names(logsDir) {
 		base, ok := strings.CutSuffix(name, ".log")
+		if !ok {
+			base, ok = strings.CutSuffix(name, ".tail")
+		}
 		if !ok || !record.LooksLikeRunID(base) {
 			continue
 		}
@@ -243,6 +246,9 @@ func (a *Admission) RemoveLeftover(l Leftover) (bool, error) {
 	case LeftoverLog:
 		if s.hasActiveFile(l.ID) || s.IsDone(l.ID) || s.HasTicket(l.ID) {
 			return false, nil
+		}
+		if strings.HasSuffix(l.name, ".tail") {
+			return true, s.removeTail(l.ID)
 		}
 		return true, removeFile(dir, l.name)
 	case LeftoverTemp:

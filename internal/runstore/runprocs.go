@@ -118,7 +118,7 @@ func (w *StopWatch) Acknowledge(req *record.StopRequest, ack record.StopAck) err
 	acked.Ack = &ack
 	b, err := acked.Encode()
 	if err == nil {
-		err = writeFile(w.dir, stopRequestName(w.id), b, durable)
+		err = writeFileMode(w.dir, stopRequestName(w.id), b, durable, w.s.filePerm())
 	}
 	if err != nil {
 		return fmt.Errorf("acknowledge the stop request of run %s: %w", w.id, unwrapPath(err))

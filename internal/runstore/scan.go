@@ -96,7 +96,7 @@ type scan struct {
 	ownersErr error
 	shards    map[string]*os.Root // nil value: the shard does not exist
 	held      map[[2]uint64]bool
-	index     map[record.RunID]*indexEntry
+	index     map[record.RunID]*activeEntryLine
 }
 
 func (sc *scan) close() {

@@ -24,9 +24,15 @@ type output struct {
 	wg      sync.WaitGroup
 }
 
-func newOutput(stdout, stderr io.Writer, log *os.File) (*output, error) {
+// newOutput makes the pipes for the command's stdout and stderr. With a
+// tag, each line that reaches crew's own streams is prefixed with it (the
+// log keeps the output as written).
+func newOutput(stdout, stderr io.Writer, log io.Writer, tag string) (*output, error) {
 	o := &output{}
 	for i, w := range []io.Writer{stdout, stderr} {
+		if tag != "" && w != nil {
+			w = newTagWriter(w, tag)
+		}
 		r, cw, err := os.Pipe()
 		if err != nil {
 			o.closeAll()
@@ -49,6 +55,7 @@ func (o *output) started() {
 			// drain gives up on a grandchild): the command is never
 			// blocked on a full pipe nor sent EPIPE because of crew.
 			_, _ = io.Copy(o.tees[i], o.readers[i])
+			o.tees[i].flush()
 			_ = o.readers[i].Close()
 		}()
 	}
@@ -113,7 +120,7 @@ func (o *output) report(warn func(string), id string, logPath string) {
 // up after its first error.
 type tee struct {
 	out    io.Writer
-	log    *os.File
+	log    io.Writer
 	logErr error
 	outErr error
 }
@@ -130,4 +137,16 @@ func (t *tee) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// flush writes what the output stream holds back (a tagged stream's
+// partial last line), once the command's stream has ended.
+func (t *tee) flush() {
+	f, ok := t.out.(interface{ Flush() error })
+	if !ok || t.outErr != nil {
+		return
+	}
+	if err := f.Flush(); err != nil {
+		t.outErr = err
+	}
 }

@@ -6,8 +6,10 @@
 package supervise
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/crew-dev/crew/internal/failpoint"
@@ -40,6 +42,9 @@ type Request struct {
 	Now func() time.Time
 	// Finished, if set, runs once the run is final and its slot free.
 	Finished func()
+	// Tag, if set, prefixes every line of the command's output on Stdout
+	// and Stderr (not in the log): crew start --tag.
+	Tag string
 
 	// ready, for a detached supervisor, tells the parent how the launch went.
 	ready *os.File
@@ -84,7 +89,7 @@ func (s *supervisor) run() error {
 	if req := s.Store.ReadStopRequest(id); req != nil {
 		return s.stoppedBeforeLaunch(req)
 	}
-	logf, planted, err := s.Store.CreateLog(id)
+	logw, planted, err := s.createLog()
 	if err != nil {
 		return s.internalFailure(err)
 	}
@@ -94,8 +99,8 @@ func (s *supervisor) run() error {
 		s.Warn(planted)
 		s.rec.AddEvent(s.now(), "%s", planted)
 	}
-	defer logf.Close()
-	out, err := newOutput(s.Stdout, s.Stderr, logf)
+	defer logw.Close()
+	out, err := newOutput(s.Stdout, s.Stderr, logw, s.Tag)
 	if err != nil {
 		return s.internalFailure(err)
 	}
@@ -116,6 +121,9 @@ func (s *supervisor) run() error {
 	failpoint.Hit("exited")
 	s.describeExit(ws, stop)
 	out.report(s.Warn, string(id), s.Store.LogPath(id))
+	if err := logw.Close(); err != nil && out.logErr() == nil {
+		s.Warn(fmt.Sprintf("run %s: the log %s could not be put together (%v); crew logs still shows it whole", id, s.Store.LogPath(id), err))
+	}
 	if err := s.finish(); err != nil {
 		return finishFailure(id, err)
 	}
@@ -123,6 +131,37 @@ func (s *supervisor) run() error {
 		return &ExitError{RunID: id, Code: code}
 	}
 	return nil
+}
+
+// createLog opens the run's log: capped if its record says so. Closing it
+// twice is harmless.
+func (s *supervisor) createLog() (w io.WriteCloser, planted string, err error) {
+	if s.rec.LogMax > 0 {
+		lw, planted, err := s.Store.CreateCappedLog(s.rec.RunID, s.rec.LogMax)
+		if err != nil {
+			return nil, "", err
+		}
+		return &closeOnce{c: lw, w: lw}, planted, nil
+	}
+	f, planted, err := s.Store.CreateLog(s.rec.RunID)
+	if err != nil {
+		return nil, "", err
+	}
+	return &closeOnce{c: f, w: f}, planted, nil
+}
+
+// closeOnce closes its writer the first time only.
+type closeOnce struct {
+	w    io.Writer
+	c    io.Closer
+	once sync.Once
+	err  error
+}
+
+func (c *closeOnce) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *closeOnce) Close() error {
+	c.once.Do(func() { c.err = c.c.Close() })
+	return c.err
 }
 
 // recordRunning records the command's pid and process group.
