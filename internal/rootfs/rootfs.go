@@ -24,7 +24,7 @@ type NotRegularError struct {
 }
 
 func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("%s is %s, not a regular file", e.Name, describeMode(e.Mode))
+	return fmt.Sprintf("%s is %s, not a regular file", e.Name, Kind(e.Mode))
 }
 
 // LinkedError is a file with more than one hard link: the same file is
@@ -51,7 +51,9 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("%s is %d bytes, over the limit of %d for this kind of file", e.Name, e.Size, e.Limit)
 }
 
-func describeMode(m fs.FileMode) string {
+// Kind names what a file of mode m is, for messages: "a symbolic link",
+// "a FIFO", "a directory", "a file", ...
+func Kind(m fs.FileMode) string {
 	switch {
 	case m&fs.ModeSymlink != 0:
 		return "a symbolic link"
@@ -63,6 +65,8 @@ func describeMode(m fs.FileMode) string {
 		return "a socket"
 	case m.IsDir():
 		return "a directory"
+	case m.IsRegular():
+		return "a file"
 	}
 	return fmt.Sprintf("a file of mode %v", m)
 }

@@ -119,7 +119,7 @@ func describe(fi os.FileInfo) string {
 			return fmt.Sprintf("a file with %d hard links", st.Nlink)
 		}
 	}
-	return kindOf(fi.Mode())
+	return rootfs.Kind(fi.Mode())
 }
 
 // OpenLog opens a run's log for reading; fs.ErrNotExist if it has none.

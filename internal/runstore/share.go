@@ -253,7 +253,7 @@ func (s *Store) convert(dir *os.Root, name string, e entry, id int, dirPerm, fil
 	case e.mode.Type() == fs.ModeNamedPipe:
 		f, err = rootfs.OpenFIFO(dir, name, os.O_RDONLY)
 	default:
-		rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s (%s)", e.display, kindOf(e.mode)))
+		rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s (%s)", e.display, rootfs.Kind(e.mode)))
 		return nil
 	}
 	var linked *rootfs.LinkedError

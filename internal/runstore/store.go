@@ -34,6 +34,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/crew-dev/crew/internal/rootfs"
 )
 
 // DirPerm and FilePerm are the modes of everything crew creates in a
@@ -114,7 +116,7 @@ func (s *Store) Ensure() error {
 			continue
 		case err == nil:
 			return fmt.Errorf("state root %s: %s is %s, not a directory; move it out of the way",
-				s.path, s.display(dir), kindOf(fi.Mode()))
+				s.path, s.display(dir), rootfs.Kind(fi.Mode()))
 		case !errors.Is(err, fs.ErrNotExist):
 			return fmt.Errorf("state root %s: %w", s.path, unwrapPath(err))
 		}
@@ -256,23 +258,7 @@ type NotDirError struct {
 }
 
 func (e *NotDirError) Error() string {
-	return fmt.Sprintf("%s is %s, not a directory; move it out of the way", e.Path, kindOf(e.Mode))
-}
-
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m.IsDir():
-		return "a directory"
-	case m.IsRegular():
-		return "a file"
-	}
-	return fmt.Sprintf("a file of mode %v", m)
+	return fmt.Sprintf("%s is %s, not a directory; move it out of the way", e.Path, rootfs.Kind(e.Mode))
 }
 
 // unwrapPath keeps the syscall error and the path without Go's operation
