@@ -23,8 +23,8 @@ const acquireName = "dispatch-admission.lock"
 func holdAcquire(t *testing.T, d lockDir) *helper {
 	t.Helper()
 	h := startHelper(t, "hold-acquire", d.at(acquireName))
-	h.expect("waiting")
-	h.expect("locked")
+	h.Expect("waiting")
+	h.Expect("locked")
 	return h
 }
 
@@ -96,7 +96,7 @@ func TestAcquireFreeCreatesTheFileAndKeepsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := holdAcquire(t, d)
-	h.finish()
+	h.Finish()
 	if _, err := os.Stat(d.at(acquireName)); err != nil {
 		t.Fatalf("lock file gone after a helper's acquire and exit: %v", err)
 	}
@@ -133,7 +133,7 @@ func TestAcquireZeroTimeoutFailsWhenBusy(t *testing.T) {
 func TestAcquireRightAfterHolderSIGKILL(t *testing.T) {
 	d := newLockDir(t)
 	h := holdAcquire(t, d)
-	h.kill()
+	h.Kill()
 	r := awaitAcquire(t, acquireAsync(context.Background(), d, 0), 5*time.Second)
 	if r.err != nil {
 		t.Fatalf("Acquire(timeout 0) after the holder was killed: %v", r.err)
@@ -157,8 +157,8 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 		t.Fatalf("Acquire returned (%v) while another process holds the lock", r.err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	h.send("release")
-	h.expect("released")
+	h.Send("release")
+	h.Expect("released")
 	r := awaitAcquire(t, ch, 10*time.Second)
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -171,7 +171,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	}
 	// And now we exclude the helper's successor.
 	other := startHelper(t, "take", d.at(acquireName))
-	other.expect("busy")
+	other.Expect("busy")
 }
 
 // The reverse direction: while this process holds the lock, another
@@ -183,13 +183,13 @@ func TestAcquireExcludesOtherProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := startHelper(t, "hold-acquire", d.at(acquireName))
-	h.expect("waiting")
-	h.expect("busy") // its onWait: it found the lock held
-	h.silentFor(300 * time.Millisecond)
+	h.Expect("waiting")
+	h.Expect("busy") // its onWait: it found the lock held
+	h.SilentFor(300 * time.Millisecond)
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
 	}
-	h.expect("locked")
+	h.Expect("locked")
 }
 
 func TestAcquireTimeoutInOtherProcess(t *testing.T) {
@@ -202,9 +202,9 @@ func TestAcquireTimeoutInOtherProcess(t *testing.T) {
 	h := startHelper(t, "hold-acquire", d.at(acquireName), func(c *exec.Cmd) {
 		c.Env = append(c.Env, helperTimeout+"=150ms")
 	})
-	h.expect("waiting")
-	h.expect("busy")
-	h.expect("timeout")
+	h.Expect("waiting")
+	h.Expect("busy")
+	h.Expect("timeout")
 }
 
 func TestAcquireContextCanceled(t *testing.T) {
@@ -222,13 +222,13 @@ func TestAcquireContextCanceled(t *testing.T) {
 		t.Errorf("a canceled wait reported a timeout: %v", r.err)
 	}
 	// The abandoned wait does not keep the lock once the holder lets go.
-	h.send("release")
-	h.expect("released")
+	h.Send("release")
+	h.Expect("released")
 	if !staysFree(t, d) {
 		t.Fatal("lock not free for good within 5s of the holder's release: the abandoned waiter kept it")
 	}
 	other := startHelper(t, "take", d.at(acquireName))
-	other.expect("locked")
+	other.Expect("locked")
 }
 
 // staysFree waits until the lock has been free for a while without a
@@ -263,13 +263,13 @@ func TestAcquireTimedOutWaiterNeverKeepsTheLock(t *testing.T) {
 			t.Fatalf("Acquire = %v, want ErrTimeout", r.err)
 		}
 	}
-	h.send("release")
-	h.expect("released")
+	h.Send("release")
+	h.Expect("released")
 	if !staysFree(t, d) {
 		t.Fatal("lock not free for good within 5s of the holder's release: a timed-out waiter kept it")
 	}
 	other := startHelper(t, "take", d.at(acquireName))
-	other.expect("locked")
+	other.Expect("locked")
 }
 
 func TestAcquireMissingDir(t *testing.T) {

@@ -58,7 +58,7 @@ func TestCreateCreatesLockedFile(t *testing.T) {
 		t.Errorf("Take on a held lock = %v, want ErrBusy", err)
 	}
 	other := startHelper(t, "take", d.at(testLockName))
-	other.expect("busy")
+	other.Expect("busy")
 }
 
 func TestCreateFailsIfFileExists(t *testing.T) {
@@ -88,7 +88,7 @@ func TestCreateFailsIfFileExists(t *testing.T) {
 func TestCreateFailsIfFileExistsAndLeavesHolderAlone(t *testing.T) {
 	d := newLockDir(t)
 	h := startHelper(t, "hold-create", d.at(testLockName))
-	h.expect("locked")
+	h.Expect("locked")
 
 	if l, err := Create(d.root, testLockName); err == nil {
 		l.Release()
@@ -102,8 +102,8 @@ func TestCreateFailsIfFileExistsAndLeavesHolderAlone(t *testing.T) {
 	if !mustProbe(t, d, testLockName) {
 		t.Error("holder's lock no longer held after a failed Create")
 	}
-	h.send("still")
-	if line := h.expect("still "); line != "still true <nil>" {
+	h.Send("still")
+	if line := h.Expect("still "); line != "still true <nil>" {
 		t.Errorf("holder's StillAtName after a failed Create: %q", line)
 	}
 }
@@ -173,7 +173,7 @@ func TestProbeDoesNotModifyFile(t *testing.T) {
 func TestProbeSeesOtherProcessUntilSIGKILL(t *testing.T) {
 	d := newLockDir(t)
 	h := startHelper(t, "hold-create", d.at(testLockName))
-	h.expect("locked")
+	h.Expect("locked")
 
 	for range 3 { // probing repeatedly does not disturb the holder
 		if !mustProbe(t, d, testLockName) {
@@ -181,7 +181,7 @@ func TestProbeSeesOtherProcessUntilSIGKILL(t *testing.T) {
 		}
 	}
 
-	h.kill()
+	h.Kill()
 	if mustProbe(t, d, testLockName) {
 		t.Fatal("Probe = true after the holder was SIGKILLed; the kernel should have released it")
 	}
@@ -194,9 +194,9 @@ func TestProbeSeesOtherProcessUntilSIGKILL(t *testing.T) {
 func TestProbeAfterHolderReleasesWithoutRemoving(t *testing.T) {
 	d := newLockDir(t)
 	h := startHelper(t, "hold-create", d.at(testLockName))
-	h.expect("locked")
-	h.send("release")
-	h.expect("released")
+	h.Expect("locked")
+	h.Send("release")
+	h.Expect("released")
 	if mustProbe(t, d, testLockName) {
 		t.Fatal("Probe = true after the holder released")
 	}
@@ -208,7 +208,7 @@ func TestProbeAfterHolderReleasesWithoutRemoving(t *testing.T) {
 func TestTakeAcrossProcesses(t *testing.T) {
 	d := newLockDir(t)
 	h := startHelper(t, "hold-create", d.at(testLockName))
-	h.expect("locked")
+	h.Expect("locked")
 
 	if l, err := Take(d.root, testLockName); !errors.Is(err, ErrBusy) {
 		if l != nil {
@@ -221,7 +221,7 @@ func TestTakeAcrossProcesses(t *testing.T) {
 		t.Fatal("holder lost its lock after a failed Take")
 	}
 
-	h.kill()
+	h.Kill()
 	l, err := Take(d.root, testLockName)
 	if err != nil {
 		t.Fatalf("Take after the holder died = %v, want success", err)
@@ -231,7 +231,7 @@ func TestTakeAcrossProcesses(t *testing.T) {
 	}
 	// Now we hold it, and another process sees it.
 	other := startHelper(t, "take", d.at(testLockName))
-	other.expect("busy")
+	other.Expect("busy")
 	if !mustProbe(t, d, testLockName) {
 		t.Error("Probe = false while Take's lock is held")
 	}
@@ -239,8 +239,8 @@ func TestTakeAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := startHelper(t, "take", d.at(testLockName))
-	third.expect("locked")
-	third.finish()
+	third.Expect("locked")
+	third.Finish()
 }
 
 func TestTakeMissingFileIsErrGone(t *testing.T) {
@@ -260,12 +260,12 @@ func TestTakeMissingFileIsErrGone(t *testing.T) {
 func TestTakeAfterHolderRemovedIsErrGone(t *testing.T) {
 	d := newLockDir(t)
 	h := startHelper(t, "hold-create", d.at(testLockName))
-	h.expect("locked")
+	h.Expect("locked")
 	if _, err := Take(d.root, testLockName); !errors.Is(err, ErrBusy) {
 		t.Fatalf("Take while held = %v, want ErrBusy", err)
 	}
-	h.send("remove")
-	h.expect("removed")
+	h.Send("remove")
+	h.Expect("removed")
 	if _, err := Take(d.root, testLockName); !errors.Is(err, ErrGone) {
 		t.Fatalf("Take after RemoveAndRelease = %v, want ErrGone", err)
 	}
@@ -285,20 +285,20 @@ func TestConcurrentProbesDoNotSeeEachOther(t *testing.T) {
 	// the shared lock a probe takes). Our probe must not mistake it for a
 	// holder.
 	sh := startHelper(t, "hold-shared", path)
-	sh.expect("locked")
+	sh.Expect("locked")
 	for range 3 {
 		if mustProbe(t, d, testLockName) {
 			t.Fatal("Probe = true while another process only probes (holds LOCK_SH)")
 		}
 	}
-	sh.kill()
+	sh.Kill()
 
 	// And under load: two processes and this one probe in tight loops at
 	// the same time; none ever sees a holder.
 	a := startHelper(t, "probe-loop", path)
 	b := startHelper(t, "probe-loop", path)
-	a.expect("probing")
-	b.expect("probing")
+	a.Expect("probing")
+	b.Expect("probing")
 	deadline := time.Now().Add(300 * time.Millisecond)
 	n := 0
 	for time.Now().Before(deadline) {
@@ -308,12 +308,12 @@ func TestConcurrentProbesDoNotSeeEachOther(t *testing.T) {
 		n++
 	}
 	for _, h := range []*helper{a, b} {
-		_ = h.stdin.Close()
-		line := h.expect("probes=")
+		_ = h.Stdin.Close()
+		line := h.Expect("probes=")
 		if !strings.Contains(line, " held=0 errors=0") {
-			t.Errorf("helper %d: %s; want held=0 errors=0", h.pid(), line)
+			t.Errorf("helper %d: %s; want held=0 errors=0", h.Pid(), line)
 		}
-		h.finish()
+		h.Finish()
 	}
 	// Probes never create or remove anything.
 	if names := dirNames(t, d.path); len(names) != 1 {
@@ -382,7 +382,7 @@ func TestLockInheritedThroughExtraFiles(t *testing.T) {
 	child := startHelper(t, "hold-inherited", "", func(c *exec.Cmd) {
 		c.ExtraFiles = []*os.File{l.File()}
 	})
-	child.expect("locked")
+	child.Expect("locked")
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,7 @@ func TestLockInheritedThroughExtraFiles(t *testing.T) {
 	if _, err := Take(d.root, testLockName); !errors.Is(err, ErrBusy) {
 		t.Fatalf("Take while the child holds the inherited lock = %v, want ErrBusy", err)
 	}
-	child.finish()
+	child.Finish()
 	if mustProbe(t, d, testLockName) {
 		t.Fatal("Probe = true after the inheriting child exited")
 	}
@@ -405,7 +405,7 @@ func TestLockNotInheritedWithoutExtraFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := startHelper(t, "idle", "")
-	child.expect("ready")
+	child.Expect("ready")
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
 	}
@@ -419,11 +419,11 @@ func TestLockNotInheritedWithoutExtraFiles(t *testing.T) {
 func TestLockSurvivesSupervisorSIGKILL(t *testing.T) {
 	d := newLockDir(t)
 	sup := startHelper(t, "spawn-inheritor", d.at(testLockName))
-	line := sup.expect("locked ")
+	line := sup.Expect("locked ")
 	grandchild := atoi(t, strings.TrimPrefix(line, "locked "))
 	t.Cleanup(func() { killPID(grandchild) })
 
-	sup.kill()
+	sup.Kill()
 	if !mustProbe(t, d, testLockName) {
 		t.Fatal("Probe = false after the supervisor died, while its command (which inherited the lock) lives")
 	}
@@ -447,19 +447,19 @@ func TestAdoptInheritedLock(t *testing.T) {
 	child := startHelper(t, "adopt-inherited", d.at(testLockName), func(c *exec.Cmd) {
 		c.ExtraFiles = []*os.File{l.File()}
 	})
-	child.expect("locked")
+	child.Expect("locked")
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
 	}
 	if !mustProbe(t, d, testLockName) {
 		t.Fatal("Probe = false while the adopting child holds the lock")
 	}
-	child.send("still")
-	if line := child.expect("still "); line != "still true <nil>" {
+	child.Send("still")
+	if line := child.Expect("still "); line != "still true <nil>" {
 		t.Errorf("adopted lock's StillAtName: %q", line)
 	}
-	child.send("remove")
-	child.expect("removed")
+	child.Send("remove")
+	child.Expect("removed")
 	if _, err := os.Stat(d.at(testLockName)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("adopted lock's RemoveAndRelease left the file (stat: %v)", err)
 	}
@@ -611,8 +611,8 @@ func TestLockFilesRefuseLinksAndFIFOs(t *testing.T) {
 		t.Error("a lock operation created the target of a dangling link outside the directory")
 	}
 	held := startHelper(t, "take", target)
-	held.expect("locked") // nobody locked the link's target
-	held.finish()
+	held.Expect("locked") // nobody locked the link's target
+	held.Finish()
 }
 
 // stillAtPath reports whether the lock's descriptor is the file at its path
@@ -638,7 +638,7 @@ func stillAtPath(t *testing.T, l *Lock, path string) bool {
 func churn(t *testing.T, mode string, attempt func(*os.Root, string) (*Lock, error)) {
 	d := newLockDir(t)
 	h := startHelper(t, mode, d.at(testLockName))
-	h.expect("churning")
+	h.Expect("churning")
 	// At least 400ms and 10 wins (a run where no attempt won proves
 	// nothing), at most 10s.
 	start := time.Now()
@@ -658,9 +658,9 @@ func churn(t *testing.T, mode string, attempt func(*os.Root, string) (*Lock, err
 			t.Fatal(err)
 		}
 	}
-	_ = h.stdin.Close()
-	line := h.expect("cycles=")
-	h.finish()
+	_ = h.Stdin.Close()
+	line := h.Expect("cycles=")
+	h.Finish()
 	t.Logf("%d attempts, %d won; helper: %s", tries, wins, line)
 	if wins < 10 {
 		t.Errorf("only %d of %d attempts won the lock: the race was not exercised", wins, tries)

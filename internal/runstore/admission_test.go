@@ -24,8 +24,8 @@ func (s *Store) holderPath() string        { return s.osPath(locksDir, holderNam
 func holdAdmission(t *testing.T, root string, env ...string) *helper {
 	t.Helper()
 	h := startHelper(t, "hold-admission", root, env...)
-	h.expect("waiting")
-	h.expect("locked")
+	h.Expect("waiting")
+	h.Expect("locked")
 	return h
 }
 
@@ -104,7 +104,7 @@ func TestLockAdmissionFreeWritesHolderNote(t *testing.T) {
 	}
 	a.Release()
 	h2 := holdAdmission(t, s.Root())
-	h2.finish()
+	h2.Finish()
 	if _, err := os.Stat(s.admissionLockPath()); err != nil {
 		t.Fatalf("lock file gone after a helper's acquire and exit: %v", err)
 	}
@@ -132,21 +132,21 @@ func TestLockAdmissionTimesOutNamingHolder(t *testing.T) {
 	if te.Path != s.admissionLockPath() {
 		t.Errorf("Path = %q, want %q", te.Path, s.admissionLockPath())
 	}
-	if te.Holder.PID != h.pid() || te.HoldErr != nil {
-		t.Errorf("Holder = %+v (err %v), want pid %d", te.Holder, te.HoldErr, h.pid())
+	if te.Holder.PID != h.Pid() || te.HoldErr != nil {
+		t.Errorf("Holder = %+v (err %v), want pid %d", te.Holder, te.HoldErr, h.Pid())
 	}
 	host, _ := os.Hostname()
 	if te.Holder.Host != host {
 		t.Errorf("Holder.Host = %q, want %q", te.Holder.Host, host)
 	}
 	msg := r.err.Error()
-	for _, want := range []string{fmt.Sprintf("pid %d", h.pid()), s.admissionLockPath(), "timed out"} {
+	for _, want := range []string{fmt.Sprintf("pid %d", h.Pid()), s.admissionLockPath(), "timed out"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not mention %q", msg, want)
 		}
 	}
 	// The waiter did not disturb the holder: its note is intact.
-	if hn, err := readHolderNote(t, s); err != nil || hn.PID != h.pid() {
+	if hn, err := readHolderNote(t, s); err != nil || hn.PID != h.Pid() {
 		t.Errorf("holder note after a timed-out wait = %+v, %v", hn, err)
 	}
 }
@@ -159,8 +159,8 @@ func TestLockAdmissionZeroTimeoutFailsWhenBusy(t *testing.T) {
 	if !errors.As(r.err, &te) {
 		t.Fatalf("error %v, want *LockTimeoutError", r.err)
 	}
-	if te.Holder.PID != h.pid() {
-		t.Errorf("Holder.PID = %d, want %d", te.Holder.PID, h.pid())
+	if te.Holder.PID != h.Pid() {
+		t.Errorf("Holder.PID = %d, want %d", te.Holder.PID, h.Pid())
 	}
 }
 
@@ -169,7 +169,7 @@ func TestLockAdmissionZeroTimeoutFailsWhenBusy(t *testing.T) {
 func TestLockAdmissionRightAfterHolderSIGKILL(t *testing.T) {
 	s := newStore(t)
 	h := holdAdmission(t, s.Root())
-	h.kill()
+	h.Kill()
 	r := awaitLock(t, lockAsync(context.Background(), s, 0), 5*time.Second)
 	if r.err != nil {
 		t.Fatalf("LockAdmission(timeout 0) after the holder was killed: %v", r.err)
@@ -193,8 +193,8 @@ func TestLockAdmissionWaitsForRelease(t *testing.T) {
 		t.Fatalf("LockAdmission returned (%v) while another process holds the lock", r.err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	h.send("release")
-	h.expect("released")
+	h.Send("release")
+	h.Expect("released")
 	r := awaitLock(t, ch, 10*time.Second)
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -210,12 +210,12 @@ func TestLockAdmissionExcludesOtherProcess(t *testing.T) {
 	s := newStore(t)
 	a := lockAdmission(t, s)
 	h := startHelper(t, "hold-admission", s.Root())
-	h.expect("waiting")
-	h.silentFor(300 * time.Millisecond)
+	h.Expect("waiting")
+	h.SilentFor(300 * time.Millisecond)
 	a.Release()
-	h.expect("locked")
-	if hn, err := readHolderNote(t, s); err != nil || hn.PID != h.pid() {
-		t.Errorf("holder note = %+v, %v; want the helper %d", hn, err, h.pid())
+	h.Expect("locked")
+	if hn, err := readHolderNote(t, s); err != nil || hn.PID != h.Pid() {
+		t.Errorf("holder note = %+v, %v; want the helper %d", hn, err, h.Pid())
 	}
 }
 
@@ -223,8 +223,8 @@ func TestLockAdmissionTimeoutErrorFromOtherProcess(t *testing.T) {
 	s := newStore(t)
 	lockAdmission(t, s)
 	h := startHelper(t, "hold-admission", s.Root(), helperTimeout+"=150ms")
-	h.expect("waiting")
-	line := h.expect("timeout ")
+	h.Expect("waiting")
+	line := h.Expect("timeout ")
 	if want := fmt.Sprintf("held by pid %d ", os.Getpid()); !strings.Contains(line, want) {
 		t.Errorf("helper's error %q does not contain %q", line, want)
 	}
@@ -254,7 +254,7 @@ func TestLockAdmissionMissingHolderNote(t *testing.T) {
 	s := newStore(t)
 	// A process holds the lock without having written a note.
 	h := startHelper(t, "hold-flock", s.admissionLockPath())
-	h.expect("locked")
+	h.Expect("locked")
 	r := awaitLock(t, lockAsync(context.Background(), s, 100*time.Millisecond), 5*time.Second)
 	var te *LockTimeoutError
 	if !errors.As(r.err, &te) {
@@ -288,7 +288,7 @@ func TestLockAdmissionUnreadableHolderNote(t *testing.T) {
 			s := newStore(t)
 			plant(t, s.holderPath())
 			h := startHelper(t, "hold-flock", s.admissionLockPath())
-			h.expect("locked")
+			h.Expect("locked")
 			r := awaitLock(t, lockAsync(context.Background(), s, 50*time.Millisecond), 5*time.Second)
 			var te *LockTimeoutError
 			if !errors.As(r.err, &te) {
@@ -381,8 +381,8 @@ func TestLockAdmissionHolderNoteUnwritable(t *testing.T) {
 	}
 	// Another process gets the lock at once: it was not left held.
 	h := startHelper(t, "hold-admission", s.Root(), helperTimeout+"=0s")
-	h.expect("waiting")
-	h.expect("locked")
+	h.Expect("waiting")
+	h.Expect("locked")
 }
 
 // The note is rewritten in place with a fixed width: a longer older note
@@ -509,8 +509,8 @@ func TestLockAdmissionStartsOverWhenTheRootIsReplaced(t *testing.T) {
 	}
 
 	// The old holder lets go: the waiter now has the old, moved directory.
-	old.send("release")
-	old.expect("released")
+	old.Send("release")
+	old.Expect("released")
 	select {
 	case r := <-ch:
 		if r.adm != nil {
@@ -545,10 +545,10 @@ func TestLockAdmissionExcludesAHolderOfARemovedLockFile(t *testing.T) {
 	defer second.Close()
 	r := awaitLock(t, lockAsync(context.Background(), second, 300*time.Millisecond), 10*time.Second)
 	if r.err == nil {
-		t.Errorf("LockAdmission succeeded while process %d still holds the admission lock it took before .locks/ was removed: two processes are inside", h.pid())
+		t.Errorf("LockAdmission succeeded while process %d still holds the admission lock it took before .locks/ was removed: two processes are inside", h.Pid())
 	}
-	h.send("release")
-	h.expect("released")
+	h.Send("release")
+	h.Expect("released")
 }
 
 // A store that took the admission lock before .locks/ was deleted and

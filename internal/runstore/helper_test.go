@@ -10,13 +10,10 @@ package runstore
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/helperproc"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -35,9 +33,6 @@ const (
 	helperTimeout = "CREW_RUNSTORE_TIMEOUT"
 	helperID      = "CREW_RUNSTORE_ID"
 )
-
-// lineTimeout bounds how long the parent waits for a helper's status line.
-const lineTimeout = 10 * time.Second
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(helperEnv); spec != "" {
@@ -92,7 +87,7 @@ func runHelper(spec string) int {
 			return fail(err)
 		}
 		fmt.Println("locked")
-		waitEOF()
+		helperproc.WaitEOF()
 		return 0
 
 	case "reserve": // reserve run $CREW_RUNSTORE_ID in the state root arg and hold its locks
@@ -150,143 +145,14 @@ func runHelper(spec string) int {
 	return fail(fmt.Errorf("unknown helper mode %q", mode))
 }
 
-// helperGORACE keeps the race detector (when on) from sleeping a second
-// at every helper's exit.
-func helperGORACE() string {
-	return "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")
-}
-
-func waitEOF() { _, _ = io.Copy(io.Discard, os.Stdin) }
-
-// helper is a running helper process seen from the test.
-type helper struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	stderr *syncBuffer
-	wait   func() error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// helper is a helper process: this test binary run again as one mode.
+type helper = helperproc.Process
 
 // startHelper starts the test binary as helper mode:arg, with extra
 // environment variables.
 func startHelper(t *testing.T, mode, arg string, env ...string) *helper {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(append(os.Environ(), helperEnv+"="+mode+":"+arg, helperGORACE()), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &helper{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16), stderr: &syncBuffer{}}
-	cmd.Stderr = h.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h.wait = sync.OnceValue(cmd.Wait)
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = h.wait()
-	})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			h.lines <- sc.Text()
-		}
-		close(h.lines)
-	}()
-	return h
-}
-
-func (h *helper) pid() int { return h.cmd.Process.Pid }
-
-// expect waits for the helper's next status line and checks its prefix.
-func (h *helper) expect(prefix string) string {
-	h.t.Helper()
-	select {
-	case line, ok := <-h.lines:
-		if !ok {
-			h.t.Fatalf("helper %d exited before printing %q; stderr: %s", h.pid(), prefix, h.stderr.String())
-		}
-		if !strings.HasPrefix(line, prefix) {
-			h.t.Fatalf("helper %d printed %q, want %q...; stderr: %s", h.pid(), line, prefix, h.stderr.String())
-		}
-		return line
-	case <-time.After(lineTimeout):
-		h.t.Fatalf("helper %d printed nothing within %s, want %q; stderr: %s", h.pid(), lineTimeout, prefix, h.stderr.String())
-	}
-	return ""
-}
-
-// silentFor asserts that the helper prints nothing for d.
-func (h *helper) silentFor(d time.Duration) {
-	h.t.Helper()
-	select {
-	case line, ok := <-h.lines:
-		if ok {
-			h.t.Fatalf("helper %d printed %q, want silence (still blocked)", h.pid(), line)
-		}
-		h.t.Fatalf("helper %d exited, want it blocked; stderr: %s", h.pid(), h.stderr.String())
-	case <-time.After(d):
-	}
-}
-
-func (h *helper) send(cmd string) {
-	h.t.Helper()
-	if _, err := io.WriteString(h.stdin, cmd+"\n"); err != nil {
-		h.t.Fatalf("write to helper %d: %v", h.pid(), err)
-	}
-}
-
-// kill SIGKILLs the helper and reaps it: when kill returns, the kernel has
-// closed every descriptor the helper had.
-func (h *helper) kill() {
-	h.t.Helper()
-	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		h.t.Fatalf("kill helper %d: %v", h.pid(), err)
-	}
-	_ = h.wait()
-}
-
-// finish closes the helper's stdin and waits for it to exit cleanly.
-func (h *helper) finish() {
-	h.t.Helper()
-	_ = h.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- h.wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			h.t.Fatalf("helper %d: %v; stderr: %s", h.pid(), err, h.stderr.String())
-		}
-	case <-time.After(lineTimeout):
-		h.t.Fatalf("helper %d did not exit after stdin closed", h.pid())
-	}
+	return helperproc.Start(t, append([]string{helperEnv + "=" + mode + ":" + arg}, env...))
 }
 
 // Fixtures.
@@ -480,7 +346,7 @@ func blockedOn(t *testing.T, path string, pid int) {
 		t.Fatal(err)
 	}
 	ino := fi.Sys().(*syscall.Stat_t).Ino
-	deadline := time.Now().Add(lineTimeout)
+	deadline := time.Now().Add(helperproc.LineTimeout)
 	for {
 		b, err := os.ReadFile("/proc/locks")
 		if err != nil {
@@ -498,7 +364,7 @@ func blockedOn(t *testing.T, path string, pid int) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d is not blocked on %s after %s", pid, path, lineTimeout)
+			t.Fatalf("process %d is not blocked on %s after %s", pid, path, helperproc.LineTimeout)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -318,7 +318,7 @@ func TestLeftoverTicketOfAKilledWaiter(t *testing.T) {
 	s := newStore(t)
 	id := idAt(time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC), 1)
 	h := startHelper(t, "enqueue", s.Root(), helperID+"="+string(id))
-	h.expect("queued")
+	h.Expect("queued")
 	if ls := mustLeftovers(t, s); len(ls) != 0 {
 		t.Fatalf("a living waiter's files listed as leftovers: %v", ls)
 	}
@@ -327,7 +327,7 @@ func TestLeftoverTicketOfAKilledWaiter(t *testing.T) {
 		t.Fatal("RemoveDeadTicket removed a living waiter's ticket")
 	}
 	a.Release()
-	h.kill()
+	h.Kill()
 	ls := mustLeftovers(t, s)
 	if len(ls) != 1 || ls[0].Kind != LeftoverTicket || ls[0].ID != id || ls[0].Task != "queued-task" {
 		t.Fatalf("leftovers after the waiter was killed = %+v, want its ticket", ls)
@@ -345,7 +345,7 @@ func TestLeftoverLockOfAKilledReserver(t *testing.T) {
 	s := newStore(t)
 	id := idAt(time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC), 1)
 	h := startHelper(t, "reserve", s.Root(), helperID+"="+string(id))
-	h.expect("reserved")
+	h.Expect("reserved")
 	// The record goes (as a crash between lock and record would leave it).
 	if err := os.Remove(s.ActivePath(id)); err != nil {
 		t.Fatal(err)
@@ -353,7 +353,7 @@ func TestLeftoverLockOfAKilledReserver(t *testing.T) {
 	if ls := mustLeftovers(t, s); len(ls) != 0 {
 		t.Fatalf("a living holder's lock files listed as leftovers: %v", ls)
 	}
-	h.kill()
+	h.Kill()
 	ls := mustLeftovers(t, s)
 	if len(ls) != 2 {
 		t.Fatalf("leftovers after the holder was killed = %+v, want its two lock files", ls)

@@ -203,7 +203,7 @@ func TestFenceWithMissingLockFiles(t *testing.T) {
 func TestOwnerStateAcrossProcesses(t *testing.T) {
 	s := newStore(t)
 	h := startHelper(t, "reserve", s.Root(), helperID+"="+string(testID))
-	h.expect("reserved")
+	h.Expect("reserved")
 	assertOwner(t, s, testID, owner(record.Alive, record.Alive))
 	if f, err := s.Fence(testID, nil); !errors.Is(err, ErrRunBusy) {
 		if f != nil {
@@ -211,7 +211,7 @@ func TestOwnerStateAcrossProcesses(t *testing.T) {
 		}
 		t.Fatalf("Fence of another process's run = %v, want ErrRunBusy", err)
 	}
-	h.kill()
+	h.Kill()
 	assertOwner(t, s, testID, owner(record.Dead, record.Dead))
 	f, err := s.Fence(testID, nil)
 	if err != nil {
@@ -222,9 +222,9 @@ func TestOwnerStateAcrossProcesses(t *testing.T) {
 	// A process that finishes its run leaves nothing but the finished record.
 	id := idAt(time.Now(), 2)
 	h = startHelper(t, "reserve", s.Root(), helperID+"="+string(id))
-	h.expect("reserved")
-	h.send("finish")
-	h.expect("finished")
+	h.Expect("reserved")
+	h.Send("finish")
+	h.Expect("finished")
 	assertOwner(t, s, id, owner(record.Dead, record.Dead))
 	if !s.IsDone(id) || s.ActiveFileExists(recordName(id)) {
 		t.Error("the helper's finished run is not (only) among the finished runs")

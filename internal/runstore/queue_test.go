@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/helperproc"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -29,8 +30,8 @@ func waitRung(t *testing.T, w *Waiter) {
 	t.Helper()
 	select {
 	case <-w.Rung():
-	case <-time.After(lineTimeout):
-		t.Fatalf("waiter %s was not woken within %s", w.ID(), lineTimeout)
+	case <-time.After(helperproc.LineTimeout):
+		t.Fatalf("waiter %s was not woken within %s", w.ID(), helperproc.LineTimeout)
 	}
 }
 
@@ -216,13 +217,13 @@ func TestRingWakesAnotherProcess(t *testing.T) {
 	s := newStore(t)
 	id := idAt(time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC), 1)
 	h := startHelper(t, "enqueue", s.Root(), helperID+"="+string(id))
-	h.expect("queued")
+	h.Expect("queued")
 	if s.WaiterState(id) != record.Alive {
 		t.Errorf("WaiterState = %v, want Alive", s.WaiterState(id))
 	}
 	s.Ring(id)
-	h.expect("rung")
-	h.send("remove")
-	h.expect("removed")
+	h.Expect("rung")
+	h.Send("remove")
+	h.Expect("removed")
 	assertOnlyFiles(t, s.osPath(queueDir))
 }
