@@ -1,13 +1,13 @@
 package runstore
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -78,7 +78,35 @@ func dropMarker(dropped, logMax int64, nl bool) string {
 	return m
 }
 
-var markerRE = regexp.MustCompile(`^\n?\[crew: (\d+) bytes of output dropped here \(log capped at [^)\n]*\)\]\n`)
+// parseMarker reads the marker dropMarker wrote at the start of b (after
+// an optional newline): the number of bytes it says were dropped and the
+// marker's length. Hand-parsed, not a regular expression, because every
+// crew process would compile one at start-up.
+func parseMarker(b []byte) (dropped int64, n int, ok bool) {
+	rest := bytes.TrimPrefix(b, []byte("\n"))
+	rest, found := bytes.CutPrefix(rest, []byte("[crew: "))
+	if !found {
+		return 0, 0, false
+	}
+	digits, rest, found := bytes.Cut(rest, []byte(" bytes of output dropped here (log capped at "))
+	if !found || len(digits) == 0 {
+		return 0, 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, 0, false
+		}
+	}
+	dropped, err := strconv.ParseInt(string(digits), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	capText, rest, found := bytes.Cut(rest, []byte(")]\n"))
+	if !found || bytes.ContainsAny(capText, ")\n") {
+		return 0, 0, false
+	}
+	return dropped, len(b) - len(rest), true
+}
 
 // LogWriter writes a capped log. It is safe for the two copies of the
 // command's output (stdout, stderr) to write at once. It never blocks on
@@ -507,9 +535,8 @@ func (r *LogReader) copyComposed(w io.Writer) (int64, error) {
 	tailOff := headMax              // the tail's first byte in the output
 	buf := make([]byte, 256)
 	n, _ := r.head.ReadAt(buf, headMax)
-	if m := markerRE.FindSubmatch(buf[:n]); m != nil {
-		dropped, _ := strconv.ParseInt(string(m[1]), 10, 64)
-		body = start + int64(len(m[0]))
+	if dropped, k, ok := parseMarker(buf[:n]); ok {
+		body = start + int64(k)
 		tailOff = headMax + dropped
 	}
 	var total int64

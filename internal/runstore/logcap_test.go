@@ -7,11 +7,18 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
+
+// markerRE is the test's own reading of the marker, independent of
+// parseMarker.
+var markerRE = regexp.MustCompile(`^\n?\[crew: (\d+) bytes of output dropped here \(log capped at [^)\n]*\)\]\n`)
 
 // output is n bytes of numbered lines, so that any piece of it says
 // where it came from.
@@ -399,4 +406,26 @@ func TestCappedLogPiecesAreNeverLeftBehind(t *testing.T) {
 	}
 	adm.Release()
 	assertMissing(t, s.osPath(logsDir, tailDirName(testID)))
+}
+
+func TestParseMarkerReadsWhatDropMarkerWrites(t *testing.T) {
+	for _, nl := range []bool{false, true} {
+		m := dropMarker(48234567, 1<<20, nl)
+		dropped, n, ok := parseMarker([]byte(m + "newest output\n"))
+		require.True(t, ok, "%q", m)
+		assert.Equal(t, int64(48234567), dropped)
+		assert.Equal(t, len(m), n)
+	}
+	for _, bad := range []string{
+		"",
+		"[crew: 12 bytes of output dropped here (log capped at 1 MiB)]", // no newline
+		"[crew: bytes of output dropped here (log capped at 1 MiB)]\n",
+		"[crew: 1x2 bytes of output dropped here (log capped at 1 MiB)]\n",
+		"[crew: 12 bytes of output dropped here (log capped at 1\nMiB)]\n",
+		"\n\n[crew: 12 bytes of output dropped here (log capped at 1 MiB)]\n",
+		"output [crew: 12 bytes of output dropped here (log capped at 1 MiB)]\n",
+	} {
+		_, _, ok := parseMarker([]byte(bad))
+		assert.False(t, ok, "%q", bad)
+	}
 }
