@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/crew-dev/crew/internal/failpoint"
@@ -53,7 +54,13 @@ import (
 // line so that a torn or zero-filled tail (a power cut) can never swallow
 // the next entry; a line whose CRC does not match is skipped:
 //
-//	\n<appended ns>\t<finished ns>\t<run id>\t<state>\t<exit code or ->\t<quoted task>\t<crc32 hex>\n
+//	\n<appended ns>\t<finished ns>\t<written ns>\t<run id>\t<state>\t<exit code or ->\t<quoted task>\t<crc32 hex>\n
+//
+// "appended" orders the file (the time of the append; for a rebuilt entry,
+// the run's finish); "written" is when the entry was made, so that crew
+// recover can tell a record changed after it was indexed (by hand, or by
+// anyone who can write the state root) and index it again: a newer entry
+// of a run overrides an older one.
 //
 // Concurrency without any lock of crew's: appends are single O_APPEND
 // writes under a shared flock of the index file itself, so concurrent
@@ -88,6 +95,12 @@ const (
 	// mtimeSlack covers the file system's coarser clock, for the fallback
 	// that orders records by their files' modification times.
 	mtimeSlack = time.Second
+	// changeSlack is how much later than its entry a record's file may be
+	// modified before crew recover takes it as changed after it was
+	// indexed. None: file times come from the kernel's coarse clock,
+	// which lags the clock entries are stamped with, so a record written
+	// before its entry never looks newer than it.
+	changeSlack = 0
 )
 
 // indexEntry is one line of the index: enough to order and filter runs
@@ -99,6 +112,7 @@ type indexEntry struct {
 	Exit     *int
 	Finished time.Time
 	Appended time.Time
+	Written  time.Time // zero: the same as Appended
 }
 
 func entryOf(rec *record.Run, appended time.Time) indexEntry {
@@ -115,6 +129,12 @@ func (e indexEntry) encode(b []byte) []byte {
 	b = strconv.AppendInt(b, e.Appended.UnixNano(), 10)
 	b = append(b, '\t')
 	b = strconv.AppendInt(b, e.Finished.UnixNano(), 10)
+	b = append(b, '\t')
+	written := e.Written
+	if written.IsZero() {
+		written = e.Appended
+	}
+	b = strconv.AppendInt(b, written.UnixNano(), 10)
 	b = append(b, '\t')
 	b = append(b, e.ID...)
 	b = append(b, '\t')
@@ -139,9 +159,9 @@ func (e indexEntry) encode(b []byte) []byte {
 // rawEntry is a line of the index checked and cut into its fields, with
 // nothing allocated yet: scans read many lines and use few.
 type rawEntry struct {
-	appended, finished int64
-	id, state, exit    []byte
-	task               []byte // quoted
+	appended, finished, written int64
+	id, state, exit             []byte
+	task                        []byte // quoted
 }
 
 // parseRaw checks and cuts one line (without its newline); false for
@@ -156,23 +176,24 @@ func parseRaw(line []byte) (rawEntry, bool) {
 	if !ok || sum != crc32.ChecksumIEEE(line[:i]) {
 		return r, false
 	}
-	var f [6][]byte
+	var f [7][]byte
 	rest := line[:i]
-	for k := range 5 {
+	for k := range 6 {
 		j := bytes.IndexByte(rest, '\t')
 		if j < 0 {
 			return r, false
 		}
 		f[k], rest = rest[:j], rest[j+1:]
 	}
-	f[5] = rest
-	var ok1, ok2 bool
+	f[6] = rest
+	var ok1, ok2, ok3 bool
 	r.appended, ok1 = parseInt64(f[0])
 	r.finished, ok2 = parseInt64(f[1])
-	if !ok1 || !ok2 || len(f[2]) != record.RunIDLen || len(f[5]) < 2 {
+	r.written, ok3 = parseInt64(f[2])
+	if !ok1 || !ok2 || !ok3 || len(f[3]) != record.RunIDLen || len(f[6]) < 2 {
 		return r, false
 	}
-	r.id, r.state, r.exit, r.task = f[2], f[3], f[4], f[5]
+	r.id, r.state, r.exit, r.task = f[3], f[4], f[5], f[6]
 	return r, true
 }
 
@@ -237,7 +258,7 @@ func (r rawEntry) entry(tasks map[string]string) (indexEntry, bool) {
 		return indexEntry{}, false
 	}
 	return indexEntry{ID: record.RunID(r.id), Task: task, State: r.stateOf(), Exit: exit,
-		Finished: r.finishedAt(), Appended: r.appendedAt()}, true
+		Finished: r.finishedAt(), Appended: r.appendedAt(), Written: time.Unix(0, r.written)}, true
 }
 
 // parseEntry parses one line (without its newline) into an entry.
@@ -386,9 +407,10 @@ func atName(dir *os.Root, name string, f *os.File) (bool, error) {
 }
 
 // dropIndex takes an index that cannot be used out of the way: removed if
-// it is a regular file (the records are its source), moved into
-// quarantine/ with a note if it is anything else (a planted link, FIFO or
-// directory), so that readers fall back to the records.
+// it is a regular file of crew's (the records are its source), moved into
+// quarantine/ with a note if it is anything else (a planted link, FIFO,
+// directory, or a file with a second hard link), so that readers fall back
+// to the records.
 func (s *Store) dropIndex(dir *os.Root, why error) error {
 	fi, err := dir.Lstat(indexName)
 	switch {
@@ -396,7 +418,7 @@ func (s *Store) dropIndex(dir *os.Root, why error) error {
 		return nil
 	case err != nil:
 		return err
-	case fi.Mode().IsRegular():
+	case fi.Mode().IsRegular() && links(fi) == 1:
 		return removeFile(dir, indexName)
 	}
 	_, err = s.quarantine(runsDir, indexName, fmt.Sprintf("%v; crew keeps its index of finished runs there, so it moved this aside", why), "crew")
@@ -559,13 +581,18 @@ func (s *Store) CompactIndex() (dropped int, err error) {
 	return dropped, s.replaceIndex(dir, f, size, content)
 }
 
-// liveEntries keeps the first entry of each run whose record exists.
+// liveEntries keeps the last (newest) entry of each run whose record
+// exists, in file order.
 func (s *Store) liveEntries(entries []indexEntry) []indexEntry {
+	last := make(map[record.RunID]int, len(entries))
+	for i, e := range entries {
+		last[e.ID] = i
+	}
 	seen := make(map[record.RunID]bool, len(entries))
 	exists := map[string]func(record.RunID) bool{}
 	var kept []indexEntry
-	for _, e := range entries {
-		if seen[e.ID] || !record.LooksLikeRunID(string(e.ID)) {
+	for i, e := range entries {
+		if last[e.ID] != i || seen[e.ID] || !record.LooksLikeRunID(string(e.ID)) {
 			continue
 		}
 		seen[e.ID] = true
@@ -663,6 +690,9 @@ type IndexRepair struct {
 	Why     string
 	// Added: finished runs that were missing from a usable index.
 	Added int
+	// Changed: finished records changed after they were indexed (by
+	// hand), indexed again.
+	Changed int
 	// Runs is how many finished runs the index lists now.
 	Runs int
 }
@@ -696,35 +726,43 @@ func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
 	if err != nil {
 		return nil, err
 	}
-	indexed := make(map[record.RunID]bool, len(entries))
+	written := make(map[record.RunID]time.Time, len(entries))
 	for _, e := range entries {
-		indexed[e.ID] = true
+		written[e.ID] = e.Written // the last entry of a run is the one that counts
 	}
-	ids, err := s.finishedIDs()
+	files, err := s.finishedFiles()
 	if err != nil {
 		return nil, err
 	}
 	active := s.activeIDs()
 	var missing []*record.Run
-	for _, id := range ids {
-		if indexed[id] || active[id] {
-			continue // indexed, or its finisher (or whoever reaps it) indexes it
+	for _, file := range files {
+		w, indexed := written[file.id]
+		switch {
+		case active[file.id]:
+			continue // its finisher (or whoever reaps it) indexes it
+		case indexed && !file.mod.After(w.Add(changeSlack)):
+			continue
 		}
-		rec, err := s.ReadDone(id)
+		rec, err := s.ReadDone(file.id)
 		if err != nil {
 			continue // pruned meanwhile, or unreadable (status reports those)
 		}
 		missing = append(missing, rec)
+		if indexed {
+			rep.Changed++
+		} else {
+			rep.Added++
+		}
 	}
-	rep.Added = len(missing)
-	rep.Runs = len(ids)
+	rep.Runs = len(files)
 	if len(missing) > rebuildFrom {
 		// Appended now, so many entries would share one append time and
 		// make every newest-first scan read them all: a rebuild orders
 		// them by finish instead.
 		f.Close()
-		rep.Added, rep.Rebuilt = 0, true
-		rep.Why = fmt.Sprintf("it lacked %d of %d finished runs", len(missing), len(ids))
+		rep.Added, rep.Changed, rep.Rebuilt = 0, 0, true
+		rep.Why = fmt.Sprintf("it lacked %d of %d finished runs, or had them as they were before a change", len(missing), len(files))
 		if dry {
 			return rep, nil
 		}
@@ -787,10 +825,13 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 	}
 	slices.SortFunc(recs, byFinish)
 	content := []byte(indexHeader)
+	now := time.Now()
 	for _, rec := range recs {
 		// Rebuilt entries are "appended" when they finished, so the file
 		// stays in append-time order for the newest-first scans.
-		content = entryOf(rec, finishOf(rec)).encode(content)
+		e := entryOf(rec, finishOf(rec))
+		e.Written = now
+		content = e.encode(content)
 	}
 	dir, err := s.dir(runsDir)
 	if err != nil {
@@ -845,7 +886,7 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 	}
 	slices.SortFunc(late, byFinish)
 	var lines []byte
-	now := time.Now()
+	now = time.Now()
 	for _, rec := range late {
 		lines = entryOf(rec, now).encode(lines)
 	}
@@ -879,6 +920,43 @@ func (s *Store) finishedIDs() ([]record.RunID, error) {
 	return ids, nil
 }
 
+// finishedFile is a finished record's run id and its file's modification
+// time.
+type finishedFile struct {
+	id  record.RunID
+	mod time.Time
+}
+
+// finishedFiles lists every finished record with its modification time.
+func (s *Store) finishedFiles() ([]finishedFile, error) {
+	shards, err := s.doneShards()
+	if err != nil {
+		return nil, err
+	}
+	var out []finishedFile
+	for _, shard := range shards {
+		names, err := s.shardNames(shard)
+		var notDir *NotDirError
+		if errors.Is(err, fs.ErrNotExist) || errors.As(err, &notDir) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		dir, err := s.dir(doneDir + "/" + shard)
+		if err != nil {
+			continue
+		}
+		for _, n := range names {
+			if fi, err := dir.Lstat(n); err == nil {
+				out = append(out, finishedFile{id: record.RunID(n[:len(n)-len(".json")]), mod: fi.ModTime()})
+			}
+		}
+		dir.Close()
+	}
+	return out, nil
+}
+
 // activeIDs is the set of run ids with a file in the active set.
 func (s *Store) activeIDs() map[record.RunID]bool {
 	out := map[record.RunID]bool{}
@@ -901,4 +979,12 @@ func cutRecordName(name string) (record.RunID, bool) {
 		return "", false
 	}
 	return record.RunID(name[:record.RunIDLen]), true
+}
+
+// links is a file's hard link count.
+func links(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
 }

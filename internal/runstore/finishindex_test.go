@@ -281,7 +281,8 @@ func TestCompactIndex(t *testing.T) {
 	if err != nil || dropped != 3 {
 		t.Fatalf("CompactIndex = %d, %v; want 3 dropped", dropped, err)
 	}
-	want := []record.RunID{recs[1].RunID, recs[2].RunID, recs[4].RunID}
+	// The last entry of a run is the one kept (a newer entry overrides).
+	want := []record.RunID{recs[2].RunID, recs[4].RunID, recs[1].RunID}
 	if got := indexedIDs(t, s); !slices.Equal(got, want) {
 		t.Fatalf("index after compaction = %v, want %v", got, want)
 	}
@@ -497,6 +498,32 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 	}
 	if got := ids(mustQuery(t, s, FinishedQuery{Limit: 1}).Runs); !slices.Equal(got, []record.RunID{extra.RunID}) {
 		t.Fatalf("newest = %v", got)
+	}
+	// A record changed by hand after it was indexed: a task filter goes by
+	// the index until CheckIndex indexes the record again.
+	// (Its entry says it was made an hour ago, so that the change is
+	// later than the entry whatever the clocks' granularity.)
+	dir, _ := s.dir(runsDir)
+	defer dir.Close()
+	old := entryOf(recs[2], time.Time{})
+	old.Written = time.Now().Add(-time.Hour)
+	if ok, _ := s.appendIndex(dir, []indexEntry{old}); !ok {
+		t.Fatal("append failed")
+	}
+	changed := *recs[2]
+	changed.Task = "renamed"
+	data, _ = changed.Encode()
+	writeString(t, s.DonePath(changed.RunID), string(data))
+	renamed := FinishedQuery{Match: func(task string, _ record.State, _ *int) bool { return task == "renamed" }}
+	rep, err = s.CheckIndex(false)
+	if err != nil || rep.Changed != 1 || rep.Added != 0 {
+		t.Fatalf("CheckIndex = %+v, %v; want 1 changed", rep, err)
+	}
+	if got := ids(mustQuery(t, s, renamed).Runs); !slices.Equal(got, []record.RunID{changed.RunID}) {
+		t.Fatalf("runs of the renamed task = %v", got)
+	}
+	if again, err := s.CheckIndex(false); err != nil || again.Changed+again.Added != 0 {
+		t.Fatalf("second CheckIndex = %+v, %v", again, err)
 	}
 }
 

@@ -247,3 +247,62 @@ func (t *topRuns) fromRecords(s *Store) error {
 	}
 	return nil
 }
+
+// FinishedRef names a finished run, for lists of candidates.
+type FinishedRef struct {
+	ID    record.RunID
+	Task  string
+	State record.State
+}
+
+// FinishedMatching lists the finished runs whose id match accepts, newest
+// finish first (at most limit of them, and how many there were): the
+// candidates for a run id prefix or short id. With the index it reads the
+// index, and a record only to check it still exists; without one, the
+// names of every finished record.
+func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs []FinishedRef, total int, err error) {
+	var found []indexEntry
+	f, size, _ := s.openIndex()
+	if f != nil {
+		tasks := map[string]string{}
+		seen := map[record.RunID]bool{}
+		err = backward(f, int64(len(indexHeader)), size, func(line []byte) bool {
+			r, ok := parseRaw(line)
+			if !ok || seen[record.RunID(r.id)] || !match(record.RunID(r.id)) {
+				return true
+			}
+			if e, ok := r.entry(tasks); ok {
+				seen[e.ID] = true
+				found = append(found, e)
+			}
+			return true
+		})
+		f.Close()
+		if err != nil {
+			return nil, 0, err
+		}
+	} else {
+		ids, err := s.finishedIDs()
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, id := range ids {
+			if match(id) {
+				if rec, err := s.ReadDone(id); err == nil {
+					found = append(found, entryOf(rec, finishOf(rec)))
+				}
+			}
+		}
+		slices.SortFunc(found, func(a, b indexEntry) int { return b.Finished.Compare(a.Finished) })
+	}
+	for _, e := range found {
+		if !s.IsDone(e.ID) {
+			continue // pruned
+		}
+		total++
+		if limit <= 0 || len(refs) < limit {
+			refs = append(refs, FinishedRef{ID: e.ID, Task: e.Task, State: e.State})
+		}
+	}
+	return refs, total, nil
+}
