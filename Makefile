@@ -9,8 +9,12 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 all: build
 
+# crew --version says VERSION (from git describe; empty: what the Go
+# toolchain recorded in the binary).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+
 build:
-	$(GO) build -o bin/crew ./cmd/crew
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/crew ./cmd/crew
 
 # vet, unit tests, e2e tests (all with -race), and the darwin cross-build.
 test: vet cross

@@ -51,7 +51,7 @@ func (o *logsOptions) run(arg string, s streams) error {
 	if !o.follow {
 		f, err := d.Store.OpenLog(id)
 		if errors.Is(err, os.ErrNotExist) {
-			return &noLogError{fmt.Sprintf("run %s has no log (it never started a command)", id)}
+			return &noLogError{fmt.Sprintf("%s: run %s has no log (it never started a command)", quoteTask(d.TaskOf(id)), id)}
 		}
 		if err != nil {
 			return err

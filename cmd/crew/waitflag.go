@@ -28,7 +28,7 @@ func (w *waitFlag) Set(s string) error {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("not a duration (use Go syntax such as 90s, 10m, 1h30m)")
+		return err // flagError says it in crew's words
 	}
 	if d <= 0 {
 		return fmt.Errorf("must be positive")
