@@ -72,7 +72,7 @@ func TestBrokenConfigKeepsTheQueueAndTheOperatorInformed(t *testing.T) {
 	// The waiter retries (every few seconds), keeps its place, and says why.
 	problem := cfg + ":5:1: malformed JSON: invalid character '}' looking for beginning of object key string"
 	eventually(t, 15*time.Second, "the waiter to show the config problem", func() bool {
-		return strings.Contains(waiter.errb.String(), "crew: waiting, 1st in line, for crew.json to be fixed (retrying): "+problem)
+		return strings.Contains(waiter.errb.String(), "crew: waiter: waiting, 1st in line, for crew.json to be fixed (retrying): "+problem)
 	})
 	s := e.configStatus()
 	require.NotNil(t, s.ConfigError)
@@ -91,7 +91,7 @@ func TestBrokenConfigKeepsTheQueueAndTheOperatorInformed(t *testing.T) {
 
 	plain := e.run("start", "plain", "--", "true")
 	assert.Equal(t, 125, plain.Code)
-	assert.Equal(t, "crew: "+problem+"; fix it, or rewrite it with `crew init --max N` (which moves this file aside)\n", plain.Stderr)
+	assert.Equal(t, "crew: plain: "+problem+"; fix it, or rewrite it with `crew init --max N` (which moves this file aside)\n", plain.Stderr)
 
 	fix := e.run("init", "--max", "3", "--pool", "test=2")
 	require.Equal(t, 0, fix.Code, fix.Stderr)
@@ -130,6 +130,6 @@ func TestBrokenConfigOnTheWaitLineOfATerminal(t *testing.T) {
 	require.Equal(t, 0, holder.wait(t, 10*time.Second).Code)
 	got := <-done // bounded by tryOnTTY
 	require.NoError(t, got.err)
-	assert.Contains(t, got.out, "\x1b[Kcrew: waiting, 1st in line, for crew.json to be fixed (retrying): "+cfg+":5:1: malformed JSON")
-	assert.Contains(t, got.out, "crew: admitted ")
+	assert.Contains(t, got.out, "\x1b[Kcrew: waiter: waiting, 1st in line, for crew.json to be fixed (retrying): "+cfg+":5:1: malformed JSON")
+	assert.Contains(t, got.out, "crew: waiter: admitted as run ")
 }

@@ -353,7 +353,7 @@ func TestInternalErrorIsRecorded(t *testing.T) {
 	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) })
 	r := e.runEnv([]string{"CREW_FAILPOINT=launched:panic"}, append([]string{"start", "boom", "--"}, waitCmd(gate)...)...)
 	assert.Equal(t, 125, r.Code, r.Stderr)
-	assert.Contains(t, r.Stderr, "crew: crew internal error in run r-")
+	assert.Contains(t, r.Stderr, "crew: boom: crew internal error in run r-")
 	assert.Contains(t, r.Stderr, "panic: failpoint launched")
 	s := e.status("boom")
 	require.Len(t, s.Finished, 1)

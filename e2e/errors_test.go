@@ -32,7 +32,7 @@ func TestUsageErrors(t *testing.T) {
 		{"too long", []string{"start", strings.Repeat("x", 201), "--", "true"}, "crew: invalid task name: task name is 201 bytes long; the limit is 200"},
 		{"invalid utf-8", []string{"start", "bad\xffname", "--", "true"}, "is not valid UTF-8"},
 		{"unknown flag", []string{"start", "--bogus", "x", "--", "true"}, "crew: unknown flag: --bogus"},
-		{"bad duration", []string{"start", "--grace", "soon", "x", "--", "true"}, `crew: invalid argument "soon" for "--grace"`},
+		{"bad duration", []string{"start", "--grace", "soon", "x", "--", "true"}, `crew: --grace "soon": not a duration; give a number and a unit, as in --grace=90s (Go durations: 90s, 10m, 1h30m)`},
 		{"zero lock timeout", []string{"start", "--lock-timeout", "0s", "x", "--", "true"}, "crew: --lock-timeout must be positive, not 0s"},
 		{"unknown command", []string{"frobnicate"}, `crew: unknown command "frobnicate" for "crew"`},
 		{"init max zero", []string{"init", "--max", "0"}, "crew: --max must be at least 1, not 0"},
@@ -60,7 +60,7 @@ func TestUnwritableRoot(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	r := e.run("--root", filepath.Join(file, "state"), "start", "x", "--", "true")
 	assert.Equal(t, 125, r.Code)
-	assert.Contains(t, r.Stderr, "crew: create state root "+filepath.Join(file, "state"))
+	assert.Contains(t, r.Stderr, "crew: x: create state root "+filepath.Join(file, "state"))
 	assert.Contains(t, r.Stderr, "not a directory")
 }
 
@@ -80,7 +80,7 @@ func TestCorruptConfig(t *testing.T) {
 			// A start refuses, compiler-style: PATH:LINE:COL: message.
 			r := e.run("start", "x", "--", "true")
 			assert.Equal(t, 125, r.Code, r.Stderr)
-			assert.True(t, strings.HasPrefix(r.Stderr, "crew: "+cfg+c.place), r.Stderr)
+			assert.True(t, strings.HasPrefix(r.Stderr, "crew: x: "+cfg+c.place), r.Stderr)
 			assert.Contains(t, r.Stderr, c.msg)
 			assert.Contains(t, r.Stderr, "crew init --max N")
 			// Status still works, and shows the problem.
@@ -116,7 +116,7 @@ func TestCorruptActiveRecord(t *testing.T) {
 		e, path := setup(t)
 		r := e.run("start", "x", "--", "true")
 		assert.Equal(t, 0, r.Code, r.Stderr)
-		assert.Contains(t, r.Stderr, "crew: warning: run record "+path+": not a JSON run record")
+		assert.Contains(t, r.Stderr, "crew: x: warning: run record "+path+": not a JSON run record")
 		assert.Contains(t, r.Stderr, "its owner is gone, so it holds no slot; run `crew recover` to quarantine it")
 		s := e.status()
 		require.Len(t, s.Problems, 1)
@@ -138,7 +138,7 @@ func TestCorruptActiveRecord(t *testing.T) {
 		})
 		r := e.run("start", "x", "--", "true")
 		assert.Equal(t, 75, r.Code, r.Stderr)
-		assert.Contains(t, r.Stderr, "crew: warning: run record "+path)
+		assert.Contains(t, r.Stderr, "crew: x: warning: run record "+path)
 		assert.Contains(t, r.Stderr, "its owner is alive, so it is counted as holding a slot")
 		assert.Contains(t, r.Stderr, "not admitted: all slots are busy (1/1 in use)")
 		assert.Equal(t, 1, e.status().SlotsInUse)
@@ -158,7 +158,7 @@ func TestLockTimeoutNamesTheHolder(t *testing.T) {
 	r := e.run("start", "--lock-timeout", "300ms", "late", "--", "true")
 	assert.Equal(t, 125, r.Code, r.Stderr)
 	assert.GreaterOrEqual(t, time.Since(begin), 300*time.Millisecond)
-	assert.Contains(t, r.Stderr, "crew: timed out after")
+	assert.Contains(t, r.Stderr, "crew: late: timed out after")
 	assert.Contains(t, r.Stderr, "waiting for the admission lock on the state root "+e.root+",")
 	assert.Contains(t, r.Stderr, fmt.Sprintf("held by pid %d on host %s since ", stuck.cmd.Process.Pid, host))
 	openGate()

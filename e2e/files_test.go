@@ -290,7 +290,7 @@ func TestPlantedLogOfAQueuedRun(t *testing.T) {
 				if detach {
 					require.Equal(t, 0, e.bounded(hangLimit, nil, "wait", id).Code)
 				} else {
-					assert.Contains(t, r.Stderr, "crew: warning: ")
+					assert.Contains(t, r.Stderr, "crew: queued: warning: ")
 					assert.Contains(t, r.Stderr, log+" existed before the run started")
 					assert.Contains(t, r.Stderr, "moved it to "+filepath.Join(e.root, "quarantine"))
 				}

@@ -22,9 +22,10 @@ import (
 // a full disk would.
 const finishENOSPC = "CREW_FAILPOINT=finish-write:error:ENOSPC"
 
-// retryNotice is the start of what crew says when it cannot record a run.
+// retryNotice is the start of what crew says when it cannot record a run
+// (after "crew: TASK: ").
 func retryNotice(id string) string {
-	return "crew: warning: run " + id + " ended (succeeded, exit 0), but crew cannot record it: record run " + id + " as succeeded in "
+	return ": warning: run " + id + " ended (succeeded, exit 0), but crew cannot record it: record run " + id + " as succeeded in "
 }
 
 // startUnrecordable starts a run whose command exits 0 once the returned
@@ -66,7 +67,7 @@ func TestFullDiskGiveUpKeepsTheOutcome(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM)) // our own child
 	r := p.wait(t, 10*time.Second)
 	assert.Equal(t, 125, r.Code, r.Stderr)
-	assert.Contains(t, r.Stderr, "crew: run "+id+" ended (succeeded, exit 0), but crew could not record it: ")
+	assert.Contains(t, r.Stderr, "crew: full: run "+id+" ended (succeeded, exit 0), but crew could not record it: ")
 	assert.Contains(t, r.Stderr, "no space left on device (gave up on receiving SIGTERM); the outcome is kept in "+
 		filepath.Join(e.root, "owners", id+".lock")+", and `crew recover` records it once the state root is writable again")
 	assert.Equal(t, 0, e.status().SlotsInUse, "crew is gone, and the slot with it")
@@ -115,7 +116,7 @@ func TestFullDiskRecoversWhileRetrying(t *testing.T) {
 	spaceBack()
 	r := p.wait(t, 20*time.Second)
 	assert.Equal(t, 0, r.Code, r.Stderr)
-	assert.Contains(t, r.Stderr, "crew: warning: run "+id+": its end is recorded after all (succeeded, exit 0)")
+	assert.Contains(t, r.Stderr, ": warning: run "+id+": its end is recorded after all (succeeded, exit 0)")
 	rec := e.runRecord(id)
 	assert.Equal(t, "succeeded", rec.State)
 	assert.Empty(t, rec.Reason)

@@ -115,7 +115,7 @@ func TestForkExecOutOfResourcesIsCrewsFailure(t *testing.T) {
 			marker := e.dir + "/ran"
 			r := e.runEnv([]string{"CREW_FAILPOINT=fork-exec:error:" + c.errno}, "start", "t", "--", "touch", marker)
 			assert.Equal(t, 125, r.Code, r.Stderr)
-			assert.Contains(t, r.Stderr, "crew: crew internal error in run r-")
+			assert.Contains(t, r.Stderr, "crew: t: crew internal error in run r-")
 			assert.Contains(t, r.Stderr, "cannot start the command: fork/exec ")
 			assert.Contains(t, r.Stderr, c.text+" ("+c.hint)
 			assert.NotContains(t, r.Stderr, "not executable")

@@ -90,7 +90,7 @@ func TestClosedStdoutKeepsTheRun(t *testing.T) {
 	log := readLog(t, r)
 	assert.True(t, strings.HasPrefix(log, "first\n1\n2\n"), "log starts %q", log[:min(len(log), 20)])
 	assert.True(t, strings.HasSuffix(log, "\n20000\nlast\n"), "the log has everything the command wrote")
-	assert.Contains(t, stderr.String(), "crew: warning: run "+r.RunID+": crew's stdout failed (write /dev/stdout: broken pipe); the command's output went on into the log "+r.LogPath)
+	assert.Contains(t, stderr.String(), ": warning: run "+r.RunID+": crew's stdout failed (write /dev/stdout: broken pipe); the command's output went on into the log "+r.LogPath)
 }
 
 // Both of crew's streams closed before it writes anything: neither the

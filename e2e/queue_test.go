@@ -100,8 +100,8 @@ func TestQueueIsFIFO(t *testing.T) {
 	for _, w := range waiters {
 		r := w.wait(t, 30*time.Second)
 		require.Equal(t, 0, r.Code, r.Stderr)
-		assert.Contains(t, r.Stderr, "crew: waiting for a slot: ")
-		assert.Contains(t, r.Stderr, "crew: admitted r-")
+		assert.Regexp(t, `crew: w\d+: waiting for a slot: `, r.Stderr)
+		assert.Regexp(t, `crew: w\d+: admitted as run [0-9a-f]{8} after waiting `, r.Stderr)
 	}
 	data, err := os.ReadFile(order)
 	require.NoError(t, err)
@@ -215,14 +215,14 @@ func TestWaitTimeout(t *testing.T) {
 	r := e.run("start", "--wait=1s", "other", "--", "true")
 	took := time.Since(begin)
 	assert.Equal(t, 75, r.Code, r.Stderr)
-	assert.Contains(t, r.Stderr, "crew: not admitted: gave up after waiting 1s in the queue; all slots are busy (1/1 in use)")
+	assert.Contains(t, r.Stderr, "crew: other: not admitted: gave up after waiting 1s in the queue; all slots are busy (1/1 in use)")
 	assert.GreaterOrEqual(t, took, time.Second)
 	t.Logf("--wait=1s on a busy machine took %s", took)
 
 	require.Equal(t, 0, e.run("init", "--max", "2").Code)
 	r = e.run("start", "--wait=1s", "busy", "--", "true")
 	assert.Equal(t, 76, r.Code, r.Stderr)
-	assert.Contains(t, r.Stderr, `crew: not admitted: gave up after waiting 1s in the queue; task "busy" is already running as r-`)
+	assert.Contains(t, r.Stderr, `crew: busy: not admitted: gave up after waiting 1s in the queue; task "busy" is already running as r-`)
 	assert.Empty(t, e.queue().Queue, "timed-out tickets are removed")
 }
 
@@ -342,7 +342,7 @@ func TestPools(t *testing.T) {
 	assert.Equal(t, 1, q.Pools[0].MaximumInProgress)
 	r = e.run("start", "--pool", "deploy", "deploy:y", "--", "true")
 	assert.Equal(t, 75, r.Code)
-	assert.Contains(t, r.Stderr, `crew: not admitted: pool "deploy" is full (1/1 in use; all slots 1/4)`)
+	assert.Contains(t, r.Stderr, `crew: deploy:y: not admitted: pool "deploy" is full (1/1 in use; all slots 1/4)`)
 	w := e.start(nil, "start", "--wait", "--pool", "deploy", "deploy:z", "--", "true")
 	e.waitQueued("deploy:z")
 	for _, item := range e.queue().Queue {
@@ -371,7 +371,7 @@ func TestUnknownPool(t *testing.T) {
 	assert.Contains(t, r.Stderr, "--wait and --force do not go together")
 	r = e.run("start", "--wait=soon", "x", "--", "true")
 	assert.Equal(t, 64, r.Code)
-	assert.Contains(t, r.Stderr, `invalid argument "soon" for "--wait"`)
+	assert.Contains(t, r.Stderr, `crew: --wait "soon": not a duration; give a number and a unit, as in --wait=90s`)
 }
 
 // TestRecoverSweepsDeadTickets: a waiter killed with SIGKILL leaves its

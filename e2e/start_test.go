@@ -60,9 +60,9 @@ func TestStartExitCodes(t *testing.T) {
 	}{
 		{"exit code", "ec", []string{"sh", "-c", "exit 3"}, 3, "failed", "", "command exited with status 3"},
 		{"killed by signal", "sig", []string{"sh", "-c", "kill -KILL $$"}, 137, "failed", "", "command was killed by SIGKILL"},
-		{"not found", "nf", []string{"no-such-command-crew-e2e"}, 127, "failed", "crew: command not found: no-such-command-crew-e2e", "command not found: no-such-command-crew-e2e"},
-		{"not found path", "nfp", []string{"./missing"}, 127, "failed", "crew: command not found: ./missing", "command not found"},
-		{"not executable", "nx", []string{notExec}, 126, "failed", "crew: command not executable: " + notExec + ": permission denied", "permission denied"},
+		{"not found", "nf", []string{"no-such-command-crew-e2e"}, 127, "failed", "crew: nf: command not found: no-such-command-crew-e2e", "command not found: no-such-command-crew-e2e"},
+		{"not found path", "nfp", []string{"./missing"}, 127, "failed", "crew: nfp: command not found: ./missing", "command not found"},
+		{"not executable", "nx", []string{notExec}, 126, "failed", "crew: nx: command not executable: " + notExec + ": permission denied", "permission denied"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
