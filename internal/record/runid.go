@@ -78,6 +78,11 @@ func wellFormed(s string) bool {
 	return true
 }
 
+// WellFormedRunID reports whether s has the shape of a run id, without
+// checking that its timestamp is a real time (what LooksLikeRunID adds):
+// for names read in bulk from a file crew wrote.
+func WellFormedRunID(s string) bool { return wellFormed(s) }
+
 // LooksLikeRunID reports whether s is a valid run id.
 func LooksLikeRunID(s string) bool {
 	_, err := ParseRunID(s)

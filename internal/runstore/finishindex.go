@@ -582,51 +582,35 @@ func (s *Store) CompactIndex() (dropped int, err error) {
 }
 
 // liveEntries keeps the last (newest) entry of each run whose record
-// exists, in file order.
+// exists, in file order. Each shard an entry points into is listed once
+// (cheaper than a stat per entry, whether a shard holds 40 runs or
+// 100,000).
 func (s *Store) liveEntries(entries []indexEntry) []indexEntry {
 	last := make(map[record.RunID]int, len(entries))
 	for i, e := range entries {
 		last[e.ID] = i
 	}
-	seen := make(map[record.RunID]bool, len(entries))
-	exists := map[string]func(record.RunID) bool{}
+	shards := map[string]map[string]bool{}
 	var kept []indexEntry
 	for i, e := range entries {
-		if last[e.ID] != i || seen[e.ID] || !record.LooksLikeRunID(string(e.ID)) {
+		if last[e.ID] != i || !record.WellFormedRunID(string(e.ID)) {
 			continue
 		}
-		seen[e.ID] = true
 		shard := e.ID.Shard()
-		has, ok := exists[shard]
+		names, ok := shards[shard]
 		if !ok {
-			has = s.shardChecker(shard)
-			exists[shard] = has
+			names = map[string]bool{}
+			list, _ := s.shardNames(shard) // none: a shard pruned away, or never there
+			for _, n := range list {
+				names[n] = true
+			}
+			shards[shard] = names
 		}
-		if has(e.ID) {
+		if names[recordName(e.ID)] {
 			kept = append(kept, e)
 		}
 	}
-	for _, has := range exists {
-		has("") // closes the shard
-	}
 	return kept
-}
-
-// shardChecker returns a function that reports whether a run's finished
-// record is in shard; called with "" it releases the shard.
-func (s *Store) shardChecker(shard string) func(record.RunID) bool {
-	dir, err := s.dir(doneDir + "/" + shard)
-	if err != nil {
-		return func(record.RunID) bool { return false }
-	}
-	return func(id record.RunID) bool {
-		if id == "" {
-			dir.Close()
-			return false
-		}
-		_, err := dir.Lstat(recordName(id))
-		return err == nil
-	}
 }
 
 // replaceIndex puts content in place of old (open, read up to size):

@@ -167,7 +167,7 @@ func (t *topRuns) fromIndex(s *Store, f *os.File, size int64) error {
 				return true
 			}
 		}
-		if id := string(e.id); record.LooksLikeRunID(id) {
+		if id := string(e.id); record.WellFormedRunID(id) {
 			t.read(s, record.RunID(id))
 		}
 		return true
