@@ -13,12 +13,17 @@ all: build
 # which would link libc dynamically and cost every start the dynamic
 # loader), without absolute paths. Benchmarks and the static-link test
 # build it through this target, so there is one definition of it.
+# crew --version says VERSION (from git describe; empty: what the Go
+# toolchain recorded in the binary).
 BIN ?= bin/crew
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS = -X main.version=$(VERSION)
+
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/crew
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/crew
 
 install:
-	CGO_ENABLED=0 $(GO) install -trimpath ./cmd/crew
+	CGO_ENABLED=0 $(GO) install -trimpath -ldflags "$(LDFLAGS)" ./cmd/crew
 
 # vet, unit tests, e2e tests (all with -race), and the darwin cross-build.
 test: vet cross

@@ -131,5 +131,5 @@ func TestBrokenConfigOnTheWaitLineOfATerminal(t *testing.T) {
 	got := <-done // bounded by tryOnTTY
 	require.NoError(t, got.err)
 	assert.Contains(t, got.out, "\x1b[Kcrew: waiter: waiting, 1st in line, for crew.json to be fixed (retrying): "+cfg+":5:1: malformed JSON")
-	assert.Contains(t, got.out, "crew: waiter: admitted ")
+	assert.Contains(t, got.out, "crew: waiter: admitted as run ")
 }

@@ -32,7 +32,7 @@ func TestUsageErrors(t *testing.T) {
 		{"too long", []string{"start", strings.Repeat("x", 201), "--", "true"}, "crew: invalid task name: task name is 201 bytes long; the limit is 200"},
 		{"invalid utf-8", []string{"start", "bad\xffname", "--", "true"}, "is not valid UTF-8"},
 		{"unknown flag", []string{"start", "--bogus", "x", "--", "true"}, "crew: unknown flag: --bogus"},
-		{"bad duration", []string{"start", "--grace", "soon", "x", "--", "true"}, `crew: invalid argument "soon" for "--grace"`},
+		{"bad duration", []string{"start", "--grace", "soon", "x", "--", "true"}, `crew: --grace "soon": not a duration; give a number and a unit, as in --grace=90s (durations: 90s, 10m, 1h30m, 7d)`},
 		{"zero lock timeout", []string{"start", "--lock-timeout", "0s", "x", "--", "true"}, "crew: --lock-timeout must be positive, not 0s"},
 		{"unknown command", []string{"frobnicate"}, `crew: unknown command "frobnicate" for "crew"`},
 		{"init max zero", []string{"init", "--max", "0"}, "crew: --max must be at least 1, not 0"},

@@ -22,7 +22,8 @@ import (
 // a full disk would.
 const finishENOSPC = "CREW_FAILPOINT=finish-write:error:ENOSPC"
 
-// retryNotice is the start of what crew says when it cannot record a run.
+// retryNotice is the start of what crew says when it cannot record a run
+// (after "crew: TASK: ").
 func retryNotice(id string) string {
 	return "crew: full: warning: run " + id + " ended (succeeded, exit 0), but crew cannot record it: record run " + id + " as succeeded in "
 }

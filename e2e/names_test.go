@@ -5,10 +5,13 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,6 +39,14 @@ func (e *env) runToEnd(task string, cmd ...string) (id, path string) {
 	require.Equal(e.t, 0, r.Code, r.Stderr)
 	id = strings.TrimSpace(r.Stdout)
 	e.run("wait", id)
+	// crew wait returns once the final record is durable; the detached
+	// supervisor then still takes the run out of the active set. Let it
+	// finish, so that a test changing the root next does not race it.
+	active := filepath.Join(e.root, "runs", "active", id+".json")
+	eventually(e.t, 10*time.Second, "run "+id+" leaves the active set", func() bool {
+		_, err := os.Lstat(active)
+		return errors.Is(err, fs.ErrNotExist)
+	})
 	matches, err := filepath.Glob(filepath.Join(e.root, "runs", "done", "*", id+".json"))
 	require.NoError(e.t, err)
 	require.Len(e.t, matches, 1)
@@ -70,6 +81,9 @@ func TestRunIDShapedTaskNamesAreRefused(t *testing.T) {
 	// A record an older crew wrote with such a name stays readable.
 	id, path := e.runToEnd("legacy", "echo", "legacy output")
 	rewriteRecord(t, path, func(m map[string]any) { m["task"] = "r-1legacy" })
+	// A record changed behind crew's back is indexed anew by crew recover
+	// (until then, the index of finished runs has it under its old task).
+	require.Equal(t, 0, e.run("recover").Code)
 	st := e.status("r-1legacy")
 	require.Len(t, st.Finished, 1)
 	assert.Equal(t, id, st.Finished[0].RunID)
@@ -137,6 +151,7 @@ func TestPrintedRecordsAreEscaped(t *testing.T) {
 		m["state"] = "interrupted"
 		delete(m, "exitCode")
 	})
+	require.Equal(t, 0, e.run("recover").Code, "crew recover indexes the changed record")
 	// A foreign file in the active set whose name is an escape sequence.
 	foreign := filepath.Join(e.root, "runs", "active", "\x1b[2Jforeign\u202e.json")
 	require.NoError(t, os.WriteFile(foreign, []byte("{}"), 0o600))
@@ -150,7 +165,11 @@ func TestPrintedRecordsAreEscaped(t *testing.T) {
 		out := r.Stdout + r.Stderr
 		switch args[0] {
 		case "status":
-			assert.Contains(t, out, `"evil\u202ename"`, "%v shows the name with its escape", args)
+			// (The table of all runs may cut a long name to fit 80 columns.)
+			assert.Contains(t, out, `"evil\u202e`, "%v shows the name with its escape", args)
+			if len(args) > 1 {
+				assert.Contains(t, out, `"evil\u202ename"`, "%v shows the whole name with its escape", args)
+			}
 			if len(args) == 1 {
 				assert.Contains(t, out, `\x1b[2Jforeign\u202e.json`, "status names the foreign file, escaped")
 			}
@@ -162,7 +181,7 @@ func TestPrintedRecordsAreEscaped(t *testing.T) {
 		}
 	}
 	r := e.run("status", id)
-	assert.Contains(t, r.Stdout, `echo \x1b[31mred\u200b`)
+	assert.Contains(t, r.Stdout, `echo $'\x1b[31mred\u200b'`, "the command, quoted as a shell would, with escapes")
 	assert.Contains(t, r.Stdout, `host\x1b[31m`)
 	// JSON output carries the stored bytes; the encoder escapes controls.
 	v := e.runRecord(id)

@@ -398,7 +398,7 @@ func TestStartLinesNameTheTask(t *testing.T) {
 		assert.True(t, strings.HasPrefix(line, `crew: "nightly build": `), "line %q names the task", line)
 	}
 	assert.Contains(t, wr.Stderr, `crew: "nightly build": waiting for a slot: 1st in line`)
-	assert.Contains(t, wr.Stderr, `crew: "nightly build": admitted r-`)
+	assert.Contains(t, wr.Stderr, `crew: "nightly build": admitted as run `)
 	r = e.run("start", "nf", "--", "no-such-command-crew-e2e")
 	assert.Equal(t, 127, r.Code)
 	assert.Equal(t, "crew: nf: command not found: no-such-command-crew-e2e\n", r.Stderr)
@@ -438,28 +438,28 @@ func TestRetentionAndSizeErrors(t *testing.T) {
 	cfg := filepath.Join(e.root, "crew.json")
 	before, err := os.ReadFile(cfg)
 	require.NoError(t, err)
-	forms := "use a number and a unit, such as 90s, 10m, 1h30m, 7d or 1d12h (units: ns, us, ms, s, m, h, d)"
+	forms := "(durations: 90s, 10m, 1h30m, 7d)"
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"init", "--retain", "-1"}, "crew: --retain must be at least 1 (or 0 to keep any number of finished runs), not -1"},
-		{[]string{"init", "--retain", "many"}, `crew: invalid argument "many" for "--retain" flag`},
+		{[]string{"init", "--retain", "many"}, `crew: --retain "many": not a whole number`},
 		{[]string{"init", "--retain-for", "-1d"}, "crew: --retain-for must be positive (or 0 to keep finished runs of any age), not -1d"},
-		{[]string{"init", "--retain-for", "a month"}, `crew: invalid argument "a month" for "--retain-for" flag: not a duration: ` + forms},
-		{[]string{"init", "--retain-for", "5w"}, `invalid duration "5w": unknown unit "w"; ` + forms},
-		{[]string{"init", "--log-max", "10M"}, `crew: invalid argument "10M" for "--log-max" flag: invalid size "10M": say 10MiB (binary) or 10MB (decimal)`},
+		{[]string{"init", "--retain-for", "a month"}, `crew: --retain-for "a month": not a duration; give a number and a unit, as in --retain-for=90s ` + forms},
+		{[]string{"init", "--retain-for", "5w"}, `crew: --retain-for "5w": not a duration; give a number and a unit, as in --retain-for=90s ` + forms},
+		{[]string{"init", "--log-max", "10M"}, `crew: --log-max "10M": invalid size "10M": say 10MiB (binary) or 10MB (decimal)`},
 		{[]string{"init", "--log-max", "-5MiB"}, `invalid size "-5MiB": must not be negative`},
 		{[]string{"init", "--log-max", "1KiB"}, "crew: --log-max 1KiB is too small: the least is 64KiB (or 0 for no cap)"},
 		{[]string{"init", "--log-max", "lots"}, `invalid size "lots": use a number of bytes with an optional unit, such as 65536, 512KiB, 10MiB`},
 		{[]string{"start", "--log-max", "1000", "t", "--", "true"}, "crew: --log-max 1000 is too small: the least is 64KiB (or 0 for no cap)"},
 		{[]string{"start", "--log-max", "2XB", "t", "--", "true"}, `invalid size "2XB": unknown unit "XB"`},
 		{[]string{"start", "--tag", "--detach", "t", "--", "true"}, "crew: --tag and --detach do not go together"},
-		{[]string{"start", "--grace", "5", "t", "--", "true"}, `invalid duration "5": 5 has no unit; ` + forms},
-		{[]string{"start", "--wait=soon", "t", "--", "true"}, `crew: invalid argument "soon" for "--wait" flag: not a duration: ` + forms},
-		{[]string{"prune", "--older-than", "7x"}, `invalid duration "7x": unknown unit "x"`},
+		{[]string{"start", "--grace", "5", "t", "--", "true"}, `crew: --grace "5": not a duration; give a number and a unit, as in --grace=5s ` + forms},
+		{[]string{"start", "--wait=soon", "t", "--", "true"}, `crew: --wait "soon": not a duration; give a number and a unit, as in --wait=90s ` + forms},
+		{[]string{"prune", "--older-than", "7x"}, `crew: --older-than "7x": not a duration`},
 		{[]string{"prune", "--keep", "-2"}, "crew: --older-than and --keep must not be negative"},
-		{[]string{"stop", "--grace", "1 day", "t"}, `invalid duration "1 day"`},
+		{[]string{"stop", "--grace", "1 day", "t"}, `crew: --grace "1 day": not a duration`},
 	} {
 		r := e.run(c.args...)
 		assert.Equal(t, 64, r.Code, "crew %v: %s", c.args, r.Stderr)

@@ -123,9 +123,9 @@ func TestWaitLineOnTerminal(t *testing.T) {
 	res := <-done
 	require.NoError(t, res.err)
 	out := res.out
-	assert.Contains(t, out, "\r\x1b[Kcrew: waiter: waiting for a slot: 1st in line, 1/1 slots busy (oldest: holder r-")
+	assert.Contains(t, out, "\r\x1b[Kcrew: waiter: waiting for a slot: 1st in line, 1/1 slots busy (oldest: holder ")
 	assert.GreaterOrEqual(t, strings.Count(out, "\r\x1b[K"), 2, "the line was redrawn in place")
-	assert.Contains(t, out, "crew: waiter: admitted r-")
+	assert.Contains(t, out, "crew: waiter: admitted as run ")
 	assert.Equal(t, strings.Count(out, "crew: waiter: waiting"), strings.Count(out, "\r\x1b[Kcrew: waiter: waiting"),
 		"every waiting line was drawn over the previous one")
 }

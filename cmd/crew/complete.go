@@ -1,6 +1,10 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
+
 	"github.com/spf13/cobra"
 )
 
@@ -43,4 +47,70 @@ func completeRuns(g *globalOptions) func(*cobra.Command, []string, string) ([]co
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// completeStart completes crew start's words: before --, task names
+// from the state root; after it, the command (executables on $PATH whose
+// names begin with what was typed) and then its arguments, which the
+// shell completes as it would for the command itself: file names
+// (cobra's ShellCompDirectiveDefault).
+func completeStart(g *globalOptions) func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	tasks := completeRuns(g)
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		// Where -- is, from the words typed (cobra's completion parses the
+		// flags twice, the first time with a -- of its own, so the flag
+		// set's ArgsLenAtDash cannot tell).
+		afterDash := -1
+		if n := len(g.argv); n > 0 {
+			for _, w := range g.argv[:n-1] {
+				if afterDash >= 0 {
+					afterDash++
+				}
+				if w == "--" && afterDash < 0 {
+					afterDash = 0
+				}
+			}
+		}
+		if afterDash < 0 {
+			all, dir := tasks(cmd, args, toComplete)
+			var out []cobra.Completion
+			for _, c := range all {
+				if _, desc, _ := strings.Cut(c, "\t"); strings.HasPrefix(desc, "task, ") {
+					out = append(out, c) // task names, not run ids
+				}
+			}
+			return out, dir
+		}
+		if afterDash == 0 && toComplete != "" && !strings.Contains(toComplete, "/") {
+			return executables(g.getenv("PATH"), toComplete), cobra.ShellCompDirectiveDefault
+		}
+		return nil, cobra.ShellCompDirectiveDefault
+	}
+}
+
+// executables lists the executable files on path whose names begin with
+// prefix, each once.
+func executables(path, prefix string) []cobra.Completion {
+	seen := map[string]bool{}
+	var out []cobra.Completion
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if seen[name] || !strings.HasPrefix(name, prefix) || !printable(name) {
+				continue
+			}
+			if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }

@@ -26,18 +26,33 @@ const (
 const exitCodeHelp = `Exit codes:
   0-255  the command's own exit code (128+N if signal N ended it)
   64     usage error: bad task name, missing command, bad flag, unknown pool
-  75     not admitted: all slots are busy
-  76     not admitted: the task already has an active run
+  75     not admitted: all slots are busy (or --refused-exit's code)
+  76     not admitted: the task already has an active run (or --refused-exit's code)
   125    crew itself failed (state root unwritable, lock timeout, unusable crew.json,
          too few file descriptors, the run's end could not be recorded on a full disk)
   126    the command is not executable
-  127    the command was not found`
+  127    the command was not found
+
+A command can exit 75 or 76 itself. To tell a refusal from the command's own
+exit code, choose a code the command never uses: --refused-exit 200.`
 
 // usageError marks errors in how crew was called.
 type usageError struct{ err error }
 
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
+
+// chosenRefusal is a refused start as crew start --refused-exit and
+// --quiet want it to end: with their code (code < 0: crew's own, 75 or
+// 76), and without a message if quiet.
+type chosenRefusal struct {
+	err   error // a *dispatch.RefusedError, wrapped
+	code  int
+	quiet bool
+}
+
+func (e *chosenRefusal) Error() string { return e.err.Error() }
+func (e *chosenRefusal) Unwrap() error { return e.err }
 
 // exitStatus is an exit code a command chose on purpose without an error
 // to report (crew wait: the run's own exit code).
@@ -49,7 +64,9 @@ func (e *exitStatus) Error() string { return "" }
 func exitCodeFor(err error) int {
 	var (
 		refused  *dispatch.RefusedError
+		chosen   *chosenRefusal
 		usage    *dispatch.UsageError
+		ambig    *dispatch.AmbiguousError
 		cliUsage *usageError
 		notFound *dispatch.NotFoundError
 		exited   *supervise.ExitError
@@ -67,12 +84,14 @@ func exitCodeFor(err error) int {
 		return status.code
 	case errors.As(err, &exited):
 		return exited.Code
+	case errors.As(err, &chosen) && chosen.code >= 0:
+		return chosen.code
 	case errors.As(err, &refused):
 		if refused.Kind == dispatch.TaskActive {
 			return exitTaskActive
 		}
 		return exitSlotsBusy
-	case errors.As(err, &usage), errors.As(err, &cliUsage), errors.As(err, &notFound):
+	case errors.As(err, &usage), errors.As(err, &cliUsage), errors.As(err, &notFound), errors.As(err, &ambig):
 		return exitUsage
 	case errors.As(err, &timeout):
 		return exitWaitTimeout
@@ -91,9 +110,11 @@ func exitCodeFor(err error) int {
 }
 
 // silent reports whether err is an outcome to exit with, not a message
-// for the user: the command's own exit status says it all.
+// for the user: the command's own exit status says it all, or a refusal
+// crew start was asked to keep quiet about (--quiet).
 func silent(err error) bool {
 	var exited *supervise.ExitError
 	var status *exitStatus
-	return errors.As(err, &exited) || errors.As(err, &status)
+	var chosen *chosenRefusal
+	return errors.As(err, &exited) || errors.As(err, &status) || (errors.As(err, &chosen) && chosen.quiet)
 }

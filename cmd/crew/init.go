@@ -117,6 +117,10 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(res.Pools)) {
 		fmt.Fprintf(s.Err, "crew: pool %s: maximumInProgress %d\n", quoteTask(name), res.Pools[name])
+		if res.Pools[name] > res.New {
+			fmt.Fprintf(s.Err, "crew: warning: pool %s's cap %d is above the global maximumInProgress %d: no more than %d of its runs can be active at once\n",
+				quoteTask(name), res.Pools[name], res.New, res.New)
+		}
 	}
 	printLimits(s.Err, res.Config)
 	return o.share(d, s)

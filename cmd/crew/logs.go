@@ -55,7 +55,7 @@ func (o *logsOptions) run(arg string, s streams) error {
 		defer r.Close()
 		_, err := r.Copy(s.Out)
 		if errors.Is(err, os.ErrNotExist) {
-			return &noLogError{fmt.Sprintf("run %s has no log (it never started a command)", id)}
+			return &noLogError{fmt.Sprintf("%s: run %s has no log (it never started a command)", quoteTask(d.TaskOf(id)), id)}
 		}
 		return err
 	}

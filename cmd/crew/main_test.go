@@ -69,12 +69,23 @@ func TestUsageErrors(t *testing.T) {
 		{"too long", []string{"start", strings.Repeat("x", 201), "--", "true"}, "the limit is 200"},
 		{"invalid utf-8", []string{"start", "bad\xffname", "--", "true"}, "is not valid UTF-8"},
 		{"unknown flag", []string{"start", "--bogus", "x", "--", "true"}, "crew: unknown flag: --bogus"},
-		{"bad duration", []string{"start", "--grace", "soon", "x", "--", "true"}, `crew: invalid argument "soon" for "--grace"`},
+		{"bad duration", []string{"start", "--grace", "soon", "x", "--", "true"}, `crew: --grace "soon": not a duration; give a number and a unit, as in --grace=90s (durations: 90s, 10m, 1h30m, 7d)`},
+		{"duration without unit", []string{"start", "--grace", "5", "x", "--", "true"}, `crew: --grace "5": not a duration; give a number and a unit, as in --grace=5s`},
+		{"lock timeout without unit", []string{"start", "--lock-timeout=30", "x", "--", "true"}, `crew: --lock-timeout "30": not a duration; give a number and a unit, as in --lock-timeout=30s`},
+		{"wait limit as a word", []string{"start", "--wait", "10m", "build", "--", "make"}, `crew: --wait takes its limit only after "=": write --wait=10m (a separate word after --wait is read as the task name)`},
+		{"wait limit as the only word", []string{"start", "--wait", "90", "--", "make"}, `crew: --wait takes its limit only after "=": write --wait=90`},
+		{"wait limit in words", []string{"start", "--wait", "5min", "x", "--", "make"}, `write --wait=5min`},
+		{"wait limit not a duration", []string{"start", "--wait=abc", "x", "--", "true"}, `crew: --wait "abc": not a duration; give a number and a unit, as in --wait=90s`},
+		{"json without detach", []string{"start", "--json", "x", "--", "true"}, "crew: --json goes with --detach (it prints the detached run's id as JSON)"},
+		{"refused exit too big", []string{"start", "--refused-exit", "256", "x", "--", "true"}, "crew: --refused-exit must be an exit code from 0 to 255, not 256"},
+		{"refused exit negative", []string{"start", "--refused-exit=-1", "x", "--", "true"}, "crew: --refused-exit must be an exit code from 0 to 255, not -1"},
+		{"refused exit not a number", []string{"start", "--refused-exit", "never", "x", "--", "true"}, `crew: --refused-exit "never": not a whole number`},
 		{"zero lock timeout", []string{"start", "--lock-timeout", "0s", "x", "--", "true"}, "crew: --lock-timeout must be positive, not 0s"},
 		{"negative grace", []string{"start", "--grace", "-1s", "x", "--", "true"}, "crew: --grace must not be negative"},
 		{"unknown command", []string{"frobnicate"}, `crew: unknown command "frobnicate" for "crew"`},
 		{"init max zero", []string{"init", "--max", "0"}, "crew: --max must be at least 1, not 0"},
-		{"init max not a number", []string{"init", "--max", "many"}, `invalid argument "many" for "--max"`},
+		{"init max not a number", []string{"init", "--max", "abc"}, `crew: --max "abc": not a whole number`},
+		{"stop grace without unit", []string{"stop", "--grace", "5", "x"}, `crew: --grace "5": not a duration; give a number and a unit, as in --grace=5s`},
 		{"init takes no args", []string{"init", "extra"}, `unknown command "extra" for "crew init"`},
 		{"status too many args", []string{"status", "a", "b"}, "crew: accepts at most 1 arg(s), received 2"},
 		{"status bad task", []string{"status", "bad\nname"}, "crew: invalid task name"},
@@ -360,7 +371,7 @@ func TestStartRefusalsAndLaunchErrors(t *testing.T) {
 	r = crew(t, "--root", root, "status")
 	assert.Equal(t, 0, r.code)
 	assert.Contains(t, r.stdout, "Slots: 1/1 in use")
-	assert.Contains(t, r.stdout, string(busyID))
+	assert.Contains(t, r.stdout, busyID.Short())
 	assert.Contains(t, r.stdout, "busy")
 }
 
@@ -389,6 +400,8 @@ func TestCorruptConfigIsCrewFailure(t *testing.T) {
 	for _, args := range [][]string{{"start", "x", "--", "true"}, {"init"}} {
 		r := crew(t, append([]string{"--root", root}, args...)...)
 		assert.Equal(t, 125, r.code, "%v: %s", args, r.stderr)
+		// Not named after the task, even for a start: the message starts
+		// PATH:LINE:COL, compiler-style, for editors to jump to.
 		assert.Contains(t, r.stderr, "crew: "+cfg+":1:2: malformed JSON")
 		assert.Empty(t, r.stdout)
 	}
@@ -448,6 +461,6 @@ func TestRecoverThroughTheCLI(t *testing.T) {
 	// Items not reached in time make recover exit 1.
 	r = crew(t, "--root", root, "recover", "--timeout", "1ns")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, "crew: recover: 1 item(s) failed")
-	assert.Contains(t, r.stdout, "failed 1")
+	assert.Contains(t, r.stderr, "crew: recover: 2 item(s) failed") // the leftover sweep, the index
+	assert.Contains(t, r.stdout, "failed 2")
 }

@@ -31,6 +31,7 @@ func newRecoverCmd(g *globalOptions, s streams) *cobra.Command {
   alive        someone still works on it: skipped
   quarantined  an unreadable record with no living owner: moved to quarantine/ with a note
   cleaned      a leftover of a crash (lock file with no run, temporary file) removed
+  indexed      the index of finished runs built anew, or completed with runs it lacked
   failed       could not be handled, or not reached within --timeout
 
 Safe to run at any time, from cron too: concurrently with itself and with crew
@@ -77,7 +78,7 @@ func (o *recoverOptions) run(s streams) error {
 
 func printRecover(w io.Writer, r *recovery.Report) {
 	changed := 0
-	for _, o := range []recovery.Outcome{recovery.Finalized, recovery.Quarantined, recovery.Cleaned, recovery.FailedItem} {
+	for _, o := range []recovery.Outcome{recovery.Finalized, recovery.Quarantined, recovery.Cleaned, recovery.Indexed, recovery.FailedItem} {
 		changed += r.Count(o)
 	}
 	if len(r.Items) > 0 {
@@ -100,9 +101,9 @@ func printRecover(w io.Writer, r *recovery.Report) {
 		fmt.Fprintf(w, "%snothing to do (%d alive, %d orphaned)\n", prefix, r.Count(recovery.Alive), r.Count(recovery.Orphaned))
 		return
 	}
-	fmt.Fprintf(w, "%sfinalized %d, orphaned %d, alive %d, quarantined %d, cleaned %d, failed %d\n", prefix,
+	fmt.Fprintf(w, "%sfinalized %d, orphaned %d, alive %d, quarantined %d, cleaned %d, indexed %d, failed %d\n", prefix,
 		r.Count(recovery.Finalized), r.Count(recovery.Orphaned), r.Count(recovery.Alive),
-		r.Count(recovery.Quarantined), r.Count(recovery.Cleaned), r.Count(recovery.FailedItem))
+		r.Count(recovery.Quarantined), r.Count(recovery.Cleaned), r.Count(recovery.Indexed), r.Count(recovery.FailedItem))
 }
 
 // itemsFailedError is a recovery pass in which some items failed: exit 1.

@@ -21,6 +21,9 @@ type streams struct {
 // globalOptions are the flags every command has.
 type globalOptions struct {
 	root string
+	// argv is crew's command line (without the program name), for the
+	// checks flag parsing cannot make (a limit given as --wait 10m).
+	argv []string
 	// getenv is os.Getenv, replaceable in tests.
 	getenv func(string) string
 }
@@ -75,8 +78,10 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state root directory (default $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newRecoverCmd(g, s),
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{flagError(err)} })
+	root.Version = versionString()
+	root.SetVersionTemplate("crew version {{.Version}}\n")
+	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newHistoryCmd(g, s), newRecoverCmd(g, s),
 		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g))
 	return root
 }
@@ -87,7 +92,7 @@ func run(args []string, s streams) int {
 		fmt.Fprintf(s.Err, "crew: %v\n", err)
 		return exitCodeFor(err)
 	}
-	g := &globalOptions{getenv: os.Getenv}
+	g := &globalOptions{getenv: os.Getenv, argv: args}
 	root := newRootCmd(g, s)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()

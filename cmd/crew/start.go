@@ -27,6 +27,8 @@ type startOptions struct {
 	lockTimeout time.Duration
 	grace       time.Duration
 	startExtras
+	refusedExit int // --refused-exit; -1 when not given
+	quiet       bool
 }
 
 func newStartCmd(g *globalOptions, s streams) *cobra.Command {
@@ -35,9 +37,12 @@ func newStartCmd(g *globalOptions, s streams) *cobra.Command {
 		Use:   "start [flags] TASK -- COMMAND [ARGS...]",
 		Short: "Run COMMAND as a run of TASK when a slot is free",
 		Long: `Run COMMAND as a run of TASK if one of maximumInProgress slots is free and TASK
-has no active run; otherwise refuse at once (exit 75 or 76), or with --wait,
-wait in line: slots go to waiting starts in arrival order, and a start whose
-task is busy or whose pool is full does not hold up the others.
+has no active run; otherwise refuse at once (exit 75 or 76, or --refused-exit's
+code; --quiet says nothing), or with --wait, wait in line: slots go to waiting
+starts in arrival order, and a start whose task is busy or whose pool is full
+does not hold up the others. --wait takes its limit only after "=" (--wait=10m):
+a separate word after --wait is the task, and one that reads as a limit is
+refused. Every line crew start writes about the run begins "crew: TASK: ".
 
 The command's stdin, stdout and stderr are passed through, and its output is
 also written to the run's log in the state root. It runs in its own process
@@ -57,7 +62,9 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
   crew start --force hotfix -- ./deploy.sh
   crew start --task=-nightly -- ./backup.sh         # a task name that begins with -
   crew start --tag lint -- make lint               # each output line starts with "lint<TAB>"
-  crew start --log-max 10MiB chatty -- ./noisy.sh  # keep the first 5 MiB and the newest output`,
+  crew start --log-max 10MiB chatty -- ./noisy.sh  # keep the first 5 MiB and the newest output
+  crew start --quiet --refused-exit 0 nightly -- ./backup.sh   # cron: already running is fine`,
+		ValidArgsFunction: completeStart(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
 			return o.run(cmd, args, s)
@@ -67,23 +74,35 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
 		if strings.HasPrefix(err.Error(), "unknown flag") || strings.HasPrefix(err.Error(), "unknown shorthand flag") {
 			err = fmt.Errorf("%w (a task name that begins with - is given as --task=NAME)", err)
 		}
-		return &usageError{err}
+		return &usageError{flagError(err)}
 	})
 	f := cmd.Flags()
 	f.StringVar(&o.task, "task", "", "the task's name, instead of TASK before --; for names that begin with - (--task=-x)")
-	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D gives up after D (exit 75, or 76 if it was the task)")
+	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D (with \"=\") gives up after D (exit 75, or 76 if it was the task)")
 	f.Lookup("wait").NoOptDefVal = "forever"
 	f.StringVar(&o.pool, "pool", "", "also take a slot in this configured pool")
 	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only")
-	f.BoolVar(&o.json, "json", false, "with --detach, print {\"version\":1,\"runId\":...} instead of the bare run id")
+	f.BoolVar(&o.json, "json", false, "with --detach (only), print {\"version\":1,\"runId\":...} instead of the bare run id")
 	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
 	f.Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
 	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
 	o.startExtras.flags(cmd)
+	f.IntVar(&o.refusedExit, "refused-exit", -1, "exit with N (0-255) instead of 75 or 76 when not admitted (also when --wait=D gives up)")
+	f.Lookup("refused-exit").DefValue = "75 or 76"
+	f.BoolVar(&o.quiet, "quiet", false, "say nothing when not admitted, and no waiting or admitted lines; crew's own failures still go to stderr")
 	return cmd
 }
 
 func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
+	if limit, ok := misplacedWaitLimit(o.argv); ok {
+		return &usageError{fmt.Errorf("--wait takes its limit only after \"=\": write --wait=%s (a separate word after --wait is read as the task name)", limit)}
+	}
+	switch {
+	case o.json && !o.detach:
+		return &usageError{fmt.Errorf("--json goes with --detach (it prints the detached run's id as JSON); a foreground start's output is its command's own, and its exit code is the command's")}
+	case o.refusedExit > 255 || (o.refusedExit < 0 && cmd.Flags().Changed("refused-exit")):
+		return &usageError{fmt.Errorf("--refused-exit must be an exit code from 0 to 255, not %d", o.refusedExit)}
+	}
 	dash := cmd.ArgsLenAtDash()
 	if cmd.Flags().Changed("task") {
 		// The task is the flag's; everything after -- is the command.
@@ -128,7 +147,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if err != nil {
 		return fmt.Errorf("find the working directory: %w", err)
 	}
-	view := newWaitView(s.Err, args[0])
+	view := newWaitView(s.Err, args[0], o.quiet)
 	defer view.close()
 	stdin := s.In
 	if o.detach {
@@ -159,6 +178,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	})
 	var refused *dispatch.RefusedError
 	if errors.As(err, &refused) {
+		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
 		d.RecordRefusal(args[0], refused, exitCodeFor(err))
 	}
 	if o.detach && err == nil {

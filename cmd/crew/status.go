@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,13 +24,18 @@ type statusOptions struct {
 func newStatusCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &statusOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "status [TASK|RUN-ID] [--json]",
+		Use:   "status [TASK|RUN] [--json]",
 		Short: "Show what holds the slots, and the latest finished runs",
-		Long: `Show the slots in use and the cap, every active run (task, run id, state, since,
-supervisor pid, command pid, whether its owner is alive), and the last 10
-finished runs. With TASK, only that task's runs; with RUN-ID, that one run.
+		Long: `Show the slots in use and the cap, every active run (short id, task, state, how
+long it has run, pool, command pid, command), the queue, and the last 10
+finished runs, newest finish first. With TASK, only that task's runs and its
+story; with RUN (a run id, a unique beginning of one, or a short id such as
+3f2a9c0d), that one run with its history.
 
-status never takes the admission lock and never creates or changes a file.`,
+Text fits the terminal's width (80 columns in a pipe, or $COLUMNS), cut with
+"…"; states are coloured on a terminal unless NO_COLOR is set. --json is
+never cut. status never takes the admission lock and never creates or
+changes a file.`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeRuns(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -48,28 +52,16 @@ func (o *statusOptions) run(args []string, s streams) error {
 	if err != nil {
 		return err
 	}
-	if len(args) == 1 && record.LooksLikeRunID(args[0]) {
-		v, err := d.Run(record.RunID(args[0]))
-		if errors.Is(err, os.ErrNotExist) {
-			if q := o.findWaiting(d, record.RunID(args[0])); q != nil {
-				return o.printWaiting(s, q)
-			}
-			return &usageError{fmt.Errorf("no run %s in the state root %s", args[0], d.Store.Root())}
-		}
+	sc := screenFor(s.Out, o.getenv)
+	task := ""
+	if len(args) == 1 {
+		ref, err := d.Lookup(args[0])
 		if err != nil {
 			return err
 		}
-		if o.json {
-			return writeJSON(s.Out, v)
-		}
-		printRun(s.Out, v)
-		return nil
-	}
-	task := ""
-	if len(args) == 1 {
-		task = args[0]
-		if err := record.ValidateTask(task); err != nil {
-			return &usageError{fmt.Errorf("invalid task name: %w", err)}
+		task = ref.Task
+		if ref.Run != "" {
+			return o.showRun(d, ref.Run, s, sc)
 		}
 	}
 	snap, err := d.Status(task)
@@ -79,7 +71,26 @@ func (o *statusOptions) run(args []string, s streams) error {
 	if o.json {
 		return writeJSON(s.Out, snap)
 	}
-	printSnapshot(s.Out, snap, task)
+	printSnapshot(s.Out, sc, snap, task, time.Now())
+	return nil
+}
+
+// showRun shows one run, or a waiting start.
+func (o *statusOptions) showRun(d *dispatch.Dispatcher, id record.RunID, s streams, sc screen) error {
+	v, err := d.Run(id)
+	if errors.Is(err, os.ErrNotExist) {
+		if q := o.findWaiting(d, id); q != nil {
+			return o.printWaiting(s, q)
+		}
+		return &usageError{fmt.Errorf("no run %s in the state root %s", id, d.Store.Root())}
+	}
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(s.Out, v)
+	}
+	printRun(s.Out, sc, v, time.Now())
 	return nil
 }
 
@@ -89,7 +100,7 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
+func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string, now time.Time) {
 	cfg := "no config, default cap"
 	if snap.ConfigExists {
 		cfg = "config " + termSafe(snap.ConfigPath)
@@ -102,33 +113,23 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 	printStorage(w, snap)
 	title := "Active runs"
 	if task != "" {
-		title = fmt.Sprintf("Active runs of %s", strconv.Quote(task))
+		title = fmt.Sprintf("Active runs of %s", quoteTask(task))
 	}
 	fmt.Fprintf(w, "\n%s:\n", title)
 	if len(snap.Active) == 0 {
 		fmt.Fprintln(w, "  none")
 	} else {
-		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  RUN ID\tTASK\tSTATE\tSINCE\tSUPERVISOR\tPID\tOWNER")
-		for _, r := range snap.Active {
-			since := r.CreatedAt
-			if r.StartedAt != nil {
-				since = *r.StartedAt
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s (%s)\t%d\t%s\t%s\n", r.RunID, quoteTask(r.Task), termSafe(string(r.State)),
-				humanTime(since), humanAge(time.Since(since)), r.SupervisorPID, pidOrDash(r.TaskPID), ownerWord(r))
-		}
-		tw.Flush()
+		printActive(w, sc, snap, now)
 	}
 	if len(snap.Queue) > 0 {
 		fmt.Fprintf(w, "\nQueue (in admission order):\n")
-		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  #\tRUN ID\tTASK\tPOOL\tWAITING FOR\tSINCE")
+		var rows [][]cell
 		for _, q := range snap.Queue {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s (%s)\n", q.Position, q.RunID, quoteTask(q.Task), dashIfEmpty(q.Pool),
-				q.WaitingFor, humanTime(q.Since), humanAge(time.Since(q.Since)))
+			rows = append(rows, []cell{{text: fmt.Sprint(q.Position)}, {text: q.RunID.Short()}, {text: quoteTask(q.Task)},
+				{text: dashIfEmpty(q.Pool)}, {text: string(q.WaitingFor)}, {text: shortDuration(now.Sub(q.Since))}})
 		}
-		tw.Flush()
+		sc.table(w, []column{{title: "#", right: true}, {title: "ID"}, {title: "TASK", min: 12, max: 24},
+			{title: "POOL", min: 6}, {title: "WAITING FOR"}, {title: "WAITED"}}, rows)
 	}
 	if task != "" {
 		printTaskStory(w, snap, task)
@@ -143,34 +144,123 @@ func printSnapshot(w io.Writer, snap *dispatch.Snapshot, task string) {
 			fmt.Fprintf(w, "  %s%s\n", termSafe(p.Error), held)
 		}
 	}
-	fmt.Fprintf(w, "\nLast %d finished runs:\n", dispatch.FinishedShown)
+	title = fmt.Sprintf("Last %d finished runs, newest finish first", dispatch.FinishedShown)
+	if task != "" {
+		title = fmt.Sprintf("Last %d finished runs of %s, newest finish first", dispatch.FinishedShown, quoteTask(task))
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
 	if len(snap.Finished) == 0 {
 		fmt.Fprintln(w, "  none")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  RUN ID\tTASK\tSTATE\tFINISHED\tEXIT\tREASON")
-	for _, r := range snap.Finished {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, quoteTask(r.Task), termSafe(string(r.State)),
-			humanTime(*r.FinishedAt), exitOrDash(r.ExitCode), termSafe(r.Reason))
-	}
-	tw.Flush()
+	printFinished(w, sc, snap.Finished, now, task == "")
 }
 
-func printRun(w io.Writer, r *dispatch.RunView) {
+// activeState is an active run's state as status shows it: the record's,
+// unless its owner says otherwise.
+func activeState(r dispatch.RunView) string {
+	switch {
+	case r.Orphaned:
+		return "orphaned"
+	case r.Owner == "dead":
+		return "gone"
+	}
+	return termSafe(string(r.State))
+}
+
+// printActive is status's table of active runs, with a note under it for
+// each run whose owner is not simply alive.
+func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time) {
+	pools := len(snap.Pools) > 0
+	var rows [][]cell
+	var notes []string
+	for _, r := range snap.Active {
+		pools = pools || r.Pool != ""
+		since := r.CreatedAt
+		if r.StartedAt != nil {
+			since = *r.StartedAt
+		}
+		state := activeState(r)
+		rows = append(rows, []cell{{text: r.RunID.Short()}, {text: quoteTask(r.Task)}, {text: state, color: stateColor(state)},
+			{text: shortDuration(now.Sub(since))}, {text: dashIfEmpty(r.Pool)}, {text: pidOrDash(r.TaskPID)}, {text: shellQuote(r.Command)}})
+		switch {
+		case r.Orphaned:
+			notes = append(notes, fmt.Sprintf("%s: orphaned: its supervisor (pid %d) is gone; the command still runs and holds its slot", r.RunID.Short(), r.SupervisorPID))
+		case r.Owner == "dead":
+			notes = append(notes, fmt.Sprintf("%s: its owner (pid %d) is gone: it holds no slot, and the next admission or `crew recover` finalizes it", r.RunID.Short(), r.SupervisorPID))
+		case r.Owner == "unknown":
+			notes = append(notes, fmt.Sprintf("%s: whether its owner lives cannot be told: counted as holding a slot", r.RunID.Short()))
+		}
+		if r.Forced {
+			notes = append(notes, fmt.Sprintf("%s: forced: admitted past the cap with --force", r.RunID.Short()))
+		}
+	}
+	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24}, {title: "STATE"}, {title: "FOR"},
+		{title: "POOL", min: 6}, {title: "PID", right: true}, {title: "COMMAND", flex: true}}
+	if !pools {
+		cols = append(cols[:4], cols[5:]...)
+		for i := range rows {
+			rows[i] = append(rows[i][:4], rows[i][5:]...)
+		}
+	}
+	sc.table(w, cols, rows)
+	for _, n := range notes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+}
+
+// printFinished is a table of finished runs: status's and history's.
+func printFinished(w io.Writer, sc screen, runs []dispatch.RunView, now time.Time, withTask bool) {
+	var rows [][]cell
+	for _, r := range runs {
+		started := r.CreatedAt
+		if r.StartedAt != nil {
+			started = *r.StartedAt
+		}
+		took := "-"
+		if r.FinishedAt != nil {
+			took = shortDuration(r.FinishedAt.Sub(started))
+		}
+		state := termSafe(string(r.State))
+		row := []cell{{text: r.RunID.Short()}, {text: quoteTask(r.Task)}, {text: state, color: stateColor(state)},
+			{text: exitOrDash(r.ExitCode)}, {text: clock(started, now)}, {text: took}, {text: termSafe(r.Reason)}}
+		if !withTask {
+			row = append(row[:1], row[2:]...)
+		}
+		rows = append(rows, row)
+	}
+	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24}, {title: "STATE"}, {title: "EXIT", right: true},
+		{title: "STARTED"}, {title: "TOOK", right: true}, {title: "REASON", flex: true}}
+	if !withTask {
+		cols = append(cols[:1], cols[2:]...)
+	}
+	sc.table(w, cols, rows)
+}
+
+func printRun(w io.Writer, sc screen, r *dispatch.RunView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
-	row("Run", string(r.RunID))
+	row("Run", fmt.Sprintf("%s (%s)", r.RunID, r.RunID.Short()))
 	row("Task", quoteTask(r.Task))
-	row("State", termSafe(string(r.State)))
-	row("Command", termArgs(r.Command))
+	state := termSafe(string(r.State))
+	row("State", sc.paint(stateColor(state), state))
+	row("Command", shellQuote(r.Command))
+	if r.Pool != "" {
+		row("Pool", quoteTask(r.Pool))
+	}
 	row("Host", termSafe(r.Host))
 	row("Created", humanTime(r.CreatedAt))
 	if r.StartedAt != nil {
 		row("Started", humanTime(*r.StartedAt))
 	}
-	if r.FinishedAt != nil {
+	switch {
+	case r.FinishedAt != nil:
 		row("Finished", humanTime(*r.FinishedAt))
+		if r.StartedAt != nil {
+			row("Took", shortDuration(r.FinishedAt.Sub(*r.StartedAt)))
+		}
+	case r.StartedAt != nil:
+		row("Running for", shortDuration(now.Sub(*r.StartedAt)))
 	}
 	row("Exit code", exitOrDash(r.ExitCode))
 	if r.Reason != "" {
@@ -191,6 +281,12 @@ func printRun(w io.Writer, r *dispatch.RunView) {
 		row("Log", termSafe(r.LogPath))
 	}
 	tw.Flush()
+	if len(r.Events) > 0 {
+		fmt.Fprintln(w, "History:")
+		for _, ev := range r.Events {
+			fmt.Fprintf(w, "  %s  %s\n", humanTime(ev.At), termSafe(ev.What))
+		}
+	}
 }
 
 func ownerWord(r dispatch.RunView) string {
@@ -220,13 +316,6 @@ func holdersWord(r *dispatch.RunView) string {
 }
 
 func humanTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }
-
-func humanAge(d time.Duration) string {
-	if d < time.Second {
-		return "just now"
-	}
-	return d.Truncate(time.Second).String()
-}
 
 func ago(t time.Time) string {
 	if d := time.Since(t); d >= time.Second {
@@ -260,7 +349,7 @@ func dashIfEmpty(s string) string {
 // the queue, and its last refused start if nothing ran since.
 func printTaskStory(w io.Writer, snap *dispatch.Snapshot, task string) {
 	for _, r := range snap.Active {
-		fmt.Fprintf(w, "\nHistory of %s:\n", r.RunID)
+		fmt.Fprintf(w, "\nHistory of %s (%s):\n", r.RunID.Short(), r.RunID)
 		for _, ev := range r.Events {
 			fmt.Fprintf(w, "  %s  %s\n", humanTime(ev.At), termSafe(ev.What))
 		}

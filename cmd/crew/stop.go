@@ -81,9 +81,10 @@ func (o *stopOptions) run(arg string, s streams) error {
 	if err != nil {
 		return err
 	}
+	task := quoteTask(d.TaskOf(id))
 	if left, err := d.StopWaiter(id, sig); left || err != nil {
 		if err == nil {
-			fmt.Fprintf(s.Err, "crew: told the waiting start %s to leave the queue\n", id)
+			fmt.Fprintf(s.Err, "crew: %s: told the waiting start %s to leave the queue\n", task, id)
 		}
 		return err
 	}
@@ -93,9 +94,9 @@ func (o *stopOptions) run(arg string, s streams) error {
 		return err
 	}
 	if before != nil && !before.State.Active() {
-		fmt.Fprintf(s.Err, "crew: run %s had already finished (%s)\n", id, termSafe(string(rec.State)))
+		fmt.Fprintf(s.Err, "crew: %s: run %s had already finished (%s)\n", quoteTask(rec.Task), id, termSafe(string(rec.State)))
 	} else {
-		fmt.Fprintf(s.Err, "crew: run %s %s: %s\n", id, termSafe(string(rec.State)), termSafe(rec.Reason))
+		fmt.Fprintf(s.Err, "crew: %s: run %s %s: %s\n", quoteTask(rec.Task), id, termSafe(string(rec.State)), termSafe(rec.Reason))
 	}
 	if o.json {
 		v, err := d.Run(id)

@@ -63,13 +63,3 @@ func quoteTask(t string) string {
 	}
 	return t
 }
-
-// termArgs shows a command line: each argument made safe, joined by
-// spaces.
-func termArgs(args []string) string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		out[i] = termSafe(a)
-	}
-	return strings.Join(out, " ")
-}

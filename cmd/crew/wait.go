@@ -72,7 +72,7 @@ func (o *waitOptions) run(args []string, s streams) error {
 	for _, id := range ids {
 		rec, err := d.WaitRun(ctx, id)
 		if errors.Is(err, dispatch.ErrWaitTimeout) {
-			return &waitTimeoutError{fmt.Sprintf("timed out after %s waiting for run %s", o.timeout, id)}
+			return &waitTimeoutError{fmt.Sprintf("%s: timed out after %s waiting for run %s", quoteTask(d.TaskOf(id)), o.timeout, id)}
 		}
 		if err != nil {
 			return err
@@ -102,7 +102,7 @@ func (o *waitOptions) run(args []string, s streams) error {
 func runOutcome(s streams, rec *record.Run) error {
 	switch {
 	case rec.ExitCode == nil:
-		fmt.Fprintf(s.Err, "crew: run %s (%s) ended %s with no exit status: %s\n", rec.RunID, quoteTask(rec.Task), termSafe(string(rec.State)), termSafe(rec.Reason))
+		fmt.Fprintf(s.Err, "crew: %s: run %s ended %s with no exit status: %s\n", quoteTask(rec.Task), rec.RunID, termSafe(string(rec.State)), termSafe(rec.Reason))
 		return &exitStatus{exitCrewFailure}
 	case *rec.ExitCode != 0:
 		return &exitStatus{*rec.ExitCode}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 func TestWaitFlag(t *testing.T) {
@@ -73,11 +74,11 @@ func TestStartWaitGivesUp(t *testing.T) {
 	assert.Equal(t, 75, r.code, r.stderr)
 	assert.Empty(t, r.stdout)
 	assert.Contains(t, r.stderr, "crew: other: waiting for a slot: 1st in line, 1/1 slots busy")
-	assert.Contains(t, r.stderr, "gave up after waiting 50ms")
+	assert.Contains(t, r.stderr, "crew: other: not admitted: gave up after waiting 50ms")
 
 	r = crew(t, "--root", root, "start", "--wait=50ms", "busy", "--", "echo", "never")
 	assert.Equal(t, 76, r.code, r.stderr)
-	assert.Contains(t, r.stderr, `waiting for task busy: already running as `+string(busyID))
+	assert.Contains(t, r.stderr, `crew: busy: waiting for its run `+busyID.Short()+` to end (running `)
 }
 
 func TestStartWaitThenRun(t *testing.T) {
@@ -89,23 +90,22 @@ func TestStartWaitThenRun(t *testing.T) {
 
 func TestDescribeWait(t *testing.T) {
 	since := time.Now().Add(-time.Minute)
-	run := &admission.Holder{RunID: "r-x", Task: "build", Since: since}
+	run := &admission.Holder{RunID: "r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69", Task: "build", Since: since}
 	cases := []struct {
 		p    dispatch.WaitProgress
 		want string
 	}{
 		{dispatch.WaitProgress{Position: 3, Reason: admission.WaitSlot, InUse: 4, Maximum: 4, Oldest: run},
-			"waiting for a slot: 3rd in line, 4/4 slots busy (oldest: build r-x for 1m0s)"},
+			"waiting for a slot: 3rd in line, 4/4 slots busy (oldest: build 3f2a9c0d, 1m0s)"},
 		{dispatch.WaitProgress{Position: 1, Reason: admission.WaitPool, Pool: "deploy", PoolInUse: 1, PoolMax: 1, InUse: 2, Maximum: 4},
 			"waiting for a slot in pool deploy: 1st in line, 1/1 pool slots busy (2/4 in all)"},
 		{dispatch.WaitProgress{Position: 2, Reason: admission.WaitTask, BlockingRun: run},
-			"waiting for task my task: already running as r-x for 1m0s, 2nd in line"},
+			"waiting for its run 3f2a9c0d to end (running 1m0s), 2nd in line"},
 		{dispatch.WaitProgress{Position: 12, Reason: admission.WaitTask},
-			"an older waiting start of it goes first, 12th in line"},
+			"waiting for an older waiting start of the task to go first, 12th in line"},
 	}
 	for _, c := range cases {
-		got := describeWait(c.p, "my task")
-		assert.Contains(t, strings.ReplaceAll(got, `"my task"`, "my task"), c.want)
+		assert.Equal(t, c.want, describeWait(c.p))
 	}
 	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 22: "22nd", 101: "101st", 111: "111th"} {
 		assert.Equal(t, want, ordinal(n))
@@ -116,17 +116,18 @@ func TestDescribeWait(t *testing.T) {
 // one when the run is admitted.
 func TestWaitViewOffTerminal(t *testing.T) {
 	var buf bytes.Buffer
-	v := newWaitView(&buf, "t")
-	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
+	v := newWaitView(&buf, "t", false)
+	id := record.RunID("r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69")
+	p := dispatch.WaitProgress{RunID: id, Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
 	v.update(p)
 	p.Position = 1
 	v.update(p)
-	v.update(dispatch.WaitProgress{RunID: "r-1", Admitted: true, Since: p.Since})
+	v.update(dispatch.WaitProgress{RunID: id, Admitted: true, Since: p.Since})
 	v.close()
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 2, buf.String())
 	assert.Equal(t, "crew: t: waiting for a slot: 1st in line, 1/1 slots busy", lines[0])
-	assert.True(t, strings.HasPrefix(lines[1], "crew: t: admitted r-1 after waiting "), lines[1])
+	assert.True(t, strings.HasPrefix(lines[1], "crew: t: admitted as run 3f2a9c0d after waiting "), lines[1])
 	assert.NotContains(t, buf.String(), "\x1b[", "no terminal escapes off a terminal")
 }
 
@@ -134,7 +135,7 @@ func TestWaitViewOffTerminal(t *testing.T) {
 // changes and goes, so that a CI log says why a waiter is stuck.
 func TestWaitViewShowsAConfigProblem(t *testing.T) {
 	var buf bytes.Buffer
-	v := newWaitView(&buf, "t")
+	v := newWaitView(&buf, "t", false)
 	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
 	v.update(p)
 	broken := p
@@ -159,4 +160,15 @@ func TestWaitViewOnTerminalShowsAConfigProblem(t *testing.T) {
 	v.update(dispatch.WaitProgress{RunID: "r-1", Position: 2, Reason: admission.WaitConfig, ConfigErr: "/r/crew.json:1:2: bad", Since: time.Now()})
 	v.close()
 	assert.Contains(t, buf.String(), "\r\x1b[Kcrew: t: waiting, 2nd in line, for crew.json to be fixed (retrying): /r/crew.json:1:2: bad")
+}
+
+// --quiet: not a word about waiting or admission.
+func TestWaitViewQuiet(t *testing.T) {
+	var buf bytes.Buffer
+	v := newWaitView(&buf, "t", true)
+	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
+	v.update(p)
+	v.update(dispatch.WaitProgress{RunID: "r-1", Admitted: true, Since: p.Since})
+	v.close()
+	assert.Empty(t, buf.String())
 }

@@ -30,7 +30,7 @@ func (w *waitFlag) Set(s string) error {
 	}
 	d, err := duration.Parse(s)
 	if err != nil {
-		return fmt.Errorf("not a duration: use %s", duration.Forms)
+		return err // flagError says it in crew's words
 	}
 	if d <= 0 {
 		return fmt.Errorf("must be positive")

@@ -13,13 +13,16 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 )
 
-// waitView shows a waiting start to a human; every line names the task,
-// so that in a CI log of parallel starts each says whose it is. On a terminal it keeps one
-// line up to date; elsewhere (CI logs, cron mail) it prints one line when
-// the wait starts and one when the run is admitted.
+// waitView shows a waiting start to a human. On a terminal it keeps one
+// line up to date, cut to the terminal's width (a line that wrapped would
+// leave a stale line behind at every redraw); elsewhere (CI logs, cron
+// mail) it prints one line when the wait starts (and when a config problem
+// comes or goes) and one when the run is admitted. Every line names the
+// task. --quiet silences it.
 type waitView struct {
 	w        io.Writer
 	terminal bool
+	quiet    bool
 	task     string
 
 	mu      sync.Mutex
@@ -29,17 +32,23 @@ type waitView struct {
 	stop    chan struct{}
 }
 
-func newWaitView(w io.Writer, task string) *waitView {
-	v := &waitView{w: w, task: task, stop: make(chan struct{})}
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+func newWaitView(w io.Writer, task string, quiet bool) *waitView {
+	v := &waitView{w: w, task: task, quiet: quiet, stop: make(chan struct{})}
+	if f, ok := w.(*os.File); ok && !quiet && term.IsTerminal(int(f.Fd())) {
 		v.terminal = true
 		go v.tick()
 	}
 	return v
 }
 
+// prefix starts every line: crew's and the task's names.
+func (v *waitView) prefix() string { return "crew: " + quoteTask(v.task) + ": " }
+
 // update is dispatch's OnWait callback.
 func (v *waitView) update(p dispatch.WaitProgress) {
+	if v.quiet {
+		return
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if p.Admitted {
@@ -47,7 +56,7 @@ func (v *waitView) update(p dispatch.WaitProgress) {
 		if v.terminal {
 			fmt.Fprintf(v.w, "\r\x1b[K")
 		}
-		fmt.Fprintf(v.w, "crew: %s: admitted %s after waiting %s\n", quoteTask(v.task), p.RunID, waited)
+		fmt.Fprintf(v.w, "%sadmitted as run %s after waiting %s\n", v.prefix(), p.RunID.Short(), waited)
 		v.last = nil
 		return
 	}
@@ -58,7 +67,7 @@ func (v *waitView) update(p dispatch.WaitProgress) {
 	case v.terminal:
 		v.render()
 	case first || news:
-		fmt.Fprintf(v.w, "crew: %s: %s\n", quoteTask(v.task), describeWait(p, v.task))
+		fmt.Fprintf(v.w, "%s%s\n", v.prefix(), describeWait(p))
 	}
 	v.printed = true
 }
@@ -80,8 +89,17 @@ func (v *waitView) tick() {
 	}
 }
 
+// render redraws the line in place, one column short of the terminal's
+// width so the cursor never wraps.
+// A task name longer than a third of the terminal is cut in it, so that
+// the line still says what the start waits for.
 func (v *waitView) render() {
-	fmt.Fprintf(v.w, "\r\x1b[Kcrew: %s: %s", quoteTask(v.task), describeWait(*v.last, v.task))
+	line := v.prefix() + describeWait(*v.last)
+	if width := terminalWidth(v.w); width > 1 {
+		task := truncate(quoteTask(v.task), max(12, width/3))
+		line = truncate("crew: "+task+": "+describeWait(*v.last), width-1)
+	}
+	fmt.Fprintf(v.w, "\r\x1b[K%s", line)
 }
 
 // close ends the view, clearing a half-drawn line.
@@ -94,7 +112,9 @@ func (v *waitView) close() {
 	}
 }
 
-func describeWait(p dispatch.WaitProgress, task string) string {
+// describeWait says why a start waits, shortest first: the task is named
+// by the line's prefix, runs by their short ids.
+func describeWait(p dispatch.WaitProgress) string {
 	pos := ordinal(p.Position) + " in line"
 	if p.ConfigErr != "" {
 		return fmt.Sprintf("waiting, %s, for crew.json to be fixed (retrying): %s", pos, p.ConfigErr)
@@ -103,18 +123,16 @@ func describeWait(p dispatch.WaitProgress, task string) string {
 	switch p.Reason {
 	case admission.WaitTask:
 		if p.BlockingRun != nil {
-			why = fmt.Sprintf("waiting for task %s: already running as %s for %s", quoteTask(task), p.BlockingRun.RunID, since(p.BlockingRun.Since))
-		} else {
-			why = fmt.Sprintf("waiting for task %s: an older waiting start of it goes first", quoteTask(task))
+			return fmt.Sprintf("waiting for its run %s to end (running %s), %s", p.BlockingRun.RunID.Short(), since(p.BlockingRun.Since), pos)
 		}
-		return fmt.Sprintf("%s, %s", why, pos)
+		return fmt.Sprintf("waiting for an older waiting start of the task to go first, %s", pos)
 	case admission.WaitPool:
 		why = fmt.Sprintf("waiting for a slot in pool %s: %s, %d/%d pool slots busy (%d/%d in all)", quoteTask(p.Pool), pos, p.PoolInUse, p.PoolMax, p.InUse, p.Maximum)
 	default:
 		why = fmt.Sprintf("waiting for a slot: %s, %d/%d slots busy", pos, p.InUse, p.Maximum)
 	}
 	if p.Oldest != nil {
-		why += fmt.Sprintf(" (oldest: %s %s for %s)", quoteTask(p.Oldest.Task), p.Oldest.RunID, since(p.Oldest.Since))
+		why += fmt.Sprintf(" (oldest: %s %s, %s)", quoteTask(p.Oldest.Task), p.Oldest.RunID.Short(), since(p.Oldest.Since))
 	}
 	return why
 }

@@ -11,49 +11,6 @@ import (
 	"github.com/crew-dev/crew/internal/recovery"
 )
 
-// Resolve turns a RUN|TASK argument into a run id: a run id as given (a
-// run, or a waiting start's ticket); a task name means the task's active
-// run, else its oldest waiting start, else its latest finished run.
-func (d *Dispatcher) Resolve(arg string) (record.RunID, error) {
-	st := d.Store
-	if record.LooksLikeRunID(arg) {
-		id := record.RunID(arg)
-		_, err := st.ReadRun(id)
-		if err == nil || st.HasTicket(id) {
-			return id, nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return "", err // unreadable, or a state root crew refuses: not "no such run"
-		}
-		return "", &NotFoundError{Err: fmt.Errorf("no run %s in the state root %s", arg, st.Root())}
-	}
-	if err := record.ValidateTask(arg); err != nil {
-		return "", usagef("invalid task name: %w", err)
-	}
-	entries, err := st.ListActive()
-	if err != nil {
-		return "", err
-	}
-	for _, e := range entries {
-		if e.Rec != nil && !e.Finished && e.Rec.Task == arg {
-			return e.ID, nil
-		}
-	}
-	for _, t := range d.liveQueue(nil) {
-		if t.Task == arg {
-			return t.ID, nil
-		}
-	}
-	recent, _, err := st.RecentFinished(1, func(r *record.Run) bool { return r.Task == arg })
-	if err != nil {
-		return "", err
-	}
-	if len(recent) == 1 {
-		return recent[0].RunID, nil
-	}
-	return "", &NotFoundError{Err: fmt.Errorf("task %q has no runs in the state root %s", arg, st.Root())}
-}
-
 // ErrWaitTimeout is a wait that ran out of time.
 var ErrWaitTimeout = errors.New("timed out")
 

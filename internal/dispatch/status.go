@@ -103,7 +103,8 @@ type PoolView struct {
 	InUse             int    `json:"inUse"`
 }
 
-// FinishedShown is how many finished runs status lists.
+// FinishedShown is how many finished runs status lists: the newest
+// finishes.
 const FinishedShown = 10
 
 // Status reads the state root without taking the admission lock and
@@ -150,17 +151,23 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 		snap.Pools = append(snap.Pools, PoolView{Name: name, MaximumInProgress: cfg.Pools[name], InUse: usage.PoolUse[name]})
 	}
 	snap.Queue = d.queueView(cfg, problem != nil, usage, taskFilter)
-	var keep func(*record.Run) bool
+	q := runstore.FinishedQuery{Limit: FinishedShown, Approximate: true}
 	if taskFilter != "" {
-		keep = func(r *record.Run) bool { return r.Task == taskFilter }
+		q.Match = func(task string, _ record.State, _ *int) bool { return task == taskFilter }
 	}
-	recent, bad, err := st.RecentFinished(FinishedShown, keep)
+	for _, e := range set.entries {
+		if e.Finished {
+			q.Also = append(q.Also, e.ID) // finished, maybe not indexed yet
+		}
+	}
+	fin, err := st.FinishedRuns(q)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range recent {
+	for _, r := range fin.Runs {
 		snap.Finished = append(snap.Finished, d.finishedView(r))
 	}
+	bad := fin.Bad
 	if taskFilter != "" {
 		if r := st.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
 			snap.LastRefusal = r

@@ -5,7 +5,6 @@
 package duration
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -157,11 +156,7 @@ func (v *Value) String() string {
 func (v *Value) Set(s string) error {
 	d, err := Parse(s)
 	if err != nil {
-		var e *Error
-		if errors.As(err, &e) && e.Why == "" {
-			return fmt.Errorf("not a duration: use %s", Forms)
-		}
-		return err
+		return err // a *Error, for the command line to phrase
 	}
 	*v.p = d
 	return nil

@@ -1,6 +1,7 @@
 package duration
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -97,8 +98,9 @@ func TestValue(t *testing.T) {
 		t.Fatalf("Set: %v %v", d, err)
 	}
 	err := v.Set("soon")
-	if err == nil || !strings.HasPrefix(err.Error(), "not a duration: use a number and a unit") {
-		t.Fatalf("Set(soon) = %v", err)
+	var derr *Error
+	if !errors.As(err, &derr) || derr.Input != "soon" {
+		t.Fatalf("Set(soon) = %v, want a *Error for the command line to phrase", err)
 	}
 	if d != 36*time.Hour {
 		t.Fatalf("a failed Set changed the value to %v", d)

@@ -334,3 +334,27 @@ func (l *Lock) RemoveAndRelease() error {
 	}
 	return relErr
 }
+
+// LockFile takes a flock on a file the caller opened (shared or
+// exclusive) for a data file that is also its own lock, such as runstore's
+// index of finished runs. It never blocks in the kernel: it polls with
+// LOCK_NB, backing off from 50µs to 10ms, for up to timeout, so a holder
+// that is slow (or stopped) costs the caller a bounded wait, never a hang.
+// ErrTimeout: the lock was still busy. The lock goes when f is closed.
+func LockFile(f *os.File, exclusive bool, timeout time.Duration) error {
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	deadline := time.Now().Add(timeout)
+	for delay := 50 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		err := flockRetry(int(f.Fd()), how|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return ErrTimeout
+		}
+		time.Sleep(delay)
+	}
+}

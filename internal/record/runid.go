@@ -78,6 +78,11 @@ func wellFormed(s string) bool {
 	return true
 }
 
+// WellFormedRunID reports whether s has the shape of a run id, without
+// checking that its timestamp is a real time (what LooksLikeRunID adds):
+// for names read in bulk from a file crew wrote.
+func WellFormedRunID(s string) bool { return wellFormed(s) }
+
 // LooksLikeRunID reports whether s is a valid run id.
 func LooksLikeRunID(s string) bool {
 	_, err := ParseRunID(s)
@@ -112,4 +117,43 @@ func NewRunIDAfter(prev RunID, now time.Time) RunID {
 		now = t.Add(time.Nanosecond)
 	}
 	return NewRunID(now)
+}
+
+// Short ids: crew shows a run as the first ShortLen hex digits of its id's
+// random part (3f2a9c0d for r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69),
+// and accepts from MinShortLen to 16 of them, wherever it accepts a run id,
+// as long as they name one run. They are not prefixes of the id (ids made in
+// the same second share 18 characters), but of its random part, which is
+// what tells runs apart.
+const (
+	ShortLen    = 8
+	MinShortLen = 4
+	randomAt    = RunIDLen - 16
+)
+
+// Short is the id as crew shows it where space is short.
+func (id RunID) Short() string {
+	if len(id) != RunIDLen {
+		return string(id)
+	}
+	return string(id[randomAt : randomAt+ShortLen])
+}
+
+// HasShort reports whether s (a short id) begins the id's random part.
+func (id RunID) HasShort(s string) bool {
+	return len(id) == RunIDLen && len(s) <= 16 && string(id[randomAt:randomAt+len(s)]) == s
+}
+
+// IsShortID reports whether s has the shape of a short id: MinShortLen to
+// 16 lowercase hex digits.
+func IsShortID(s string) bool {
+	if len(s) < MinShortLen || len(s) > 16 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

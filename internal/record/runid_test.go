@@ -188,3 +188,20 @@ func TestRunIDDayAndCreatedAtOnMalformedIDs(t *testing.T) {
 		t.Errorf("Day of a short id = %q, want unknown", d)
 	}
 }
+
+func TestShortIDs(t *testing.T) {
+	id := RunID("r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69")
+	if got := id.Short(); got != "3f2a9c0d" {
+		t.Errorf("Short() = %q", got)
+	}
+	for s, want := range map[string]bool{"3f2a": true, "3f2a9c0d1e4b5a69": true, "3f2b": false, "3f2a9c0d1e4b5a69f": false} {
+		if got := id.HasShort(s); got != want {
+			t.Errorf("HasShort(%q) = %v, want %v", s, got, want)
+		}
+	}
+	for s, want := range map[string]bool{"3f2a": true, "deadbeef": true, "3f2": false, "3F2A": false, "build": false, "0123456789abcdef0": false} {
+		if got := IsShortID(s); got != want {
+			t.Errorf("IsShortID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -95,6 +95,12 @@ func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
 	if !opts.DryRun {
 		refreshIndex(st)
 	}
+	if len(touched) > 0 {
+		// The index of finished runs still lists the removed runs (readers
+		// skip them); drop them while it is read anyway. A failure leaves
+		// it as it was.
+		_, _ = st.CompactIndex()
+	}
 	return report, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ const (
 	Alive       Outcome = "alive"       // someone still works on it: skipped
 	Quarantined Outcome = "quarantined" // unreadable record moved to quarantine/
 	Cleaned     Outcome = "cleaned"     // leftover file of a crash removed
+	Indexed     Outcome = "indexed"     // the index of finished runs built anew, or completed
 	FailedItem  Outcome = "failed"      // could not be handled (or not reached in time)
 )
 
@@ -93,7 +95,41 @@ func Recover(st *runstore.Store, opts Options) (*Report, error) {
 	r := &recoverer{st: st, opts: opts}
 	report.Items = append(report.Items, r.runs(entries, deadline)...)
 	report.Items = append(report.Items, r.sweep(deadline)...)
+	report.Items = append(report.Items, r.index(deadline)...)
 	return report, nil
+}
+
+// index makes the index of finished runs agree with the finished records,
+// after the runs above were finalized (each of which indexed itself): it
+// is derived, so anything wrong with it is repaired, never reported as a
+// problem of the runs.
+func (r *recoverer) index(deadline time.Time) []Item {
+	if time.Now().After(deadline) {
+		return []Item{{Path: r.st.IndexPath(), Outcome: FailedItem, Reason: fmt.Sprintf("index of finished runs not reached within --timeout %s", r.opts.Timeout)}}
+	}
+	rep, err := r.st.CheckIndex(r.opts.DryRun)
+	item := Item{Path: r.st.IndexPath(), Outcome: Indexed}
+	would := ""
+	if r.opts.DryRun {
+		would = "would "
+	}
+	switch {
+	case err != nil:
+		item.Outcome, item.Reason = FailedItem, err.Error()
+	case rep.Rebuilt:
+		item.Reason = fmt.Sprintf("%sbuild the index of finished runs anew from their records (%s)", would, rep.Why)
+		if !r.opts.DryRun {
+			item.Reason = fmt.Sprintf("built the index of finished runs anew from their records, %d runs (%s)", rep.Runs, rep.Why)
+		}
+	case rep.Added+rep.Changed > 0:
+		item.Reason = fmt.Sprintf("%sindex %d finished run(s) that the index of finished runs lacked (written by an older crew, copied in, or lost to a power cut) and %d whose record changed after it was indexed", would, rep.Added, rep.Changed)
+		if !r.opts.DryRun {
+			item.Reason = "indexed" + strings.TrimPrefix(item.Reason, "index")
+		}
+	default:
+		return nil
+	}
+	return []Item{item}
 }
 
 type recoverer struct {

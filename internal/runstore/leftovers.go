@@ -53,7 +53,7 @@ func (s *Store) Leftovers() ([]Leftover, error) {
 	}
 	out = append(out, tickets...)
 	out = append(out, s.logLeftovers()...)
-	dirs := []string{".", "runs", activeDir, quarantineDir, queueDir, ownersDir}
+	dirs := []string{".", runsDir, activeDir, quarantineDir, queueDir, ownersDir}
 	shards, _ := s.doneShards()
 	for _, sh := range shards {
 		dirs = append(dirs, doneDir+"/"+sh)

@@ -33,6 +33,9 @@ type RunLocks struct {
 	id    record.RunID
 	owner *lockfs.Lock
 	sup   *lockfs.Lock // nil in a fence whose supervisor lock file was gone
+	// own: the run's own locks (its supervisor's), never taken inside the
+	// admission lock; only then may Finish compact the index afterwards.
+	own bool
 }
 
 // Reserve makes rec (a provisioning record with a fresh id) the
@@ -81,7 +84,7 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		return nil, err
 	}
 	s.appendIndex(rec)
-	return &RunLocks{s: s, id: rec.RunID, owner: owner, sup: sup}, nil
+	return &RunLocks{s: s, id: rec.RunID, owner: owner, sup: sup, own: true}, nil
 }
 
 // lockIDs identifies the files of a run's locks, for its record.
@@ -213,7 +216,7 @@ func (s *Store) AdoptRunLocks(id record.RunID, owner, sup *os.File) (*RunLocks, 
 	if err != nil {
 		return nil, err
 	}
-	return &RunLocks{s: s, id: id, owner: o, sup: sl}, nil
+	return &RunLocks{s: s, id: id, owner: o, sup: sl, own: true}, nil
 }
 
 // ID is the run these locks belong to.
@@ -254,7 +257,17 @@ func (l *RunLocks) Finish(rec *record.Run) error {
 	if err := l.s.finish(rec); err != nil {
 		return err
 	}
-	return l.removeAndRelease()
+	return l.released(l.removeAndRelease())
+}
+
+// released follows a run's final release: the run's own supervisor,
+// holding nothing now, compacts the index of finished runs if its append
+// asked for that.
+func (l *RunLocks) released(err error) error {
+	if l.own {
+		l.s.compactIfDue()
+	}
+	return err
 }
 
 // Withdraw removes the run's lock files and releases them, for a run whose

@@ -180,10 +180,10 @@ func (l *RunLocks) FinishAgain(rec *record.Run) error {
 	if !l.s.IsDone(rec.RunID) {
 		return l.Finish(rec)
 	}
-	if err := l.s.leaveActive(rec.RunID); err != nil {
+	if err := l.s.indexAndLeave(rec); err != nil {
 		return err
 	}
-	return l.removeAndRelease()
+	return l.released(l.removeAndRelease())
 }
 
 // bareErr is the error of a failed operation on an open file without the

@@ -262,6 +262,19 @@ func (s *Store) finish(rec *record.Run) error {
 		return err
 	}
 	failpoint.Hit("finalized")
+	return s.indexAndLeave(rec)
+}
+
+// indexAndLeave adds a run whose final record is durable to the index of
+// finished runs, then takes it out of the active set. If the entry cannot
+// be written (nor the index taken out of use), the active file stays: a
+// finished leftover, which holds no slot, which readers add to what the
+// index says, and whose finalizer (the next admission, crew recover)
+// indexes it.
+func (s *Store) indexAndLeave(rec *record.Run) error {
+	if !s.indexFinished(rec) {
+		return s.RemoveStopRequest(rec.RunID)
+	}
 	return s.leaveActive(rec.RunID)
 }
 

@@ -13,6 +13,7 @@
 //	.locks/dispatch-admission.holder   who holds it (pid, host, since)
 //	runs/active/<run-id>.json          records of runs that may hold a slot
 //	runs/done/<yyyy-mm-ddThh>/<run-id>.json  finished runs, by creation hour (UTC)
+//	runs/finished.idx                  finished runs in finish order (derived; finishindex.go)
 //	owners/<run-id>.lock               owner locks (held by supervisor and command)
 //	owners/<run-id>.supervisor.lock    held by the supervisor alone
 //	owners/<run-id>.stop               who asked `crew stop` to stop the run
@@ -34,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	syncatomic "sync/atomic"
 
 	"github.com/crew-dev/crew/internal/rootfs"
 )
@@ -75,6 +77,9 @@ type Store struct {
 	// sharingNow: crew init --group is sharing the root; a group-writable
 	// directory is about to be converted, not refused (see PrepareSharing).
 	sharingNow bool
+	// compactDue: an append of this process took the index of finished
+	// runs across a size at which it asks to be compacted (finishindex.go).
+	compactDue syncatomic.Bool
 }
 
 // New returns the store of the state root at path (absolute). It touches
@@ -120,8 +125,12 @@ func (s *Store) Ensure() error {
 		case !errors.Is(err, fs.ErrNotExist):
 			return fmt.Errorf("state root %s: %w", s.path, unwrapPath(err))
 		}
-		if err := s.mkdir(r, dir); err != nil && !errors.Is(err, fs.ErrExist) {
+		err = s.mkdir(r, dir)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create state root %s: %w", s.path, unwrapPath(err))
+		}
+		if err == nil && dir == doneDir {
+			s.createIndex() // no finished runs yet: an empty index is complete
 		}
 	}
 	return nil

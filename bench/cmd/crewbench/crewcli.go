@@ -66,3 +66,11 @@ func (h *harness) initRoot(root string, max int) error {
 	_, err := output(h.env, h.crew, "--root", root, "init", "--max", fmt.Sprint(max))
 	return err
 }
+
+// indexHistory has crew index finished records the harness wrote behind
+// its back (crew's index of finished runs lists only what crew finished
+// or indexed): `crew recover`, as after copying a history in by hand.
+func (h *harness) indexHistory(root string) error {
+	_, err := output(h.env, h.crew, "--root", root, "recover", "--timeout", "30m")
+	return err
+}

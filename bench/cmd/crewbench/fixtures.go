@@ -137,6 +137,9 @@ func (h *harness) makeRoots() error {
 		if err := writeHistory(root, h.sample.done, n, func(i int) time.Time { return now.Add(-time.Duration(i+1) * (span / time.Duration(n+1))) }); err != nil {
 			return err
 		}
+		if err := h.indexHistory(root); err != nil {
+			return err
+		}
 		fmt.Printf("%s: %d finished runs\n", root, n)
 	}
 	return nil

@@ -78,6 +78,9 @@ func (h *harness) historyRoots(n int) ([]string, error) {
 		if err := writeHistory(root, h.sample.done, n, l.times); err != nil {
 			return roots, err
 		}
+		if err := h.indexHistory(root); err != nil {
+			return roots, err
+		}
 		took := time.Since(start)
 		shards, _ := os.ReadDir(doneDir(root))
 		rows = append(rows, []string{l.name, l.desc, fmt.Sprint(countFiles(doneDir(root))), fmt.Sprint(len(shards)), took.Round(10 * time.Millisecond).String()})
@@ -85,7 +88,7 @@ func (h *harness) historyRoots(n int) ([]string, error) {
 			return roots, err
 		}
 	}
-	h.rep.para(fmt.Sprintf("History is written by the harness, not by %d crew runs: each file is a copy of a finished record crew wrote (`%s`), with a new run id (`%s`), task and times, rendered byte for byte as crew renders it (checked), at `%s`. `crew status --json` on each root lists 10 finished runs and no problems, so crew reads them as its own.",
+	h.rep.para(fmt.Sprintf("History is written by the harness, not by %d crew runs: each file is a copy of a finished record crew wrote (`%s`), with a new run id (`%s`), task and times, rendered byte for byte as crew renders it (checked), at `%s`; then `crew recover` indexes them (crew's index of finished runs lists what crew finished, or indexed), as after copying a history in by hand (\"written in\" includes it). `crew status --json` on each root lists 10 finished runs and no problems, so crew reads them as its own.",
 		n, filepath.Base(h.sample.done.path), runIDDoc, doneLayoutDoc))
 	h.rep.table([]string{"layout", "history", "files", "shard directories", "written in"}, rows)
 	return roots, nil
@@ -158,7 +161,7 @@ func (h *harness) historyStatus(roots []string, n int) error {
 	}
 	h.rep.heading(3, "`crew status` with and without history")
 	h.rep.table([]string{"finished runs in the root", "command", "runs", "median", "p10–p90", "CPU median", "goal", "result"}, rows)
-	h.rep.para("Page cache warm (the history was just written); `status` lists the 10 most recent finished runs, so it reads the newest hour shard's names and 10 records.")
+	h.rep.para("Page cache warm (the history was just written); `status` lists the 10 newest finishes: it reads the newest entries of the index of finished runs (`runs/finished.idx`) and those 10 records, whatever the history.")
 	return nil
 }
 

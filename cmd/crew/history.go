@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/duration"
+	"github.com/crew-dev/crew/internal/record"
+)
+
+type historyOptions struct {
+	*globalOptions
+	failed bool
+	since  time.Duration
+	limit  int
+	json   bool
+}
+
+func newHistoryCmd(g *globalOptions, s streams) *cobra.Command {
+	o := &historyOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "history [TASK] [--failed] [--since D] [--limit N] [--json]",
+		Short: "List finished runs, newest finish first",
+		Long: `List finished runs, newest finish first: run id, task, state, exit code,
+start, duration and reason. With TASK, only that task's runs.
+
+history reads the index of finished runs (runs/finished.idx in the state root)
+and the records of the runs it shows, so it stays fast with 100,000 finished
+runs. Where the index is missing (a state root of an older crew), it reads the
+records themselves and says so; crew recover builds the index.
+history never takes the admission lock and never creates or changes a file.`,
+		Example: `  crew history                     # the 20 latest finishes
+  crew history build --failed      # build's runs that did not succeed
+  crew history --since 1h --limit 0 --json`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeRuns(g),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			markRan(cmd)
+			return o.run(args, s)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.failed, "failed", false, "only runs that did not succeed (failed, stopped, interrupted)")
+	f.Var(duration.NewValue(&o.since, 0), "since", "only runs that finished within this long ago, such as 90m, 24h or 7d")
+	f.IntVar(&o.limit, "limit", 20, "show at most N runs; 0 shows every match")
+	f.BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "problems": [...]} (RUN as in crew status)`)
+	return cmd
+}
+
+func (o *historyOptions) run(args []string, s streams) error {
+	switch {
+	case o.limit < 0:
+		return &usageError{fmt.Errorf("--limit must be 0 (no limit) or more, not %d", o.limit)}
+	case o.since < 0:
+		return &usageError{fmt.Errorf("--since must not be negative, not %s", o.since)}
+	}
+	q := dispatch.HistoryQuery{Failed: o.failed, Limit: o.limit}
+	if len(args) == 1 {
+		q.Task = args[0]
+		if err := record.ValidateTask(q.Task); err != nil {
+			return &usageError{fmt.Errorf("invalid task name: %w", err)}
+		}
+	}
+	now := time.Now()
+	if o.since > 0 {
+		q.Since = now.Add(-o.since)
+	}
+	d, err := o.dispatcher()
+	if err != nil {
+		return err
+	}
+	h, err := d.History(q)
+	if err != nil {
+		return err
+	}
+	if h.Unindexed != "" {
+		fmt.Fprintf(s.Err, "crew: note: %s, so these runs were found from their records (slower); `crew recover` builds it\n", termSafe(h.Unindexed))
+	}
+	for _, p := range h.Problems {
+		fmt.Fprintf(s.Err, "crew: warning: %s\n", termSafe(p.Error))
+	}
+	if o.json {
+		return writeJSON(s.Out, h)
+	}
+	if len(h.Runs) == 0 {
+		fmt.Fprintln(s.Out, "no finished runs")
+		return nil
+	}
+	printFinished(s.Out, screenFor(s.Out, o.getenv), h.Runs, now, q.Task == "")
+	return nil
+}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/term"
+)
+
+// Text output for people: laid out for the terminal's width when stdout is
+// a terminal, else for $COLUMNS, else 80 columns; coloured only on a
+// terminal, and never where NO_COLOR is set (no-color.org) or TERM is
+// dumb. JSON output is never laid out or truncated.
+
+// defaultWidth is the width text is laid out for when it goes to a pipe or
+// a file.
+const defaultWidth = 80
+
+// screen says how text output is laid out.
+type screen struct {
+	width int
+	color bool
+}
+
+// screenFor lays out for w: its terminal's width and colours if it is a
+// terminal, else $COLUMNS (or 80) and no colour.
+func screenFor(w io.Writer, getenv func(string) string) screen {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		width := defaultWidth
+		if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 0 {
+			width = cols
+		}
+		return screen{width: width, color: getenv("NO_COLOR") == "" && getenv("TERM") != "dumb"}
+	}
+	if n, err := strconv.Atoi(getenv("COLUMNS")); err == nil && n > 0 {
+		return screen{width: n}
+	}
+	return screen{width: defaultWidth}
+}
+
+// terminalWidth is the width of the terminal f is, or 0 if it is none.
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	cols, _, err := term.GetSize(int(f.Fd()))
+	if err != nil || cols <= 0 {
+		return 0
+	}
+	return cols
+}
+
+// paint colours s with an SGR code on a colour screen.
+func (sc screen) paint(code, s string) string {
+	if !sc.color || code == "" || s == "" {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+// stateColor is the colour of a run's state.
+func stateColor(state string) string {
+	switch state {
+	case "succeeded":
+		return "32" // green
+	case "failed", "interrupted":
+		return "31" // red
+	case "stopped", "orphaned", "gone":
+		return "33" // yellow
+	case "running", "provisioning", "waiting", "queued":
+		return "36" // cyan
+	}
+	return ""
+}
+
+// cellWidth is how many columns s takes on a terminal: wide (East Asian)
+// characters take two, combining marks none. s must be printable (made so
+// by termSafe).
+func cellWidth(s string) int {
+	n := 0
+	for _, r := range s {
+		n += runeWidth(r)
+	}
+	return n
+}
+
+func runeWidth(r rune) int {
+	switch {
+	case r < 0x300:
+		return 1
+	case unicode.Is(unicode.Mn, r), unicode.Is(unicode.Me, r):
+		return 0
+	case r >= 0x1100 && r <= 0x115f, r >= 0x2e80 && r <= 0xa4cf && r != 0x303f,
+		r >= 0xac00 && r <= 0xd7a3, r >= 0xf900 && r <= 0xfaff, r >= 0xfe30 && r <= 0xfe4f,
+		r >= 0xff00 && r <= 0xff60, r >= 0xffe0 && r <= 0xffe6, r >= 0x1f300 && r <= 0x1faff,
+		r >= 0x20000 && r <= 0x3fffd:
+		return 2
+	}
+	return 1
+}
+
+// ellipsis marks text cut to fit.
+const ellipsis = "…"
+
+// truncate cuts s to at most width columns, ending in an ellipsis if it
+// was cut.
+func truncate(s string, width int) string {
+	if cellWidth(s) <= width {
+		return s
+	}
+	if width <= 0 {
+		return ""
+	}
+	var b strings.Builder
+	used := 0
+	for _, r := range s {
+		w := runeWidth(r)
+		if used+w > width-1 {
+			break
+		}
+		b.WriteRune(r)
+		used += w
+	}
+	b.WriteString(ellipsis)
+	return b.String()
+}
+
+// column is one column of a table.
+type column struct {
+	title string
+	// min is the narrowest the column may be cut to (0: never cut). The
+	// flexible column (a command, a reason) is cut first, down to
+	// flexRoom, then the others down to their min, then the flexible one
+	// down to its min.
+	min  int
+	flex bool
+	// max caps the column's width even when there is room (0: no cap).
+	max int
+	// right aligns numbers.
+	right bool
+}
+
+// flexRoom is what a table's flexible column keeps before other columns
+// are cut.
+const flexRoom = 16
+
+// cell is one cell: its text (made safe for the terminal already) and its
+// colour.
+type cell struct {
+	text, color string
+}
+
+// table lays rows out in columns that fit sc.width: each column as wide as
+// its widest cell, then the flexible column, then the others with a
+// minimum, cut (with an ellipsis) until the rows fit. Rows are indented by
+// two spaces, columns two apart, and carry no trailing spaces.
+func (sc screen) table(w io.Writer, cols []column, rows [][]cell) {
+	const indent, gap = 2, 2
+	widths := make([]int, len(cols))
+	for i, c := range cols {
+		widths[i] = cellWidth(c.title)
+		for _, r := range rows {
+			widths[i] = max(widths[i], cellWidth(r[i].text))
+		}
+		if c.max > 0 {
+			widths[i] = min(widths[i], max(c.max, cellWidth(c.title)))
+		}
+	}
+	total := func() int {
+		t := indent + gap*(len(cols)-1)
+		for _, wd := range widths {
+			t += wd
+		}
+		return t
+	}
+	shrink := func(i, floor int) {
+		if over := total() - sc.width; over > 0 && widths[i] > floor {
+			widths[i] = max(floor, widths[i]-over)
+		}
+	}
+	for _, flexFloor := range []bool{false, true} {
+		for i, c := range cols {
+			if c.flex {
+				floor := max(c.min, cellWidth(c.title))
+				if !flexFloor {
+					floor = max(floor, flexRoom)
+				}
+				shrink(i, floor)
+			}
+		}
+		if !flexFloor {
+			for i, c := range cols {
+				if !c.flex && c.min > 0 {
+					shrink(i, max(c.min, cellWidth(c.title)))
+				}
+			}
+		}
+	}
+	line := func(cells []cell) {
+		var b strings.Builder
+		b.WriteString(strings.Repeat(" ", indent))
+		last := len(cells) - 1
+		for last > 0 && cells[last].text == "" {
+			last--
+		}
+		for i := 0; i <= last; i++ {
+			text := truncate(cells[i].text, widths[i])
+			pad := strings.Repeat(" ", widths[i]-cellWidth(text))
+			if cols[i].right {
+				b.WriteString(pad)
+			}
+			b.WriteString(sc.paint(cells[i].color, text))
+			if i < last {
+				if !cols[i].right {
+					b.WriteString(pad)
+				}
+				b.WriteString(strings.Repeat(" ", gap))
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	titles := make([]cell, len(cols))
+	for i, c := range cols {
+		titles[i] = cell{text: c.title}
+	}
+	line(titles)
+	for _, r := range rows {
+		line(r)
+	}
+}
+
+// shellQuote shows a command line as a POSIX shell would need it typed:
+// plain words as they are, others in single quotes, and words with a
+// character that does not print in bash's $'...' with escapes, so nothing
+// from the state root reaches the terminal raw.
+func shellQuote(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = shellWord(a)
+	}
+	return strings.Join(out, " ")
+}
+
+func shellWord(s string) string {
+	if s == "" {
+		return "''"
+	}
+	plain := true
+	for _, r := range s {
+		if !(r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%_+=:,./-", r))) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	if printable(s) && !strings.ContainsRune(s, '\u00a0') {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\'' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r < 0x80:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+		i += size
+	}
+	b.WriteString("'")
+	return b.String()
+}
+
+// shortDuration shows a duration in at most two units: 850ms, 4.2s, 2m10s,
+// 3h04m, 2d03h.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-"
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// clock shows a time compactly, in local time: the time of day if it is
+// today, with the day if it is this year, else the date.
+func clock(t, now time.Time) string {
+	t, now = t.Local(), now.Local()
+	switch {
+	case t.Year() == now.Year() && t.YearDay() == now.YearDay():
+		return t.Format("15:04:05")
+	case t.Year() == now.Year():
+		return t.Format("Jan 02 15:04")
+	}
+	return t.Format("2006-01-02")
+}

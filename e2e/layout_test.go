@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// onTerminalOf runs crew in a pseudo-terminal of cols columns (script(1),
+// the window size set with stty) and returns what the terminal showed.
+// wait, if set, runs while crew does.
+func (e *env) onTerminalOf(t *testing.T, cols int, extraEnv []string, wait func(), args ...string) string {
+	t.Helper()
+	needScript(t)
+	quoted := []string{"'" + e.bin + "'"}
+	for _, a := range args {
+		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	line := fmt.Sprintf("stty cols %d rows 24; exec %s", cols, strings.Join(quoted, " "))
+	cmd := exec.CommandContext(ctx, "script", "-qec", line, "/dev/null")
+	cmd.Env = e.environ(extraEnv...)
+	cmd.Dir = e.dir
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	if wait != nil {
+		wait()
+	}
+	_ = cmd.Wait()
+	_ = stdin.Close()
+	require.NoError(t, ctx.Err(), "crew on a terminal hung; output:\n%s", out.String())
+	return out.String()
+}
+
+var sgr = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// columns is how many columns a line of terminal output takes (colour
+// codes take none; every character these tests print is one column wide).
+func columns(line string) int { return utf8.RuneCountInString(sgr.ReplaceAllString(line, "")) }
+
+// terminalLines splits what a terminal showed into its lines.
+func terminalLines(out string) []string {
+	return strings.Split(strings.TrimRight(strings.ReplaceAll(out, "\r\n", "\n"), "\n"), "\n")
+}
+
+// crew status fits the terminal it runs on: every row of its tables within
+// the terminal's width (80 columns, and 60), long task names and commands
+// cut with an ellipsis, commands quoted as a shell would, coloured states
+// unless NO_COLOR is set; in a pipe, 80 columns and no colour.
+func TestStatusFitsTheTerminal(t *testing.T) {
+	e := newEnv(t)
+	e.initMax(3)
+	longTask := "nightly-integration-tests-for-every-supported-platform"
+	release, _ := e.holdSlot(longTask)
+	defer release()
+	gate, openGate := e.gate("second")
+	defer openGate()
+	p := e.start(nil, "start", "quoted", "--", "sh", "-c", `while [ ! -e "$1" ]; do sleep 0.01; done # it's a "long" one`, "wait-gate", gate)
+	e.activeRun("quoted")
+	require.Equal(t, 3, e.run("start", "failing", "--", "sh", "-c", "echo a long complaint about everything that went wrong >&2; exit 3").Code)
+
+	check := func(what, out string, width int) {
+		t.Helper()
+		for _, l := range terminalLines(out) {
+			if strings.HasPrefix(l, "State root ") {
+				continue // a path, as long as it is
+			}
+			assert.LessOrEqual(t, columns(l), width, "%s: %q", what, l)
+		}
+		assert.Contains(t, out, "…", "%s: long names and commands are cut with an ellipsis", what)
+		assert.Regexp(t, `\n  [0-9a-f]{8}  nightly-\S*… +(\x1b\[\d+m)?running`, out, what)
+		assert.Contains(t, out, "sh -c '", "%s: the command is quoted as a shell would", what)
+		assert.Regexp(t, `\n  ID +TASK +STATE +FOR +PID +COMMAND`, out, what)
+	}
+	for _, width := range []int{80, 60} {
+		out := e.onTerminalOf(t, width, nil, nil, "status")
+		check(fmt.Sprintf("%d columns", width), out, width)
+		assert.Contains(t, out, "\x1b[36mrunning\x1b[0m", "states are coloured on a terminal")
+		assert.Contains(t, out, "\x1b[31mfailed\x1b[0m")
+	}
+	out := e.onTerminalOf(t, 80, []string{"NO_COLOR=1"}, nil, "status")
+	check("NO_COLOR", out, 80)
+	assert.NotContains(t, out, "\x1b[", "NO_COLOR: no colour")
+
+	r := e.run("status")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	check("a pipe", r.Stdout, 80)
+	assert.NotContains(t, r.Stdout, "\x1b[", "a pipe: no colour")
+	r = e.runEnv([]string{"COLUMNS=200"}, "status")
+	assert.Contains(t, r.Stdout, longTask[:24-1]+"…", "a task is cut at 24 columns even with room")
+	assert.Contains(t, r.Stdout, `'while [ ! -e "$1" ]; do sleep 0.01; done # it'\''s a "long" one' wait-gate `, "room: the whole command")
+
+	// JSON is never cut.
+	var found bool
+	for _, a := range e.status().Active {
+		found = found || a.Task == longTask
+	}
+	assert.True(t, found)
+	openGate()
+	require.Equal(t, 0, p.wait(t, 10*time.Second).Code)
+}
+
+// The waiting line is redrawn in place, so it must fit the terminal: a
+// line that wrapped would leave a stale line behind at every redraw. Each
+// drawing of it fits, at 60 columns, with a task name longer than that.
+func TestWaitLineFitsTheTerminal(t *testing.T) {
+	e := newEnv(t)
+	e.initMax(1)
+	release, holder := e.holdSlot("holder-with-a-name-that-takes-room")
+	task := "a-waiting-task-whose-name-alone-is-almost-as-long-as-the-terminal-is-wide"
+	out := e.onTerminalOf(t, 60, nil, func() {
+		e.waitQueued(task)
+		time.Sleep(1500 * time.Millisecond) // let the line be redrawn at least once
+		release()
+	}, "start", "--wait", task, "--", "true")
+	require.Equal(t, 0, holder.wait(t, 10*time.Second).Code)
+	draws := strings.Split(out, "\r\x1b[K")
+	waiting := 0
+	for _, d := range draws[1:] {
+		d = strings.TrimRight(d, "\r\n")
+		if strings.HasPrefix(d, "crew: ") && !strings.Contains(d, "admitted") {
+			waiting++
+			assert.LessOrEqual(t, columns(d), 59, "a drawing of the waiting line is wider than the terminal: %q", d)
+			assert.True(t, strings.HasSuffix(d, "…"), "cut with an ellipsis: %q", d)
+			assert.Contains(t, d, "…: waiting for a slot: 1st in", "the task's name is cut, not what it waits for: %q", d)
+		}
+	}
+	assert.GreaterOrEqual(t, waiting, 2, "the line was drawn and redrawn: %q", out)
+	assert.Contains(t, out, "crew: "+task[:20], "the waiting line names its task")
+	assert.Regexp(t, `crew: a-waiting-task\S*: admitted as run [0-9a-f]{8} after waiting `, out)
+	_ = io.Discard
+}

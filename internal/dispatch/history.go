@@ -1,0 +1,65 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// HistoryVersion is the version of the `crew history --json` schema.
+const HistoryVersion = 1
+
+// HistoryQuery selects the finished runs crew history shows.
+type HistoryQuery struct {
+	Task   string    // only this task's runs ("" for all)
+	Failed bool      // only runs that did not succeed
+	Since  time.Time // only runs that finished at or after it
+	Limit  int       // at most this many (0: all)
+}
+
+// History is `crew history`: finished runs, newest finish first.
+type History struct {
+	Version int       `json:"version"`
+	Runs    []RunView `json:"runs"`
+	// Problems are finished records that could not be read.
+	Problems []Problem `json:"problems"`
+	// Unindexed, if set, says why the runs were found from the records
+	// rather than the index of finished runs (which crew recover builds).
+	Unindexed string `json:"unindexed,omitempty"`
+}
+
+// History lists finished runs, newest finish first. It reads the index of
+// finished runs and the records of the runs it returns, so its cost
+// follows what it shows (and, with filters, how far back matches lie),
+// not the history; it never creates or changes a file.
+func (d *Dispatcher) History(q HistoryQuery) (*History, error) {
+	st := d.Store
+	fq := runstore.FinishedQuery{Limit: q.Limit, Since: q.Since}
+	if q.Task != "" || q.Failed {
+		fq.Match = func(task string, state record.State, _ *int) bool {
+			return (q.Task == "" || task == q.Task) && (!q.Failed || state != record.Succeeded)
+		}
+	}
+	entries, err := st.ListActive()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if e.Finished {
+			fq.Also = append(fq.Also, e.ID) // finished, maybe not indexed yet
+		}
+	}
+	fin, err := st.FinishedRuns(fq)
+	if err != nil {
+		return nil, err
+	}
+	h := &History{Version: HistoryVersion, Runs: make([]RunView, 0, len(fin.Runs)), Problems: []Problem{}, Unindexed: fin.Unindexed}
+	for _, r := range fin.Runs {
+		h.Runs = append(h.Runs, d.finishedView(r))
+	}
+	for _, b := range fin.Bad {
+		h.Problems = append(h.Problems, Problem{Error: b.Error()})
+	}
+	return h, nil
+}

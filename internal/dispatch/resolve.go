@@ -1,0 +1,231 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// Ref is what a RUN|TASK argument names: a run (or a waiting start's
+// ticket), or a task.
+type Ref struct {
+	Run  record.RunID
+	Task string
+}
+
+// Lookup reads a RUN|TASK argument. In this order, it is:
+//
+//  1. a whole run id: that run, or that waiting start;
+//  2. the beginning of a run id ("r-" and a digit, which no new task name
+//     may begin with): the one run or waiting start whose id begins so;
+//  3. the name of a task that has runs (active, waiting or finished): the
+//     task;
+//  4. a short id (4 to 16 lowercase hex digits, as crew shows runs:
+//     3f2a9c0d): the one run or waiting start whose id's random part
+//     begins so;
+//  5. else the name of a task (that has no runs yet).
+//
+// An id prefix or short id that fits several runs is a usage error that
+// lists them (*AmbiguousError); one that fits none is *NotFoundError.
+func (d *Dispatcher) Lookup(arg string) (Ref, error) {
+	st := d.Store
+	if record.LooksLikeRunID(arg) {
+		id := record.RunID(arg)
+		_, err := st.ReadRun(id)
+		if err == nil || st.HasTicket(id) {
+			return Ref{Run: id}, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return Ref{}, err // unreadable, or a state root crew refuses: not "no such run"
+		}
+		return Ref{}, &NotFoundError{Err: fmt.Errorf("no run %s in the state root %s", arg, st.Root())}
+	}
+	if record.IsRunIDShaped(arg) {
+		id, err := d.findRun(arg, func(id record.RunID) bool { return strings.HasPrefix(string(id), arg) })
+		var nf *NotFoundError
+		if !errors.As(err, &nf) || record.ValidateTask(arg) != nil {
+			return Ref{Run: id}, err
+		}
+		if has, herr := d.taskHasRuns(arg); herr != nil || !has {
+			return Ref{}, err // not a run, and no (older crew's) task of that name either
+		}
+		return Ref{Task: arg}, nil
+	}
+	if err := record.ValidateTask(arg); err != nil {
+		return Ref{}, usagef("invalid task name: %w", err)
+	}
+	if !record.IsShortID(arg) {
+		return Ref{Task: arg}, nil
+	}
+	if has, err := d.taskHasRuns(arg); err != nil || has {
+		return Ref{Task: arg}, err
+	}
+	id, err := d.findRun(arg, func(id record.RunID) bool { return id.HasShort(arg) })
+	var nf *NotFoundError
+	if errors.As(err, &nf) {
+		return Ref{Task: arg}, nil
+	}
+	return Ref{Run: id}, err
+}
+
+// Resolve turns a RUN|TASK argument (see Lookup) into a run id: a task
+// means its active run, else its oldest waiting start, else its latest
+// finished run.
+func (d *Dispatcher) Resolve(arg string) (record.RunID, error) {
+	ref, err := d.Lookup(arg)
+	if err != nil || ref.Run != "" {
+		return ref.Run, err
+	}
+	id, err := d.latestOf(ref.Task)
+	if err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", &NotFoundError{Err: fmt.Errorf("task %q has no runs in the state root %s", ref.Task, d.Store.Root())}
+	}
+	return id, nil
+}
+
+// latestOf is the task's active run, else its oldest waiting start, else
+// its latest finished run ("" if it has none).
+func (d *Dispatcher) latestOf(task string) (record.RunID, error) {
+	st := d.Store
+	entries, err := st.ListActive()
+	if err != nil {
+		return "", err
+	}
+	var leftovers []record.RunID
+	for _, e := range entries {
+		if e.Rec != nil && !e.Finished && e.Rec.Task == task {
+			return e.ID, nil
+		}
+		if e.Finished {
+			leftovers = append(leftovers, e.ID)
+		}
+	}
+	for _, t := range d.liveQueue(nil) {
+		if t.Task == task {
+			return t.ID, nil
+		}
+	}
+	// A task has one run at a time: its latest finish is its latest run.
+	fin, err := st.FinishedRuns(runstore.FinishedQuery{Limit: 1, Also: leftovers,
+		Match: func(t string, _ record.State, _ *int) bool { return t == task }})
+	if err != nil {
+		return "", err
+	}
+	if len(fin.Runs) == 1 {
+		return fin.Runs[0].RunID, nil
+	}
+	return "", nil
+}
+
+func (d *Dispatcher) taskHasRuns(task string) (bool, error) {
+	id, err := d.latestOf(task)
+	return id != "", err
+}
+
+// maxCandidates is how many runs an ambiguous argument's error lists.
+const maxCandidates = 8
+
+// findRun finds the one run or waiting start whose id match accepts.
+func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.RunID, error) {
+	st := d.Store
+	var cands []Candidate
+	seen := map[record.RunID]bool{}
+	add := func(c Candidate) {
+		if !seen[c.ID] {
+			seen[c.ID] = true
+			cands = append(cands, c)
+		}
+	}
+	entries, err := st.ListActive()
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if e.ID != "" && e.Rec != nil && !e.Finished && match(e.ID) {
+			add(Candidate{ID: e.ID, Task: e.Rec.Task, State: string(e.Rec.State)})
+		}
+	}
+	for _, t := range d.liveQueue(nil) {
+		if match(t.ID) {
+			add(Candidate{ID: t.ID, Task: t.Task, State: "waiting"})
+		}
+	}
+	refs, total, err := st.FinishedMatching(match, maxCandidates)
+	if err != nil {
+		return "", err
+	}
+	more := 0
+	for _, r := range refs {
+		add(Candidate{ID: r.ID, Task: r.Task, State: string(r.State)})
+	}
+	more = total - len(refs)
+	switch {
+	case len(cands) == 1 && more == 0:
+		return cands[0].ID, nil
+	case len(cands) == 0:
+		return "", &NotFoundError{Err: fmt.Errorf("no run's id begins with %s in the state root %s", arg, st.Root())}
+	}
+	if len(cands) > maxCandidates {
+		more += len(cands) - maxCandidates
+		cands = cands[:maxCandidates]
+	}
+	return "", &AmbiguousError{Arg: arg, Candidates: cands, More: more}
+}
+
+// Candidate is one of the runs an ambiguous argument could mean.
+type Candidate struct {
+	ID    record.RunID
+	Task  string
+	State string
+}
+
+// AmbiguousError is a run id prefix or short id that fits several runs.
+type AmbiguousError struct {
+	Arg        string
+	Candidates []Candidate
+	More       int
+}
+
+func (e *AmbiguousError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s is ambiguous: it fits %d runs:", e.Arg, len(e.Candidates)+e.More)
+	for _, c := range e.Candidates {
+		fmt.Fprintf(&b, "\n  %s  %s  %s", c.ID, c.State, quoteName(c.Task))
+	}
+	if e.More > 0 {
+		fmt.Fprintf(&b, "\n  and %d more", e.More)
+	}
+	b.WriteString("\ngive more of the id")
+	return b.String()
+}
+
+// quoteName quotes a task name if it has a space or a quote, so a list of
+// them stays readable.
+func quoteName(s string) string {
+	if strings.ContainsAny(s, " \t\"") {
+		return fmt.Sprintf("%q", s)
+	}
+	return s
+}
+
+// TaskOf is the task of a run or waiting start, for messages; "" if
+// neither can be read.
+func (d *Dispatcher) TaskOf(id record.RunID) string {
+	if rec, err := d.Store.ReadRun(id); err == nil {
+		return rec.Task
+	}
+	entries, _ := d.Store.ListTickets()
+	for _, e := range entries {
+		if e.ID == id && e.Ticket != nil {
+			return e.Ticket.Task
+		}
+	}
+	return ""
+}

@@ -1,0 +1,974 @@
+package runstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"math"
+	"math/bits"
+	"os"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/crew-dev/crew/internal/failpoint"
+	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/rootfs"
+)
+
+// The index of finished runs, runs/finished.idx, lists finished runs in the
+// order their final records were written, so that "the newest finishes"
+// (crew status, crew history) cost what they show, not the whole history:
+// runs/done/ is sharded by creation hour, which says nothing about when a
+// run finished, and one hour can hold 100,000 runs.
+//
+// It is derived data, never a second source of truth:
+//
+//   - Every reader reads the record of each run it shows; an entry whose
+//     record is gone (pruned meanwhile) is skipped, and where the record
+//     and its entry disagree the record wins.
+//   - A run's entry is appended after its final record is durable and
+//     before its active file goes (RunLocks.Finish). A crash in between
+//     leaves a finished leftover in the active set, which every reader adds
+//     to what the index says and whoever cleans it up (admission's reaping,
+//     crew recover) indexes. So a run is always in the index or in the
+//     active set; the one gap is an append lost to a power cut without a
+//     journal that orders it (no fsync: see below), and crew recover
+//     closes it.
+//   - An index that is missing, unreadable or of an unknown version is not
+//     used: readers fall back to the records themselves (ordered by the
+//     files' modification times, newest first, which is never earlier than
+//     the finish the record holds), and crew recover rebuilds it from them.
+//     An append that fails (a full disk) removes the index rather than leave
+//     it silently incomplete; appenders never create it.
+//   - The file exists only if it was made complete: by Ensure when it
+//     creates runs/done (no runs yet), by a rebuild from every record, or by
+//     a compaction of a complete index.
+//
+// Format: a header line, then one line per entry, each preceded by an empty
+// line so that a torn or zero-filled tail (a power cut) can never swallow
+// the next entry; a line whose CRC does not match is skipped:
+//
+//	\n<appended ns>\t<finished ns>\t<written ns>\t<run id>\t<state>\t<exit code or ->\t<quoted task>\t<crc32 hex>\n
+//
+// "appended" orders the file (the time of the append; for a rebuilt entry,
+// the run's finish); "written" is when the entry was made, so that crew
+// recover can tell a record changed after it was indexed (by hand, or by
+// anyone who can write the state root) and index it again: a newer entry
+// of a run overrides an older one.
+//
+// Concurrency without any lock of crew's: appends are single O_APPEND
+// writes under a shared flock of the index file itself, so concurrent
+// finishers never overwrite each other; whoever replaces the file (a
+// compaction, a rebuild) holds an exclusive flock of the file it replaces,
+// and an appender that got its shared lock checks that its file is still
+// the one at the name, else opens the new one. Waits are bounded
+// (lockfs.LockFile); an appender that gives up keeps the run's active file
+// so the entry is added later.
+//
+// Bounded: prune and retention remove runs without touching the index; an
+// append that takes the file across a power of two from 1 MiB on asks for
+// a compaction (dropping entries whose record is gone, and duplicates),
+// done by the run's own supervisor after its locks are released, so the
+// file stays within about twice what its live entries need. crew prune
+// compacts after removing runs.
+
+const (
+	finishedIdxName   = "finished.idx"
+	finishedIdxHeader = "crew index of finished runs, version 1\n"
+	indexMaxBytes     = 256 << 20
+	// indexCompactFrom is the smallest size at which an append asks for a
+	// compaction.
+	indexCompactFrom = 1 << 20
+	// indexLockWait bounds an appender's wait for a compaction or rebuild
+	// that holds the index.
+	indexLockWait = 5 * time.Second
+	// indexSkew is how far the append times of entries may run out of
+	// order (two finishers between reading the clock and writing), for the
+	// rule that ends a scan of the newest entries.
+	indexSkew = 30 * time.Second
+	// mtimeSlack covers the file system's coarser clock, for the fallback
+	// that orders records by their files' modification times.
+	mtimeSlack = time.Second
+	// changeSlack is how much later than its entry a record's file may be
+	// modified before crew recover takes it as changed after it was
+	// indexed. None: file times come from the kernel's coarse clock,
+	// which lags the clock entries are stamped with, so a record written
+	// before its entry never looks newer than it.
+	changeSlack = 0
+)
+
+// finishedEntry is one line of the index: enough to order and filter runs
+// without reading their records.
+type finishedEntry struct {
+	ID       record.RunID
+	Task     string
+	State    record.State
+	Exit     *int
+	Finished time.Time
+	Appended time.Time
+	Written  time.Time // zero: the same as Appended
+}
+
+func entryOf(rec *record.Run, appended time.Time) finishedEntry {
+	e := finishedEntry{ID: rec.RunID, Task: rec.Task, State: rec.State, Exit: rec.ExitCode, Appended: appended}
+	if rec.FinishedAt != nil {
+		e.Finished = *rec.FinishedAt
+	}
+	return e
+}
+
+func (e finishedEntry) encode(b []byte) []byte {
+	b = append(b, '\n')
+	start := len(b)
+	b = strconv.AppendInt(b, e.Appended.UnixNano(), 10)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, e.Finished.UnixNano(), 10)
+	b = append(b, '\t')
+	written := e.Written
+	if written.IsZero() {
+		written = e.Appended
+	}
+	b = strconv.AppendInt(b, written.UnixNano(), 10)
+	b = append(b, '\t')
+	b = append(b, e.ID...)
+	b = append(b, '\t')
+	b = append(b, e.State...)
+	b = append(b, '\t')
+	if e.Exit == nil {
+		b = append(b, '-')
+	} else {
+		b = strconv.AppendInt(b, int64(*e.Exit), 10)
+	}
+	b = append(b, '\t')
+	b = strconv.AppendQuote(b, e.Task)
+	sum := crc32.ChecksumIEEE(b[start:])
+	b = append(b, '\t')
+	const hex = "0123456789abcdef"
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, hex[sum>>uint(shift)&0xf])
+	}
+	return append(b, '\n')
+}
+
+// rawEntry is a line of the index checked and cut into its fields, with
+// nothing allocated yet: scans read many lines and use few.
+type rawEntry struct {
+	appended, finished, written int64
+	id, state, exit             []byte
+	task                        []byte // quoted
+}
+
+// parseRaw checks and cuts one line (without its newline); false for
+// anything that is not a whole, intact entry.
+func parseRaw(line []byte) (rawEntry, bool) {
+	var r rawEntry
+	i := bytes.LastIndexByte(line, '\t')
+	if i < 0 || len(line)-i-1 != 8 {
+		return r, false
+	}
+	sum, ok := parseHex32(line[i+1:])
+	if !ok || sum != crc32.ChecksumIEEE(line[:i]) {
+		return r, false
+	}
+	var f [7][]byte
+	rest := line[:i]
+	for k := range 6 {
+		j := bytes.IndexByte(rest, '\t')
+		if j < 0 {
+			return r, false
+		}
+		f[k], rest = rest[:j], rest[j+1:]
+	}
+	f[6] = rest
+	var ok1, ok2, ok3 bool
+	r.appended, ok1 = parseInt64(f[0])
+	r.finished, ok2 = parseInt64(f[1])
+	r.written, ok3 = parseInt64(f[2])
+	if !ok1 || !ok2 || !ok3 || len(f[3]) != record.RunIDLen || len(f[6]) < 2 {
+		return r, false
+	}
+	r.id, r.state, r.exit, r.task = f[3], f[4], f[5], f[6]
+	return r, true
+}
+
+func (r rawEntry) appendedAt() time.Time { return time.Unix(0, r.appended) }
+func (r rawEntry) finishedAt() time.Time { return time.Unix(0, r.finished) }
+
+// stateOf is the entry's state, without allocating for the known ones.
+func (r rawEntry) stateOf() record.State {
+	for _, st := range []record.State{record.Succeeded, record.Failed, record.Stopped, record.Interrupted} {
+		if string(r.state) == string(st) {
+			return st
+		}
+	}
+	return record.State(r.state)
+}
+
+// exitCodes gives every exit code an address, so entries need not
+// allocate one; nobody writes through them.
+var exitCodes = func() (c [256]int) {
+	for i := range c {
+		c[i] = i
+	}
+	return c
+}()
+
+func (r rawEntry) exitOf() (*int, bool) {
+	if string(r.exit) == "-" {
+		return nil, true
+	}
+	n, ok := parseInt64(r.exit)
+	if !ok {
+		return nil, false
+	}
+	if n >= 0 && n < int64(len(exitCodes)) {
+		return &exitCodes[n], true
+	}
+	code := int(n)
+	return &code, true
+}
+
+// taskOf unquotes the task, through tasks (quoted → name) so that a
+// name repeated across many entries is unquoted once.
+func (r rawEntry) taskOf(tasks map[string]string) (string, bool) {
+	if t, ok := tasks[string(r.task)]; ok {
+		return t, true
+	}
+	t, err := strconv.Unquote(string(r.task))
+	if err != nil {
+		return "", false
+	}
+	if tasks != nil {
+		tasks[string(r.task)] = t
+	}
+	return t, true
+}
+
+// entry is the whole entry.
+func (r rawEntry) entry(tasks map[string]string) (finishedEntry, bool) {
+	task, ok1 := r.taskOf(tasks)
+	exit, ok2 := r.exitOf()
+	if !ok1 || !ok2 {
+		return finishedEntry{}, false
+	}
+	return finishedEntry{ID: record.RunID(r.id), Task: task, State: r.stateOf(), Exit: exit,
+		Finished: r.finishedAt(), Appended: r.appendedAt(), Written: time.Unix(0, r.written)}, true
+}
+
+// parseEntry parses one line (without its newline) into an entry.
+func parseEntry(line []byte) (finishedEntry, bool) {
+	r, ok := parseRaw(line)
+	if !ok {
+		return finishedEntry{}, false
+	}
+	return r.entry(nil)
+}
+
+func parseInt64(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' || n > (math.MaxInt64-int64(c-'0'))/10 {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+func parseHex32(b []byte) (uint32, bool) {
+	var n uint32
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			n = n<<4 | uint32(c-'0')
+		case 'a' <= c && c <= 'f':
+			n = n<<4 | uint32(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// IndexPath is the index's path, for messages.
+func (s *Store) IndexPath() string { return s.display(runsDir, finishedIdxName) }
+
+const runsDir = "runs"
+
+// indexFinished appends rec's entry, if there is an index. It returns
+// false when the entry could not be written and the index could not be
+// taken out of use either (or a compaction held it too long): the caller
+// then keeps the run's active file, so whoever cleans it up indexes it.
+func (s *Store) indexFinished(rec *record.Run) bool {
+	dir, err := s.dir(runsDir)
+	if err != nil {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	defer dir.Close()
+	ok, compact := s.appendFinished(dir, []finishedEntry{entryOf(rec, time.Time{})})
+	if compact {
+		s.compactDue.Store(true)
+	}
+	return ok
+}
+
+// appendFinished appends entries to the index in one write, stamped with the
+// time of the write: the clock is read once the file is locked, right
+// before the write, so that the stamps of entries in the file are in order
+// to within a few system calls (readers rely on it to within indexSkew).
+// compact: the file crossed a size at which it asks to be compacted.
+func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compact bool) {
+	var lines []byte
+	const attempts = 20
+	for attempt := 1; attempt <= attempts; attempt++ {
+		f, err := rootfs.Open(dir, finishedIdxName, os.O_WRONLY|os.O_APPEND, 0)
+		var notRegular *rootfs.NotRegularError
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return true, false // no index: readers use the records
+		case errors.As(err, &notRegular), err != nil && attempt == attempts:
+			return s.dropIndex(dir, err) == nil, false
+		case err != nil:
+			// Replaced while being opened (a compaction), or a second link
+			// for the instant in which Ensure links a new index into place:
+			// try again. Anything that lasts is taken out of use above.
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err := lockfs.LockFile(f, false, indexLockWait); err != nil {
+			_ = f.Close()
+			return false, false
+		}
+		if same, err := atName(dir, finishedIdxName, f); err != nil || !same {
+			_ = f.Close() // replaced by a compaction or rebuild: append to the new one
+			continue
+		}
+		lines = lines[:0]
+		now := time.Now()
+		for _, e := range entries {
+			e.Appended = now
+			lines = e.encode(lines)
+		}
+		n, werr := len(lines), failpoint.Error("index-append")
+		if werr == nil {
+			n, werr = f.Write(lines)
+		}
+		end, serr := f.Seek(0, io.SeekCurrent)
+		if werr != nil || n != len(lines) {
+			// A short or failed write (a full disk) leaves the index without
+			// this entry: out of use it goes, while our shared lock keeps
+			// anyone from replacing it meanwhile.
+			rerr := removeFile(dir, finishedIdxName)
+			_ = f.Close()
+			return rerr == nil, false
+		}
+		_ = f.Close()
+		return true, serr == nil && crossesCompactSize(end-int64(len(lines)), end)
+	}
+	return false, false // replaced every time we looked: keep the active file
+}
+
+// crossesCompactSize reports whether growing from before to after bytes
+// crosses a power of two at or above indexCompactFrom.
+func crossesCompactSize(before, after int64) bool {
+	return after >= indexCompactFrom && bits.Len64(uint64(before)) != bits.Len64(uint64(after))
+}
+
+// atName reports whether f is the file at name in dir now.
+func atName(dir *os.Root, name string, f *os.File) (bool, error) {
+	held, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	now, err := dir.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(held, now), nil
+}
+
+// dropIndex takes an index that cannot be used out of the way: removed if
+// it is a regular file of crew's (the records are its source), moved into
+// quarantine/ with a note if it is anything else (a planted link, FIFO,
+// directory, or a file with a second hard link), so that readers fall back
+// to the records.
+func (s *Store) dropIndex(dir *os.Root, why error) error {
+	fi, err := dir.Lstat(finishedIdxName)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.Mode().IsRegular() && links(fi) == 1:
+		return removeFile(dir, finishedIdxName)
+	}
+	_, err = s.quarantine(runsDir, finishedIdxName, fmt.Sprintf("%v; crew keeps its index of finished runs there, so it moved this aside", why), "crew")
+	return err
+}
+
+// createIndex makes an empty index when Ensure has just made runs/done:
+// there are no finished runs, so empty is complete. It is linked into place
+// (never over another index), and removed again if a run finished into
+// runs/done before it was there (then crew recover builds one).
+func (s *Store) createIndex() {
+	dir, err := s.dir(runsDir)
+	if err != nil {
+		return
+	}
+	defer dir.Close()
+	tmp, err := tempName(finishedIdxName)
+	if err != nil {
+		return
+	}
+	if err := writeFileMode(dir, tmp, []byte(finishedIdxHeader), volatile, s.filePerm()); err != nil {
+		return
+	}
+	err = dir.Link(tmp, finishedIdxName)
+	_ = dir.Remove(tmp)
+	if err != nil {
+		return // someone else made one
+	}
+	if shards, err := s.doneShards(); err != nil || len(shards) > 0 {
+		_ = removeFile(dir, finishedIdxName)
+	}
+}
+
+// openIndex opens the index for reading and checks its header; nil (and
+// why) if there is none that can be used.
+func (s *Store) openIndex() (f *os.File, size int64, why error) {
+	dir, err := s.dir(runsDir)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer dir.Close()
+	f, err = rootfs.Open(dir, finishedIdxName, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.Size() > indexMaxBytes {
+		err = &rootfs.TooLargeError{Name: finishedIdxName, Size: fi.Size(), Limit: indexMaxBytes}
+	}
+	if err == nil {
+		head := make([]byte, len(finishedIdxHeader))
+		if _, rerr := f.ReadAt(head, 0); rerr != nil || string(head) != finishedIdxHeader {
+			err = errors.New("it does not start with the header of a version crew reads")
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, 0, err
+	}
+	return f, fi.Size(), nil
+}
+
+// backward yields the lines of f between offset from and end, last first.
+func backward(f *os.File, from, end int64, yield func(line []byte) bool) error {
+	const chunk = 64 << 10
+	var buf, carry []byte // carry: a line whose beginning is in an earlier chunk
+	for end > from {
+		start := max(end-chunk, from)
+		n := int(end - start)
+		if cap(buf) < n+len(carry) {
+			grown := make([]byte, n+len(carry)+chunk)
+			copy(grown[n:], carry)
+			buf = grown[:n+len(carry)]
+		} else {
+			buf = buf[:n+len(carry)]
+			copy(buf[n:], carry) // carry is a prefix of buf: copy moves it safely
+		}
+		if _, err := f.ReadAt(buf[:n], start); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		end = start
+		for {
+			i := bytes.LastIndexByte(buf, '\n')
+			if i < 0 {
+				break
+			}
+			if line := buf[i+1:]; len(line) > 0 && !yield(line) {
+				return nil
+			}
+			buf = buf[:i]
+		}
+		carry = buf
+	}
+	if len(carry) > 0 {
+		yield(carry)
+	}
+	return nil
+}
+
+// readIndex reads every entry of f (size bytes), in file order.
+func readIndex(f *os.File, size int64) ([]finishedEntry, error) {
+	data := make([]byte, size)
+	n, err := f.ReadAt(data, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	data = data[min(len(finishedIdxHeader), n):n]
+	var out []finishedEntry
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if e, ok := parseEntry(line); ok {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// compactIfDue compacts the index if an append of this process asked for
+// it. Callers hold no lock of crew's (never the admission lock): it reads
+// and rewrites the whole index.
+func (s *Store) compactIfDue() {
+	if s.compactDue.CompareAndSwap(true, false) {
+		_, _ = s.CompactIndex()
+	}
+}
+
+// CompactIndex rewrites the index without the entries of runs whose record
+// is gone and without duplicates, and returns how many entries it dropped.
+// Appends made meanwhile are carried over under an exclusive lock held
+// only for the last step. Without a usable index it does nothing.
+func (s *Store) CompactIndex() (dropped int, err error) {
+	f, size, err := s.openIndex()
+	if err != nil {
+		return 0, nil // nothing to compact: no usable index
+	}
+	defer f.Close()
+	entries, err := readIndex(f, size)
+	if err != nil {
+		return 0, err
+	}
+	kept := s.liveEntries(entries)
+	dropped = len(entries) - len(kept)
+	if dropped == 0 {
+		return 0, nil
+	}
+	content := []byte(finishedIdxHeader)
+	for _, e := range kept {
+		content = e.encode(content)
+	}
+	dir, err := s.dir(runsDir)
+	if err != nil {
+		return 0, err
+	}
+	defer dir.Close()
+	return dropped, s.replaceIndex(dir, f, size, content)
+}
+
+// liveEntries keeps the last (newest) entry of each run whose record
+// exists, in file order. Each shard an entry points into is listed once
+// (cheaper than a stat per entry, whether a shard holds 40 runs or
+// 100,000).
+func (s *Store) liveEntries(entries []finishedEntry) []finishedEntry {
+	last := make(map[record.RunID]int, len(entries))
+	for i, e := range entries {
+		last[e.ID] = i
+	}
+	shards := map[string]map[string]bool{}
+	var kept []finishedEntry
+	for i, e := range entries {
+		if last[e.ID] != i || !record.WellFormedRunID(string(e.ID)) {
+			continue
+		}
+		shard := e.ID.Shard()
+		names, ok := shards[shard]
+		if !ok {
+			names = map[string]bool{}
+			list, _ := s.shardNames(shard) // none: a shard pruned away, or never there
+			for _, n := range list {
+				names[n] = true
+			}
+			shards[shard] = names
+		}
+		if names[recordName(e.ID)] {
+			kept = append(kept, e)
+		}
+	}
+	return kept
+}
+
+// replaceIndex puts content in place of old (open, read up to size):
+// under old's exclusive lock, it carries over what was appended to old
+// after size, checks that old is still the index, and renames.
+func (s *Store) replaceIndex(dir *os.Root, old *os.File, size int64, content []byte) error {
+	tmp, err := tempName(finishedIdxName)
+	if err != nil {
+		return err
+	}
+	t, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, s.filePerm())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = t.Close()
+		_ = dir.Remove(tmp) // gone already once renamed
+	}()
+	if _, err := t.Write(content); err != nil {
+		return err
+	}
+	if err := lockfs.LockFile(old, true, indexLockWait); err != nil {
+		return err
+	}
+	if same, err := atName(dir, finishedIdxName, old); err != nil || !same {
+		return errors.New("the index was replaced meanwhile")
+	}
+	fi, err := old.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() > size {
+		tail := make([]byte, fi.Size()-size)
+		n, err := old.ReadAt(tail, size)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		var carried []byte
+		for _, line := range bytes.Split(tail[:n], []byte{'\n'}) {
+			if e, ok := parseEntry(line); ok {
+				carried = e.encode(carried)
+			}
+		}
+		if _, err := t.Write(carried); err != nil {
+			return err
+		}
+	}
+	return dir.Rename(tmp, finishedIdxName)
+}
+
+// rebuildFrom is how many missing runs make CheckIndex rebuild the index
+// rather than append them.
+const rebuildFrom = 1000
+
+// IndexRepair is what CheckIndex found and did.
+type IndexRepair struct {
+	Path string
+	// Rebuilt: the index was missing or unusable (Why) and was made anew
+	// from every finished record.
+	Rebuilt bool
+	Why     string
+	// Added: finished runs that were missing from a usable index.
+	Added int
+	// Changed: finished records changed after they were indexed (by
+	// hand), indexed again.
+	Changed int
+	// Runs is how many finished runs the index lists now.
+	Runs int
+}
+
+// CheckIndex makes the index agree with the finished records: it builds
+// one if there is none (or none that can be used), and adds the runs a
+// usable one lacks (written by an older crew, copied in by hand, or lost
+// to a power cut). It lists every finished record, so it is for crew
+// recover, not for every command. With dry, it changes nothing and says
+// what it would do.
+func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
+	rep := &IndexRepair{Path: s.IndexPath()}
+	if !s.Exists() {
+		return rep, nil
+	}
+	f, size, why := s.openIndex()
+	if f == nil {
+		if errors.Is(why, fs.ErrNotExist) {
+			why = errors.New("it is missing")
+		}
+		rep.Rebuilt, rep.Why = true, why.Error()
+		if dry {
+			return rep, nil
+		}
+		n, err := s.rebuildIndex(why)
+		rep.Runs = n
+		return rep, err
+	}
+	defer f.Close()
+	entries, err := readIndex(f, size)
+	if err != nil {
+		return nil, err
+	}
+	written := make(map[record.RunID]time.Time, len(entries))
+	for _, e := range entries {
+		written[e.ID] = e.Written // the last entry of a run is the one that counts
+	}
+	files, err := s.finishedFiles()
+	if err != nil {
+		return nil, err
+	}
+	active := s.activeIDs()
+	var missing []*record.Run
+	for _, file := range files {
+		w, indexed := written[file.id]
+		switch {
+		case active[file.id]:
+			continue // its finisher (or whoever reaps it) indexes it
+		case indexed && !file.mod.After(w.Add(changeSlack)):
+			continue
+		}
+		rec, err := s.ReadDone(file.id)
+		if err != nil {
+			continue // pruned meanwhile, or unreadable (status reports those)
+		}
+		missing = append(missing, rec)
+		if indexed {
+			rep.Changed++
+		} else {
+			rep.Added++
+		}
+	}
+	rep.Runs = len(files)
+	if len(missing) > rebuildFrom {
+		// Appended now, so many entries would share one append time and
+		// make every newest-first scan read them all: a rebuild orders
+		// them by finish instead.
+		f.Close()
+		rep.Added, rep.Changed, rep.Rebuilt = 0, 0, true
+		rep.Why = fmt.Sprintf("it lacked %d of %d finished runs, or had them as they were before a change", len(missing), len(files))
+		if dry {
+			return rep, nil
+		}
+		n, err := s.rebuildIndex(errors.New(rep.Why))
+		rep.Runs = n
+		return rep, err
+	}
+	if dry || len(missing) == 0 {
+		return rep, nil
+	}
+	slices.SortFunc(missing, byFinish)
+	dir, err := s.dir(runsDir)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	add := make([]finishedEntry, len(missing))
+	for i, rec := range missing {
+		add[i] = entryOf(rec, time.Time{})
+	}
+	if ok, _ := s.appendFinished(dir, add); !ok {
+		return nil, fmt.Errorf("add %d finished runs to the index %s: it stayed busy", len(missing), rep.Path)
+	}
+	return rep, nil
+}
+
+// byFinish orders records oldest finish first.
+func byFinish(a, b *record.Run) int {
+	if c := finishOf(a).Compare(finishOf(b)); c != 0 {
+		return c
+	}
+	return bytes.Compare([]byte(a.RunID), []byte(b.RunID))
+}
+
+func finishOf(r *record.Run) time.Time {
+	if r.FinishedAt == nil {
+		return time.Time{}
+	}
+	return *r.FinishedAt
+}
+
+// rebuildIndex makes the index anew from every finished record and
+// returns how many runs it lists. The records are read without any lock;
+// the new index is then put in place under an exclusive lock of its own
+// (and of the one it replaces, if any), and before that lock goes, every
+// record is listed once more, so a run that finished meanwhile (whose
+// finisher found no index, or the old one) is in it too.
+func (s *Store) rebuildIndex(why error) (int, error) {
+	ids, err := s.finishedIDs()
+	if err != nil {
+		return 0, err
+	}
+	have := make(map[record.RunID]bool, len(ids))
+	var recs []*record.Run
+	for _, id := range ids {
+		if rec, err := s.ReadDone(id); err == nil {
+			recs = append(recs, rec)
+			have[id] = true
+		}
+	}
+	slices.SortFunc(recs, byFinish)
+	content := []byte(finishedIdxHeader)
+	now := time.Now()
+	for _, rec := range recs {
+		// Rebuilt entries are "appended" when they finished, so the file
+		// stays in append-time order for the newest-first scans.
+		e := entryOf(rec, finishOf(rec))
+		e.Written = now
+		content = e.encode(content)
+	}
+	dir, err := s.dir(runsDir)
+	if err != nil {
+		return 0, err
+	}
+	defer dir.Close()
+	tmp, err := tempName(finishedIdxName)
+	if err != nil {
+		return 0, err
+	}
+	t, err := rootfs.Open(dir, tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, s.filePerm())
+	if err != nil {
+		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
+	}
+	defer func() {
+		_ = t.Close()
+		_ = dir.Remove(tmp)
+	}()
+	if err := lockfs.LockFile(t, true, 0); err != nil {
+		return 0, err
+	}
+	if _, err := t.Write(content); err != nil {
+		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
+	}
+	// Whatever is at the name: a regular file is locked before it is
+	// replaced (a compaction may be working on it); anything else goes to
+	// quarantine.
+	if old, err := rootfs.Open(dir, finishedIdxName, os.O_RDONLY, 0); err == nil {
+		defer old.Close()
+		if err := lockfs.LockFile(old, true, indexLockWait); err != nil {
+			return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		if err := s.dropIndex(dir, why); err != nil {
+			return 0, err
+		}
+	}
+	if err := dir.Rename(tmp, finishedIdxName); err != nil {
+		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
+	}
+	again, err := s.finishedIDs()
+	if err != nil {
+		return len(recs), nil // the index is complete as far as the first listing goes
+	}
+	var late []*record.Run
+	for _, id := range again {
+		if !have[id] {
+			if rec, err := s.ReadDone(id); err == nil {
+				late = append(late, rec)
+			}
+		}
+	}
+	slices.SortFunc(late, byFinish)
+	var lines []byte
+	now = time.Now()
+	for _, rec := range late {
+		lines = entryOf(rec, now).encode(lines)
+	}
+	if _, err := t.Write(lines); err != nil {
+		_ = removeFile(dir, finishedIdxName)
+		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
+	}
+	return len(recs) + len(late), nil
+}
+
+// finishedIDs lists the run ids of every finished record, in no order.
+func (s *Store) finishedIDs() ([]record.RunID, error) {
+	shards, err := s.doneShards()
+	if err != nil {
+		return nil, err
+	}
+	var ids []record.RunID
+	for _, shard := range shards {
+		names, err := s.shardNames(shard)
+		var notDir *NotDirError
+		if errors.Is(err, fs.ErrNotExist) || errors.As(err, &notDir) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			ids = append(ids, record.RunID(n[:len(n)-len(".json")]))
+		}
+	}
+	return ids, nil
+}
+
+// finishedFile is a finished record's run id and its file's modification
+// time.
+type finishedFile struct {
+	id  record.RunID
+	mod time.Time
+}
+
+// finishedFiles lists every finished record with its modification time.
+func (s *Store) finishedFiles() ([]finishedFile, error) {
+	shards, err := s.doneShards()
+	if err != nil {
+		return nil, err
+	}
+	var out []finishedFile
+	for _, shard := range shards {
+		names, err := s.shardNames(shard)
+		var notDir *NotDirError
+		if errors.Is(err, fs.ErrNotExist) || errors.As(err, &notDir) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		dir, err := s.dir(doneDir + "/" + shard)
+		if err != nil {
+			continue
+		}
+		for _, n := range names {
+			if fi, err := dir.Lstat(n); err == nil {
+				out = append(out, finishedFile{id: record.RunID(n[:len(n)-len(".json")]), mod: fi.ModTime()})
+			}
+		}
+		dir.Close()
+	}
+	return out, nil
+}
+
+// activeIDs is the set of run ids with a file in the active set.
+func (s *Store) activeIDs() map[record.RunID]bool {
+	out := map[record.RunID]bool{}
+	dir, err := s.dir(activeDir)
+	if err != nil {
+		return out
+	}
+	defer dir.Close()
+	names, _ := listNames(dir)
+	for _, n := range names {
+		if id, ok := cutRecordName(n); ok {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+func cutRecordName(name string) (record.RunID, bool) {
+	if len(name) != record.RunIDLen+len(".json") || name[record.RunIDLen:] != ".json" {
+		return "", false
+	}
+	return record.RunID(name[:record.RunIDLen]), true
+}
+
+// links is a file's hard link count.
+func links(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}

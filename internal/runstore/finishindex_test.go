@@ -1,0 +1,586 @@
+package runstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
+var indexBase = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+
+// finishedRecord is a finished record of a run created at created that
+// finished at finished.
+func finishedRecord(created, finished time.Time, n int, task string, state record.State) *record.Run {
+	rec := testRecord(idAt(created, n), state)
+	rec.Task = task
+	rec.FinishedAt = &finished
+	if state == record.Failed {
+		code := 2
+		rec.ExitCode = &code
+	}
+	return rec
+}
+
+// finishAsSupervisor reserves rec's run and finishes it through RunLocks,
+// as a run's own supervisor does.
+func finishAsSupervisor(t *testing.T, s *Store, rec *record.Run) {
+	t.Helper()
+	l := reserve(t, s, rec.RunID)
+	if err := l.Finish(rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ids(runs []*record.Run) []record.RunID {
+	out := make([]record.RunID, len(runs))
+	for i, r := range runs {
+		out[i] = r.RunID
+	}
+	return out
+}
+
+func mustQuery(t *testing.T, s *Store, q FinishedQuery) *Finished {
+	t.Helper()
+	res, err := s.FinishedRuns(q)
+	if err != nil {
+		t.Fatalf("FinishedRuns(%+v) = %v", q, err)
+	}
+	return res
+}
+
+// indexedIDs lists the run ids of the index's intact entries, in file
+// order.
+func indexedIDs(t *testing.T, s *Store) []record.RunID {
+	t.Helper()
+	f, size, why := s.openIndex()
+	if f == nil {
+		t.Fatalf("no usable index: %v", why)
+	}
+	defer f.Close()
+	entries, err := readIndex(f, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]record.RunID, len(entries))
+	for i, e := range entries {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// A fresh state root has an empty index; runs are listed newest finish
+// first, whatever order they were created in, and across shards.
+func TestFinishedRunsNewestFinishFirst(t *testing.T) {
+	s := newStore(t)
+	if got := readString(t, s.IndexPath()); got != finishedIdxHeader {
+		t.Fatalf("fresh index = %q, want just the header", got)
+	}
+	// Created an hour apart (two shards), finished in the other order.
+	long := finishedRecord(indexBase, indexBase.Add(3*time.Hour), 1, "long", record.Succeeded)
+	short := finishedRecord(indexBase.Add(time.Hour), indexBase.Add(time.Hour+time.Minute), 2, "short", record.Failed)
+	mid := finishedRecord(indexBase.Add(2*time.Hour), indexBase.Add(2*time.Hour+time.Second), 3, "mid", record.Stopped)
+	for _, rec := range []*record.Run{short, mid, long} {
+		finishAsSupervisor(t, s, rec)
+	}
+	want := []record.RunID{long.RunID, mid.RunID, short.RunID}
+	res := mustQuery(t, s, FinishedQuery{})
+	if got := ids(res.Runs); !slices.Equal(got, want) || res.Unindexed != "" {
+		t.Fatalf("FinishedRuns = %v (unindexed %q), want %v by finish", got, res.Unindexed, want)
+	}
+	if got := ids(mustQuery(t, s, FinishedQuery{Limit: 2}).Runs); !slices.Equal(got, want[:2]) {
+		t.Errorf("Limit 2 = %v, want %v", got, want[:2])
+	}
+	failed := func(_ string, st record.State, _ *int) bool { return st != record.Succeeded }
+	if got := ids(mustQuery(t, s, FinishedQuery{Match: failed}).Runs); !slices.Equal(got, want[1:]) {
+		t.Errorf("not succeeded = %v, want %v", got, want[1:])
+	}
+	since := FinishedQuery{Since: indexBase.Add(2 * time.Hour)}
+	if got := ids(mustQuery(t, s, since).Runs); !slices.Equal(got, want[:2]) {
+		t.Errorf("Since = %v, want %v", got, want[:2])
+	}
+	task := func(task string, _ record.State, _ *int) bool { return task == "short" }
+	if got := ids(mustQuery(t, s, FinishedQuery{Match: task, Limit: 1}).Runs); !slices.Equal(got, []record.RunID{short.RunID}) {
+		t.Errorf("task short = %v", got)
+	}
+	// The same answers without the index, from the records' files.
+	if err := os.Remove(s.IndexPath()); err != nil {
+		t.Fatal(err)
+	}
+	setMtime(t, s, short, *short.FinishedAt)
+	setMtime(t, s, mid, *mid.FinishedAt)
+	setMtime(t, s, long, *long.FinishedAt)
+	res = mustQuery(t, s, FinishedQuery{})
+	if got := ids(res.Runs); !slices.Equal(got, want) || !strings.Contains(res.Unindexed, "there is no index") {
+		t.Fatalf("without the index = %v (unindexed %q), want %v", got, res.Unindexed, want)
+	}
+	if got := ids(mustQuery(t, s, FinishedQuery{Limit: 1}).Runs); !slices.Equal(got, want[:1]) {
+		t.Errorf("without the index, Limit 1 = %v", got)
+	}
+}
+
+// setMtime gives a record's file (and its shard) a modification time, as
+// if it had been written then.
+func setMtime(t *testing.T, s *Store, rec *record.Run, at time.Time) {
+	t.Helper()
+	if err := os.Chtimes(s.DonePath(rec.RunID), at, at); err != nil {
+		t.Fatal(err)
+	}
+	shard := s.osPath(shardDir(rec.RunID))
+	if fi, err := os.Stat(shard); err == nil && fi.ModTime().Before(at) {
+		_ = os.Chtimes(shard, at, at)
+	}
+}
+
+// The index is a hint: an entry whose record was pruned is skipped, and
+// the record, not the entry, is what is returned.
+func TestFinishedRunsTheRecordWins(t *testing.T) {
+	s := newStore(t)
+	a := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, "a", record.Succeeded)
+	b := finishedRecord(indexBase, indexBase.Add(2*time.Minute), 2, "b", record.Succeeded)
+	finishAsSupervisor(t, s, a)
+	finishAsSupervisor(t, s, b)
+	if err := s.RemoveFinished(b.RunID); err != nil {
+		t.Fatal(err)
+	}
+	// a's record is rewritten (by hand) with another reason.
+	changed := *a
+	changed.Reason = "the record says so"
+	data, _ := changed.Encode()
+	writeString(t, s.DonePath(a.RunID), string(data))
+	res := mustQuery(t, s, FinishedQuery{Limit: 1})
+	if len(res.Runs) != 1 || res.Runs[0].RunID != a.RunID || res.Runs[0].Reason != "the record says so" {
+		t.Fatalf("FinishedRuns = %+v, want a's record as it is now", res.Runs)
+	}
+}
+
+// A run whose entry never made it (a crash between its final record and
+// its index entry) is still in the active set: readers given it in Also
+// list it, and whoever finalizes the leftover indexes it.
+func TestFinishedLeftoverIsListedAndIndexedByItsFinalizer(t *testing.T) {
+	s := newStore(t)
+	rec := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, "crashed", record.Succeeded)
+	mustWriteActive(t, s, testRecord(rec.RunID, record.Running))
+	mustWriteDone(t, s, rec) // the crash came here
+	if got := ids(mustQuery(t, s, FinishedQuery{}).Runs); len(got) != 0 {
+		t.Fatalf("the index lists %v before the leftover is given", got)
+	}
+	if got := ids(mustQuery(t, s, FinishedQuery{Also: []record.RunID{rec.RunID}}).Runs); !slices.Equal(got, []record.RunID{rec.RunID}) {
+		t.Fatalf("with the leftover in Also = %v", got)
+	}
+	f, err := s.Fence(rec.RunID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Finish(rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexedIDs(t, s); !slices.Equal(got, []record.RunID{rec.RunID}) {
+		t.Fatalf("index after the leftover was finalized = %v", got)
+	}
+}
+
+// Concurrent finishers, with no lock of crew's, never lose each other's
+// entries, even while compactions replace the file under them.
+func TestIndexConcurrentAppendsSurviveCompactions(t *testing.T) {
+	s := newStore(t)
+	const writers, each = 6, 40
+	var live []*record.Run
+	for w := range writers {
+		for i := range each {
+			rec := finishedRecord(indexBase.Add(time.Duration(w)*time.Hour), indexBase.Add(time.Duration(w*each+i)*time.Second), w*each+i, fmt.Sprintf("w%d", w), record.Succeeded)
+			writeDoneFast(t, s, rec.RunID)
+			live = append(live, rec)
+		}
+	}
+	dir, err := s.dir(runsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	stop := make(chan struct{})
+	compactions := make(chan int, 1)
+	go func() {
+		// Entries of runs that have no record, then a compaction that
+		// drops them: the file is replaced again and again.
+		n := 0
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				compactions <- n
+				return
+			default:
+			}
+			ghost := finishedRecord(indexBase.Add(100*time.Hour), indexBase, 10000+i, "ghost", record.Succeeded)
+			if ok, _ := s.appendFinished(dir, []finishedEntry{entryOf(ghost, time.Time{})}); !ok {
+				t.Error("ghost append failed")
+			}
+			if dropped, err := s.CompactIndex(); err != nil {
+				t.Errorf("CompactIndex = %v", err)
+			} else if dropped > 0 {
+				n++
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, rec := range live[w*each : (w+1)*each] {
+				if !s.indexFinished(rec) {
+					t.Errorf("indexFinished(%s) = false", rec.RunID)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	if n := <-compactions; n == 0 {
+		t.Fatal("no compaction replaced the index while appends ran: the test proved nothing")
+	}
+	got := map[record.RunID]bool{}
+	for _, id := range indexedIDs(t, s) {
+		got[id] = true
+	}
+	for _, rec := range live {
+		if !got[rec.RunID] {
+			t.Errorf("entry of %s lost", rec.RunID)
+		}
+	}
+}
+
+// Compaction drops the entries of pruned runs and duplicates, keeps the
+// order, and carries over what was appended while it worked.
+func TestCompactIndex(t *testing.T) {
+	s := newStore(t)
+	var recs []*record.Run
+	for i := range 5 {
+		rec := finishedRecord(indexBase, indexBase.Add(time.Duration(i)*time.Minute), i, "t", record.Succeeded)
+		finishAsSupervisor(t, s, rec)
+		recs = append(recs, rec)
+	}
+	// A duplicate (a leftover indexed twice) and two pruned runs.
+	if !s.indexFinished(recs[1]) {
+		t.Fatal("append failed")
+	}
+	for _, i := range []int{0, 3} {
+		if err := s.RemoveFinished(recs[i].RunID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropped, err := s.CompactIndex()
+	if err != nil || dropped != 3 {
+		t.Fatalf("CompactIndex = %d, %v; want 3 dropped", dropped, err)
+	}
+	// The last entry of a run is the one kept (a newer entry overrides).
+	want := []record.RunID{recs[2].RunID, recs[4].RunID, recs[1].RunID}
+	if got := indexedIDs(t, s); !slices.Equal(got, want) {
+		t.Fatalf("index after compaction = %v, want %v", got, want)
+	}
+	// An append that lands between a compaction's read and its rename.
+	f, size, _ := s.openIndex()
+	defer f.Close()
+	late := finishedRecord(indexBase, indexBase.Add(time.Hour), 9, "late", record.Succeeded)
+	finishAsSupervisor(t, s, late)
+	dir, _ := s.dir(runsDir)
+	defer dir.Close()
+	if err := s.replaceIndex(dir, f, size, []byte(finishedIdxHeader)); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexedIDs(t, s); !slices.Equal(got, []record.RunID{late.RunID}) {
+		t.Fatalf("index after a replacement = %v, want the late append carried over", got)
+	}
+	assertNoTemp(t, s.osPath(runsDir))
+}
+
+func assertNoTemp(t *testing.T, dir string) {
+	t.Helper()
+	names, _ := filepath.Glob(filepath.Join(dir, ".*"))
+	if len(names) > 0 {
+		t.Errorf("temporary files left in %s: %v", dir, names)
+	}
+}
+
+// An append that crosses a power of two from 1 MiB on asks for a
+// compaction, which the run's own supervisor does once its locks are gone.
+func TestIndexAsksForCompaction(t *testing.T) {
+	for _, c := range []struct {
+		before, after int64
+		want          bool
+	}{
+		{0, 100, false}, {1<<20 - 10, 1<<20 + 10, true}, {1<<20 + 10, 1<<20 + 200, false},
+		{2<<20 - 1, 2 << 20, true}, {1<<19 - 1, 1<<19 + 5, false},
+	} {
+		if got := crossesCompactSize(c.before, c.after); got != c.want {
+			t.Errorf("crossesCompactSize(%d, %d) = %v, want %v", c.before, c.after, got, c.want)
+		}
+	}
+	s := newStore(t)
+	pruned := finishedRecord(indexBase, indexBase, 1, "pruned", record.Succeeded)
+	finishAsSupervisor(t, s, pruned)
+	if err := s.RemoveFinished(pruned.RunID); err != nil {
+		t.Fatal(err)
+	}
+	// Pad the index to just below 1 MiB with entries of the pruned run.
+	pad := entryOf(pruned, indexBase).encode(nil)
+	fi, _ := os.Stat(s.IndexPath())
+	f, err := os.OpenFile(s.IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for size := fi.Size(); size+int64(len(pad)) < indexCompactFrom; size += int64(len(pad)) {
+		if _, err := f.Write(pad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	last := finishedRecord(indexBase, indexBase.Add(time.Hour), 2, "last", record.Succeeded)
+	finishAsSupervisor(t, s, last)
+	if got := indexedIDs(t, s); !slices.Equal(got, []record.RunID{last.RunID}) {
+		t.Fatalf("index after the crossing append = %d entries, want only the last run's", len(got))
+	}
+	if fi, _ := os.Stat(s.IndexPath()); fi.Size() > 1024 {
+		t.Errorf("index is %d bytes after compaction", fi.Size())
+	}
+}
+
+// A torn or zero-filled tail (a power cut) costs at most the entry it
+// tore: the next append starts on a line of its own.
+func TestIndexTornTail(t *testing.T) {
+	s := newStore(t)
+	a := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, "a", record.Succeeded)
+	b := finishedRecord(indexBase, indexBase.Add(2*time.Minute), 2, "b", record.Succeeded)
+	finishAsSupervisor(t, s, a)
+	f, err := os.OpenFile(s.IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := entryOf(b, indexBase).encode(nil)
+	_, _ = f.Write(torn[:len(torn)/2])
+	_, _ = f.Write(make([]byte, 100))
+	f.Close()
+	finishAsSupervisor(t, s, b)
+	if got := indexedIDs(t, s); !slices.Equal(got, []record.RunID{a.RunID, b.RunID}) {
+		t.Fatalf("index = %v", got)
+	}
+	if got := ids(mustQuery(t, s, FinishedQuery{}).Runs); !slices.Equal(got, []record.RunID{b.RunID, a.RunID}) {
+		t.Fatalf("FinishedRuns = %v", got)
+	}
+}
+
+// The scan of the newest entries stops once no older entry can be among
+// them, and never misses a newer finish appended before an older one: a
+// run whose old finish is appended late (an outcome recovered after a
+// full disk) sits among the newest appends, in front of newer finishes.
+func TestFinishedRunsScanStopsButMissesNothing(t *testing.T) {
+	s := newStore(t)
+	var all []*record.Run
+	for i := range 200 {
+		rec := finishedRecord(indexBase, indexBase.Add(time.Duration(i)*time.Minute), i, "t", record.Succeeded)
+		data, _ := rec.Encode()
+		mkdirAll(t, s.osPath(shardDir(rec.RunID)))
+		writeString(t, s.DonePath(rec.RunID), string(data))
+		all = append(all, rec)
+	}
+	// File order: 0..195 appended as they finished, then 199 (the newest
+	// finish), then 50 again (a late append of an old finish), then
+	// 196..198, each a second after the one before.
+	order := append(slices.Clone(all[:196]), all[199], all[50], all[196], all[197], all[198])
+	var lines []byte
+	last := time.Time{}
+	for _, rec := range order {
+		at := rec.FinishedAt.Add(time.Second)
+		if at.Before(last.Add(time.Second)) || rec == all[50] {
+			at = last.Add(time.Second)
+		}
+		last = at
+		lines = entryOf(rec, at).encode(lines)
+	}
+	f, err := os.OpenFile(s.IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(lines); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	res := mustQuery(t, s, FinishedQuery{Limit: 3})
+	want := []record.RunID{all[199].RunID, all[198].RunID, all[197].RunID}
+	if got := ids(res.Runs); !slices.Equal(got, want) {
+		t.Fatalf("Limit 3 = %v, want %v", got, want)
+	}
+	var asked int
+	counting := func(string, record.State, *int) bool { asked++; return true }
+	mustQuery(t, s, FinishedQuery{Limit: 3, Match: counting})
+	if asked > 10 {
+		t.Errorf("the newest 3 of 200 looked at %d entries and records", asked)
+	}
+}
+
+// Without a usable index (missing, planted, of an unknown version),
+// readers use the records and say so; crew recover's CheckIndex rebuilds it
+// from them, and adds the runs a usable one lacks.
+func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
+	s := newStore(t)
+	var recs []*record.Run
+	for i := range 4 {
+		rec := finishedRecord(indexBase.Add(time.Duration(i)*time.Hour), indexBase.Add(time.Duration(10-i)*time.Hour), i, "t", record.Succeeded)
+		finishAsSupervisor(t, s, rec)
+		recs = append(recs, rec)
+	}
+	byFinishDesc := []record.RunID{recs[0].RunID, recs[1].RunID, recs[2].RunID, recs[3].RunID}
+	for _, c := range []struct {
+		name, why string
+		spoil     func(path string)
+	}{
+		{"missing", "it is missing", func(p string) { _ = os.Remove(p) }},
+		{"unknown version", "does not start with the header", func(p string) { writeString(t, p, "crew index of finished runs, version 9\n") }},
+		{"a directory", "is a directory", func(p string) { _ = os.Remove(p); mkdirAll(t, filepath.Join(p, "sub")) }},
+		{"a symlink", "is a symbolic link", func(p string) { _ = os.Remove(p); _ = os.Symlink("/etc/passwd", p) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.spoil(s.IndexPath())
+			res := mustQuery(t, s, FinishedQuery{})
+			if res.Unindexed == "" {
+				t.Fatal("the spoiled index was used")
+			}
+			if got := ids(res.Runs); !slices.Equal(got, byFinishDesc) {
+				setAll := func() {
+					for _, r := range recs {
+						setMtime(t, s, r, *r.FinishedAt)
+					}
+				}
+				setAll()
+				if got := ids(mustQuery(t, s, FinishedQuery{}).Runs); !slices.Equal(got, byFinishDesc) {
+					t.Fatalf("from the records = %v, want %v", got, byFinishDesc)
+				}
+			}
+			dry, err := s.CheckIndex(true)
+			if err != nil || !dry.Rebuilt || !strings.Contains(dry.Why, c.why) {
+				t.Fatalf("CheckIndex(dry) = %+v, %v; want a rebuild because %q", dry, err, c.why)
+			}
+			rep, err := s.CheckIndex(false)
+			if err != nil || !rep.Rebuilt || rep.Runs != 4 {
+				t.Fatalf("CheckIndex = %+v, %v", rep, err)
+			}
+			res = mustQuery(t, s, FinishedQuery{})
+			if res.Unindexed != "" || !slices.Equal(ids(res.Runs), byFinishDesc) {
+				t.Fatalf("after the rebuild = %v (unindexed %q)", ids(res.Runs), res.Unindexed)
+			}
+			if again, err := s.CheckIndex(false); err != nil || again.Rebuilt || again.Added != 0 {
+				t.Fatalf("second CheckIndex = %+v, %v; want nothing to do", again, err)
+			}
+			assertNoTemp(t, s.osPath(runsDir))
+		})
+	}
+	// Nothing outside the state root was touched.
+	if fi, err := os.Stat("/etc/passwd"); err != nil || fi.Size() == 0 {
+		t.Fatal("/etc/passwd")
+	}
+	// A record written behind the index's back (an older crew, a copy by
+	// hand) is added by CheckIndex.
+	extra := finishedRecord(indexBase.Add(20*time.Hour), indexBase.Add(20*time.Hour), 9, "t", record.Succeeded)
+	data, _ := extra.Encode()
+	mkdirAll(t, s.osPath(shardDir(extra.RunID)))
+	writeString(t, s.DonePath(extra.RunID), string(data))
+	rep, err := s.CheckIndex(false)
+	if err != nil || rep.Rebuilt || rep.Added != 1 {
+		t.Fatalf("CheckIndex = %+v, %v; want 1 added", rep, err)
+	}
+	if got := ids(mustQuery(t, s, FinishedQuery{Limit: 1}).Runs); !slices.Equal(got, []record.RunID{extra.RunID}) {
+		t.Fatalf("newest = %v", got)
+	}
+	// A record changed by hand after it was indexed: a task filter goes by
+	// the index until CheckIndex indexes the record again.
+	// (Its entry says it was made an hour ago, so that the change is
+	// later than the entry whatever the clocks' granularity.)
+	dir, _ := s.dir(runsDir)
+	defer dir.Close()
+	old := entryOf(recs[2], time.Time{})
+	old.Written = time.Now().Add(-time.Hour)
+	if ok, _ := s.appendFinished(dir, []finishedEntry{old}); !ok {
+		t.Fatal("append failed")
+	}
+	changed := *recs[2]
+	changed.Task = "renamed"
+	data, _ = changed.Encode()
+	writeString(t, s.DonePath(changed.RunID), string(data))
+	renamed := FinishedQuery{Match: func(task string, _ record.State, _ *int) bool { return task == "renamed" }}
+	rep, err = s.CheckIndex(false)
+	if err != nil || rep.Changed != 1 || rep.Added != 0 {
+		t.Fatalf("CheckIndex = %+v, %v; want 1 changed", rep, err)
+	}
+	if got := ids(mustQuery(t, s, renamed).Runs); !slices.Equal(got, []record.RunID{changed.RunID}) {
+		t.Fatalf("runs of the renamed task = %v", got)
+	}
+	if again, err := s.CheckIndex(false); err != nil || again.Changed+again.Added != 0 {
+		t.Fatalf("second CheckIndex = %+v, %v", again, err)
+	}
+}
+
+// Appenders never create the index (an index they made would lack every
+// older run), and Ensure makes one only with runs/done.
+func TestIndexIsCreatedOnlyComplete(t *testing.T) {
+	s := newStore(t)
+	if err := os.Remove(s.IndexPath()); err != nil {
+		t.Fatal(err)
+	}
+	finishAsSupervisor(t, s, finishedRecord(indexBase, indexBase, 1, "t", record.Succeeded))
+	if _, err := os.Lstat(s.IndexPath()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("an append made an index: %v", err)
+	}
+	if err := s.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(s.IndexPath()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Ensure made an index beside existing runs: %v", err)
+	}
+	// The index is swept like every temporary file crash leaves.
+	writeString(t, s.osPath(runsDir, "."+finishedIdxName+"0123456789abcdef"), "x")
+	found := false
+	lo, err := s.Leftovers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lo {
+		found = found || (l.Kind == LeftoverTemp && strings.HasSuffix(l.Path, "."+finishedIdxName+"0123456789abcdef"))
+	}
+	if !found {
+		t.Error("a temporary file of the index is not a leftover")
+	}
+}
+
+// An entry reads back as written, whatever the task's characters; a
+// line that was changed, cut or padded is not an entry.
+func TestIndexEntryRoundTrip(t *testing.T) {
+	for _, task := range []string{"build", "deploy:prod", `a "quoted"	tab`, "evil\u202ename\x1b[31m", "déploiement"} {
+		for _, exit := range []*int{nil, &exitCodes[0], &exitCodes[255], func() *int { n := 300; return &n }()} {
+			rec := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, task, record.Stopped)
+			rec.ExitCode = exit
+			line := entryOf(rec, indexBase.Add(time.Hour)).encode(nil)
+			if line[0] != '\n' || line[len(line)-1] != '\n' || strings.Count(string(line), "\n") != 2 {
+				t.Fatalf("entry %q is not one line after an empty one", line)
+			}
+			e, ok := parseEntry(line[1 : len(line)-1])
+			if !ok || e.ID != rec.RunID || e.Task != task || e.State != record.Stopped || !e.Finished.Equal(*rec.FinishedAt) ||
+				!e.Appended.Equal(indexBase.Add(time.Hour)) || (e.Exit == nil) != (exit == nil) || (exit != nil && *e.Exit != *exit) {
+				t.Fatalf("parse(%q) = %+v, %v", line, e, ok)
+			}
+			body := line[1 : len(line)-1]
+			for _, bad := range [][]byte{body[:len(body)-1], body[1:], append([]byte("x"), body...), []byte(strings.Replace(string(body), "stopped", "succeed", 1))} {
+				if _, ok := parseEntry(bad); ok {
+					t.Errorf("damaged line %q parsed", bad)
+				}
+			}
+		}
+	}
+}

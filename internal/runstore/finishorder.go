@@ -1,0 +1,308 @@
+package runstore
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
+// FinishedQuery selects finished runs, newest finish first.
+type FinishedQuery struct {
+	// Limit is the most runs returned; 0 returns every match.
+	Limit int
+	// Since keeps only runs that finished at or after it (zero: any).
+	Since time.Time
+	// Match, if set, keeps runs by task, state and exit code (nil when
+	// unknown). It is asked about index entries, to skip the records of
+	// runs that cannot match, and about every record returned.
+	Match func(task string, state record.State, exit *int) bool
+	// Also are runs known to be finished that the index may not list yet:
+	// the finished leftovers of the active set.
+	Also []record.RunID
+	// Approximate: without a usable index, take the newest-created
+	// finished runs (in finish order) instead of finding the newest
+	// finishes among all records, which can mean reading them all. It is
+	// what crew status did before the index, exact where runs do not
+	// overlap, and costs what it shows (a state root crew recover has not
+	// indexed yet must not make status slow).
+	Approximate bool
+}
+
+// Finished is what FinishedRuns found.
+type Finished struct {
+	// Runs, newest finish first (ties: newest run id first).
+	Runs []*record.Run
+	// Bad are the records that could not be read.
+	Bad []error
+	// Unindexed, if set, says why the index was not used: the runs were
+	// found from the records themselves, which costs more.
+	Unindexed string
+}
+
+// FinishedRuns returns the finished runs q selects, newest finish first.
+// With the index its cost follows what it returns (and how far back it
+// must look for matches), not the history; without one (never built, or
+// unusable) it reads the records in the order of their files'
+// modification times, newest first, and stops as soon as no older file can
+// hold a run that would be returned. Either way, every run returned is its
+// record as read now.
+func (s *Store) FinishedRuns(q FinishedQuery) (*Finished, error) {
+	top := &topRuns{q: q, seen: map[record.RunID]bool{}}
+	res := &Finished{}
+	f, size, why := s.openIndex()
+	if f != nil {
+		err := top.fromIndex(s, f, size)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		if errors.Is(why, fs.ErrNotExist) {
+			res.Unindexed = "there is no index of finished runs (" + s.IndexPath() + ")"
+		} else {
+			res.Unindexed = "the index of finished runs cannot be used: " + why.Error()
+		}
+		read := top.fromRecords
+		if q.Approximate {
+			read = top.fromCreation
+		}
+		if err := read(s); err != nil {
+			return nil, err
+		}
+	}
+	for _, id := range q.Also {
+		top.read(s, id)
+	}
+	res.Runs, res.Bad = top.runs, top.bad
+	if res.Runs == nil {
+		res.Runs = []*record.Run{}
+	}
+	return res, nil
+}
+
+// topRuns keeps the newest runs that match, up to the limit.
+type topRuns struct {
+	q    FinishedQuery
+	runs []*record.Run // newest first
+	bad  []error
+	seen map[record.RunID]bool
+}
+
+func (t *topRuns) full() bool { return t.q.Limit > 0 && len(t.runs) >= t.q.Limit }
+
+// closedBelow reports whether no run that finished before bound can be
+// returned any more.
+func (t *topRuns) closedBelow(bound time.Time) bool {
+	if !t.q.Since.IsZero() && bound.Before(t.q.Since) {
+		return true
+	}
+	return t.full() && bound.Before(finishOf(t.runs[len(t.runs)-1]))
+}
+
+// mayEnter reports whether a run that finished at tm could be returned.
+func (t *topRuns) mayEnter(tm time.Time) bool {
+	if !t.q.Since.IsZero() && tm.Before(t.q.Since) {
+		return false
+	}
+	return !t.full() || !tm.Before(finishOf(t.runs[len(t.runs)-1]))
+}
+
+// read reads a run's record and offers it, once per run.
+func (t *topRuns) read(s *Store, id record.RunID) {
+	if t.seen[id] {
+		return
+	}
+	t.seen[id] = true
+	rec, err := s.ReadDone(id)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// pruned meanwhile
+	case err != nil:
+		t.bad = append(t.bad, err)
+	default:
+		t.offer(rec)
+	}
+}
+
+// offer keeps rec if it matches and is among the newest.
+func (t *topRuns) offer(rec *record.Run) {
+	if rec.State.Active() || !t.mayEnter(finishOf(rec)) {
+		return
+	}
+	if t.q.Match != nil && !t.q.Match(rec.Task, rec.State, rec.ExitCode) {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(t.runs, rec, func(a, b *record.Run) int { return byFinish(b, a) })
+	t.runs = slices.Insert(t.runs, i, rec)
+	if t.q.Limit > 0 && len(t.runs) > t.q.Limit {
+		t.runs = t.runs[:t.q.Limit]
+	}
+}
+
+// fromIndex walks the index from its newest entry back. An entry's append
+// time bounds the finish of every entry before it (to within indexSkew),
+// which tells the walk when to stop.
+func (t *topRuns) fromIndex(s *Store, f *os.File, size int64) error {
+	tasks := map[string]string{}
+	return backward(f, int64(len(finishedIdxHeader)), size, func(line []byte) bool {
+		e, ok := parseRaw(line)
+		if !ok {
+			return true
+		}
+		if t.closedBelow(e.appendedAt().Add(indexSkew)) {
+			return false
+		}
+		if t.seen[record.RunID(e.id)] || !t.mayEnter(e.finishedAt()) {
+			return true
+		}
+		if t.q.Match != nil {
+			task, ok1 := e.taskOf(tasks)
+			exit, ok2 := e.exitOf()
+			if !ok1 || !ok2 || !t.q.Match(task, e.stateOf(), exit) {
+				return true
+			}
+		}
+		if id := string(e.id); record.WellFormedRunID(id) {
+			t.read(s, record.RunID(id))
+		}
+		return true
+	})
+}
+
+// fromCreation takes the newest-created finished runs that match.
+func (t *topRuns) fromCreation(s *Store) error {
+	return s.WalkFinished(func(id record.RunID) bool {
+		if !t.q.Since.IsZero() {
+			if created, err := id.CreatedAt(); err == nil && created.Before(t.q.Since) {
+				// created before Since: finished before it or not, the runs
+				// created earlier are left out (approximate)
+				return false
+			}
+		}
+		t.read(s, id)
+		return !t.full()
+	})
+}
+
+// fromRecords finds the runs without the index. A record is written after
+// its run finished, so its file's modification time, and its shard
+// directory's, are never earlier than the finish it records: shards and
+// files are read newest first until none can hold a run to return.
+func (t *topRuns) fromRecords(s *Store) error {
+	shards, err := s.doneShards()
+	if err != nil {
+		return err
+	}
+	done, err := s.dir(doneDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer done.Close()
+	type dated struct {
+		name string
+		mod  time.Time
+	}
+	byMod := func(a, b dated) int { return b.mod.Compare(a.mod) }
+	var dirs []dated
+	for _, sh := range shards {
+		if fi, err := done.Lstat(sh); err == nil && fi.IsDir() {
+			dirs = append(dirs, dated{sh, fi.ModTime()})
+		}
+	}
+	slices.SortFunc(dirs, byMod)
+	for _, d := range dirs {
+		if t.closedBelow(d.mod.Add(mtimeSlack)) {
+			return nil
+		}
+		names, err := s.shardNames(d.name)
+		if err != nil {
+			continue // removed meanwhile, or not a directory crew may read
+		}
+		shard, err := s.dir(doneDir + "/" + d.name)
+		if err != nil {
+			continue
+		}
+		files := make([]dated, 0, len(names))
+		for _, n := range names {
+			if fi, err := shard.Lstat(n); err == nil {
+				files = append(files, dated{n, fi.ModTime()})
+			}
+		}
+		shard.Close()
+		slices.SortFunc(files, byMod)
+		for _, file := range files {
+			if t.closedBelow(file.mod.Add(mtimeSlack)) {
+				break
+			}
+			t.read(s, record.RunID(strings.TrimSuffix(file.name, ".json")))
+		}
+	}
+	return nil
+}
+
+// FinishedRef names a finished run, for lists of candidates.
+type FinishedRef struct {
+	ID    record.RunID
+	Task  string
+	State record.State
+}
+
+// FinishedMatching lists the finished runs whose id match accepts, newest
+// finish first (at most limit of them, and how many there were): the
+// candidates for a run id prefix or short id. With the index it reads the
+// index, and a record only to check it still exists; without one, the
+// names of every finished record.
+func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs []FinishedRef, total int, err error) {
+	var found []finishedEntry
+	f, size, _ := s.openIndex()
+	if f != nil {
+		tasks := map[string]string{}
+		seen := map[record.RunID]bool{}
+		err = backward(f, int64(len(finishedIdxHeader)), size, func(line []byte) bool {
+			r, ok := parseRaw(line)
+			if !ok || seen[record.RunID(r.id)] || !match(record.RunID(r.id)) {
+				return true
+			}
+			if e, ok := r.entry(tasks); ok {
+				seen[e.ID] = true
+				found = append(found, e)
+			}
+			return true
+		})
+		f.Close()
+		if err != nil {
+			return nil, 0, err
+		}
+	} else {
+		ids, err := s.finishedIDs()
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, id := range ids {
+			if match(id) {
+				if rec, err := s.ReadDone(id); err == nil {
+					found = append(found, entryOf(rec, finishOf(rec)))
+				}
+			}
+		}
+		slices.SortFunc(found, func(a, b finishedEntry) int { return b.Finished.Compare(a.Finished) })
+	}
+	for _, e := range found {
+		if !s.IsDone(e.ID) {
+			continue // pruned
+		}
+		total++
+		if limit <= 0 || len(refs) < limit {
+			refs = append(refs, FinishedRef{ID: e.ID, Task: e.Task, State: e.State})
+		}
+	}
+	return refs, total, nil
+}
