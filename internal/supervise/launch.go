@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 
 	"github.com/crew-dev/crew/internal/failpoint"
@@ -18,7 +19,7 @@ import (
 // terminal's foreground group.
 func (s *supervisor) launch(out *output) error {
 	st, rec := s.Store, s.rec
-	env := append(append([]string{}, s.Env...),
+	env := append(withoutCrewVars(s.Env),
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, "CREW_ROOT="+st.Root())
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	if fd, ok := foregroundTTY(s.Stdin); ok {
@@ -40,6 +41,21 @@ func (s *supervisor) launch(out *output) error {
 	s.cmd = c
 	s.pgid = c.pid
 	return nil
+}
+
+// withoutCrewVars is env without the CREW_RUN_ID, CREW_TASK and CREW_ROOT
+// of an outer run (a nested crew start): crew adds its own, and with two
+// of one name a program may well see the first (getenv does), so a nested
+// run's command would be told it was its parent.
+func withoutCrewVars(env []string) []string {
+	out := make([]string, 0, len(env)+3)
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "CREW_RUN_ID" && name != "CREW_TASK" && name != "CREW_ROOT" {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // launchFailure records a command that could not be started.
