@@ -17,6 +17,7 @@ const (
 	exitWaitTimeout   = 124 // crew wait: timed out
 	exitSlotsBusy     = 75  // not admitted: all slots busy (EX_TEMPFAIL)
 	exitTaskActive    = 76  // not admitted: the task already has an active run
+	exitNested        = 78  // not admitted: it would wait for its own ancestor runs (EX_CONFIG)
 	exitCrewFailure   = 125 // crew itself failed: state root, lock timeout, config, resources, full disk
 	exitNotExecutable = 126 // the command exists but cannot be executed
 	exitNotFound      = 127 // the command was not found
@@ -28,6 +29,8 @@ const exitCodeHelp = `Exit codes:
   64     usage error: bad task name, missing command, bad flag, unknown pool
   75     not admitted: all slots are busy (or --refused-exit's code)
   76     not admitted: the task already has an active run (or --refused-exit's code)
+  78     not admitted: a nested start (run by a crew command: CREW_RUN_ID) could
+         only wait for the runs it was started from, which wait for it
   125    crew itself failed (state root unwritable, lock timeout, unusable crew.json,
          too few file descriptors, the run's end could not be recorded on a full disk)
   126    the command is not executable
@@ -76,6 +79,7 @@ func exitCodeFor(err error) int {
 		noLog    *noLogError
 		failed   *itemsFailedError
 		status   *exitStatus
+		nested   *dispatch.NestedDeadlockError
 	)
 	switch {
 	case err == nil:
@@ -86,6 +90,8 @@ func exitCodeFor(err error) int {
 		return exited.Code
 	case errors.As(err, &chosen) && chosen.code >= 0:
 		return chosen.code
+	case errors.As(err, &nested):
+		return exitNested
 	case errors.As(err, &refused):
 		if refused.Kind == dispatch.TaskActive {
 			return exitTaskActive

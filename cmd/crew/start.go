@@ -165,6 +165,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			WaitTimeout: o.wait.timeout,
 			OnWait:      view.update,
 			LogMax:      logMax,
+			Parent:      parentRun(),
 		},
 		Tag:     o.tag,
 		Grace:   o.grace,

@@ -38,6 +38,10 @@ type AdmitRequest struct {
 	// LogMax caps the run's log in bytes; 0: crew.json's logMax;
 	// LogMaxNone: no cap.
 	LogMax int64
+	// Parent is the run whose command called this crew start
+	// (CREW_RUN_ID), if any: a start that could only wait for its own
+	// ancestors is refused with a *NestedDeadlockError.
+	Parent record.RunID
 }
 
 // Reservation is an admitted run: its provisioning record is durable and
@@ -118,6 +122,9 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 		// Dead runs' slots were freed: waiters may go (after we let go of
 		// the admission lock, which they need).
 		defer d.RingWaiters()
+	}
+	if err := d.nestedDeadlock(set, cfg, usage, cand, req); err != nil {
+		return nil, nil, err // a waiter's ticket goes as admitWaiting returns
 	}
 	ar := &attemptResult{verdict: verdict, cfg: cfg, usage: usage, pool: req.Pool, warnings: warnings, waiter: w}
 	if !req.Wait {
@@ -207,6 +214,7 @@ func (d *Dispatcher) provisioning(id record.RunID, req AdmitRequest, cfg record.
 		MaximumInProgress: cfg.MaximumInProgress,
 		Pool:              req.Pool,
 		LogMax:            logMaxFor(req, cfg),
+		Parent:            req.Parent,
 	}
 	if queuedAt, err := id.CreatedAt(); err == nil && req.Wait {
 		rec.QueuedAt = &queuedAt

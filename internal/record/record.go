@@ -62,6 +62,11 @@ type Run struct {
 	// LogMax caps the run's log in bytes (0: no cap); see runstore's
 	// capped logs for what is kept.
 	LogMax int64 `json:"logMax,omitempty"`
+	// Parent is the run whose command started this run's crew start (its
+	// CREW_RUN_ID), if any: admission follows these links to tell a nested
+	// start that waits for its own ancestors. Input like the rest of the
+	// record: only ever compared, never acted on.
+	Parent RunID `json:"parentRunId,omitempty"`
 	// QueuedAt is when the run joined the queue, if it waited (--wait).
 	QueuedAt *time.Time `json:"queuedAt,omitempty"`
 	// Events is the run's history, oldest first.
