@@ -3,6 +3,7 @@ module github.com/crew-dev/crew
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/stretchr/testify v1.12.1

@@ -139,6 +139,9 @@ func TestJobControlCtrlZAndFg(t *testing.T) {
 	awaitState(t, "the command to run in the foreground again", cmd, 'S', true)
 	sh.send("hello\n")
 	sh.expect("got:hello")
+	// Typed only once the shell is back: while the command runs on its
+	// pseudo-terminal, what is typed is the command's (see TestTerminal*).
+	sh.expect("0K> ")
 	sh.send("echo rc=$?\n")
 	sh.expect("rc=0")
 	assert.Equal(t, "succeeded", e.runRecord(run.RunID).State)
@@ -161,8 +164,10 @@ func TestJobControlCtrlZFgCtrlC(t *testing.T) {
 	sh.send("\x1a")
 	sh.expect("Stopped")
 	sh.send("fg\n")
+	sh.expect("0K> fg")
 	awaitState(t, "the command to run in the foreground again", cmd, 'S', true)
 	sh.send("\x03") // Ctrl-C
+	sh.expect("0K> ")
 	sh.send("echo rc=$?\n")
 	sh.expect("rc=130")
 	rec := e.runRecord(run.RunID)

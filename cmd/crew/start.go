@@ -27,6 +27,7 @@ type startOptions struct {
 	lockTimeout time.Duration
 	grace       time.Duration
 	startExtras
+	startTerminal
 	refusedExit int // --refused-exit; -1 when not given
 	quiet       bool
 }
@@ -50,6 +51,8 @@ group with CREW_RUN_ID, CREW_TASK and CREW_ROOT set. SIGINT, SIGTERM and SIGHUP
 are forwarded to that group; after --grace the group gets SIGKILL. crew exits
 with the command's exit code.
 
+` + terminalHelp + `
+
 Any non-empty UTF-8 name up to 200 bytes of characters that print is a task,
 except names beginning with "r-" and a digit (reserved: they look like run ids).
 A task whose name begins with - is given with --task: crew start --task=-x -- CMD.
@@ -62,6 +65,7 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
   crew start --force hotfix -- ./deploy.sh
   crew start --task=-nightly -- ./backup.sh         # a task name that begins with -
   crew start --tag lint -- make lint               # each output line starts with "lint<TAB>"
+  crew start --no-pty build -- make                # pipes, not a pseudo-terminal, on a terminal
   crew start --log-max 10MiB chatty -- ./noisy.sh  # keep the first 5 MiB and the newest output
   crew start --quiet --refused-exit 0 nightly -- ./backup.sh   # cron: already running is fine`,
 		ValidArgsFunction: completeStart(g),
@@ -87,6 +91,7 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
 	f.Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
 	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
 	o.startExtras.flags(cmd)
+	o.startTerminal.flags(cmd)
 	f.IntVar(&o.refusedExit, "refused-exit", -1, "exit with N (0-255) instead of 75 or 76 when not admitted (also when --wait=D gives up)")
 	f.Lookup("refused-exit").DefValue = "75 or 76"
 	f.BoolVar(&o.quiet, "quiet", false, "say nothing when not admitted, and no waiting or admitted lines; crew's own failures still go to stderr")
@@ -168,6 +173,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			Parent:      parentRun(),
 		},
 		Tag:     o.tag,
+		NoPTY:   o.noPTY,
 		Grace:   o.grace,
 		Stdin:   stdin,
 		Detach:  o.detach,

@@ -39,6 +39,9 @@ type StartRequest struct {
 	// with the task's name and a tab (crew start --tag); the log keeps the
 	// output as it was written.
 	Tag bool
+	// NoPTY keeps the command on pipes on an interactive terminal
+	// (crew start --no-pty).
+	NoPTY bool
 }
 
 // Start admits, launches and supervises one run. It returns the run's id
@@ -73,7 +76,7 @@ func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
 
 	sreq := supervise.Request{Store: d.Store, Rec: res.Rec, Locks: res.Locks, Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
-		Now: d.Now, Finished: d.RunFinished}
+		Now: d.Now, Finished: d.RunFinished, NoPTY: req.NoPTY}
 	if req.Tag {
 		sreq.Tag = req.Task + "\t"
 	}

@@ -35,7 +35,7 @@ func (s *supervisor) describeExit(ws syscall.WaitStatus, stop *stopRecord) {
 		if stop.killed {
 			reason += fmt.Sprintf(" (sent SIGKILL after the %s grace period)", s.Grace)
 		}
-	case s.ownsTTY && ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGQUIT):
+	case (s.ownsTTY || s.pty != nil) && ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGQUIT):
 		// The command owned the terminal, so Ctrl-C (or Ctrl-\) went to it
 		// directly rather than through crew.
 		state, signal = record.Stopped, SignalName(ws.Signal())

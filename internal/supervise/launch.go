@@ -21,8 +21,10 @@ func (s *supervisor) launch(out *output) error {
 	st, rec := s.Store, s.rec
 	env := append(withoutCrewVars(s.Env),
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, "CREW_ROOT="+st.Root())
-	sys := &syscall.SysProcAttr{Setpgid: true}
-	if fd, ok := foregroundTTY(s.Stdin); ok {
+	sys, stdin := &syscall.SysProcAttr{Setpgid: true}, s.Stdin
+	if s.pty != nil {
+		sys, stdin = s.pty.childSys(), s.pty.slave
+	} else if fd, ok := foregroundTTY(s.Stdin); ok {
 		sys.Foreground = true
 		sys.Ctty = fd
 		s.ownsTTY, s.ttyFD = true, fd
@@ -34,7 +36,7 @@ func (s *supervisor) launch(out *output) error {
 		}
 		return &fs.PathError{Op: "fork/exec", Path: path, Err: err}
 	}
-	c, err := startChild(rec.Command, rec.Dir, env, s.Stdin, out.child[0], out.child[1], []*os.File{s.Locks.OwnerFile()}, sys)
+	c, err := startChild(rec.Command, rec.Dir, env, stdin, out.child[0], out.child[1], []*os.File{s.Locks.OwnerFile()}, sys)
 	if err != nil {
 		return err
 	}

@@ -18,9 +18,9 @@ const drainTimeout = 2 * time.Second
 // the command's exit is seen at once even while a grandchild keeps a pipe
 // open — which lets a stop kill that grandchild without waiting.
 type output struct {
-	child   [2]*os.File // the command's ends
-	readers [2]*os.File // crew's ends
-	tees    [2]*tee
+	child   [2]*os.File // the command's stdout and stderr
+	readers []*os.File  // crew's ends: two pipes, or one pseudo-terminal
+	tees    []*tee
 	wg      sync.WaitGroup
 }
 
@@ -28,7 +28,7 @@ type output struct {
 // tag, each line that reaches crew's own streams is prefixed with it (the
 // log keeps the output as written).
 func newOutput(stdout, stderr io.Writer, log io.Writer, tag string) (*output, error) {
-	o := &output{}
+	o := &output{readers: make([]*os.File, 2), tees: make([]*tee, 2)}
 	for i, w := range []io.Writer{stdout, stderr} {
 		if tag != "" && w != nil {
 			w = newTagWriter(w, tag)
@@ -44,16 +44,28 @@ func newOutput(stdout, stderr io.Writer, log io.Writer, tag string) (*output, er
 	return o, nil
 }
 
+// newTerminalOutput carries what the command writes to its terminal
+// (stdout and stderr alike) to crew's stdout and to the log, with the
+// terminal's "\r\n" back to "\n" there.
+func newTerminalOutput(stdout io.Writer, log io.Writer, t *ptyTerm) *output {
+	return &output{child: [2]*os.File{t.slave, t.slave}, readers: []*os.File{t.master},
+		tees: []*tee{{out: stdout, log: &crlfWriter{w: log}}}}
+}
+
 // started closes the command's ends in crew and starts copying.
 func (o *output) started() {
-	for i := range 2 {
-		_ = o.child[i].Close()
+	for _, c := range o.child {
+		_ = c.Close() // a pseudo-terminal's twice: harmless
+	}
+	for i := range o.readers {
 		o.wg.Add(1)
 		go func() {
 			defer o.wg.Done()
 			// The tee never fails, so this reads to end of file (or until
 			// drain gives up on a grandchild): the command is never
-			// blocked on a full pipe nor sent EPIPE because of crew.
+			// blocked on a full pipe nor sent EPIPE because of crew. A
+			// pseudo-terminal ends in EIO once the command's side is
+			// closed everywhere: its end of file.
 			_, _ = io.Copy(o.tees[i], o.readers[i])
 			o.tees[i].flush()
 			_ = o.readers[i].Close()
@@ -80,11 +92,9 @@ func (o *output) drain() {
 
 // closeAll releases every pipe end, for a command that did not start.
 func (o *output) closeAll() {
-	for i := range 2 {
-		for _, f := range []*os.File{o.child[i], o.readers[i]} {
-			if f != nil {
-				_ = f.Close()
-			}
+	for _, f := range append(o.child[:], o.readers...) {
+		if f != nil {
+			_ = f.Close()
 		}
 	}
 }
@@ -106,7 +116,7 @@ func (o *output) report(warn func(string), id string, logPath string) {
 	if err := o.logErr(); err != nil {
 		warn(fmt.Sprintf("run %s: the log %s is incomplete: %v", id, logPath, err))
 	}
-	for i, name := range []string{"stdout", "stderr"} {
+	for i, name := range []string{"stdout", "stderr"}[:len(o.tees)] {
 		if err := o.tees[i].outErr; err != nil {
 			warn(fmt.Sprintf("run %s: crew's %s failed (%v); the command's output went on into the log %s", id, name, err, logPath))
 		}
@@ -142,6 +152,9 @@ func (t *tee) Write(p []byte) (int, error) {
 // flush writes what the output stream holds back (a tagged stream's
 // partial last line), once the command's stream has ended.
 func (t *tee) flush() {
+	if f, ok := t.log.(interface{ Flush() error }); ok && t.logErr == nil {
+		t.logErr = f.Flush()
+	}
 	f, ok := t.out.(interface{ Flush() error })
 	if !ok || t.outErr != nil {
 		return

@@ -45,6 +45,9 @@ type Request struct {
 	// Tag, if set, prefixes every line of the command's output on Stdout
 	// and Stderr (not in the log): crew start --tag.
 	Tag string
+	// NoPTY keeps the command on pipes even on an interactive terminal
+	// (crew start --no-pty); see ptyTerm for when it gets one.
+	NoPTY bool
 
 	// ready, for a detached supervisor, tells the parent how the launch went.
 	ready *os.File
@@ -59,7 +62,9 @@ type supervisor struct {
 	// ownsTTY: the command's group is its terminal's foreground group.
 	ownsTTY bool
 	ttyFD   int
-	done    bool // the record is final
+	// pty is the command's pseudo-terminal, if it runs on one.
+	pty  *ptyTerm
+	done bool // the record is final
 }
 
 func newSupervisor(req Request) *supervisor {
@@ -100,10 +105,14 @@ func (s *supervisor) run() error {
 		s.rec.AddEvent(s.now(), "%s", planted)
 	}
 	defer logw.Close()
-	out, err := newOutput(s.Stdout, s.Stderr, logw, s.Tag)
+	out, err := s.newOutput(logw)
 	if err != nil {
 		return s.internalFailure(err)
 	}
+	// crew's terminal goes raw before the command can write to its own,
+	// and gets its mode back however this ends, a panic included.
+	defer s.pty.close()
+	s.pty.started()
 	if err := s.launch(out); err != nil {
 		out.closeAll()
 		return s.launchFailure(err)
@@ -117,7 +126,9 @@ func (s *supervisor) run() error {
 	s.signalReady("running")
 
 	ws, stop := s.wait()
+	s.pty.release() // before anything more is said on crew's terminal
 	out.drain()
+	s.pty.close()
 	failpoint.Hit("exited")
 	s.describeExit(ws, stop)
 	out.report(s.Warn, string(id), s.Store.LogPath(id))
@@ -131,6 +142,20 @@ func (s *supervisor) run() error {
 		return &ExitError{RunID: id, Code: code}
 	}
 	return nil
+}
+
+// newOutput makes the command's stdout and stderr: a pseudo-terminal on an
+// interactive terminal, else pipes.
+func (s *supervisor) newOutput(logw io.Writer) (*output, error) {
+	t, err := s.ptyFor()
+	if err != nil {
+		return nil, err
+	}
+	if t != nil {
+		s.pty = t
+		return newTerminalOutput(s.Stdout, logw, t), nil
+	}
+	return newOutput(s.Stdout, s.Stderr, logw, s.Tag)
 }
 
 // createLog opens the run's log: capped if its record says so. Closing it

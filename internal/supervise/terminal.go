@@ -106,6 +106,7 @@ func (s *supervisor) commandStopped(sig syscall.Signal, j *jobControl) {
 	if j == nil {
 		return
 	}
+	s.pty.release()
 	if foregroundGroup(j.tty) == s.pgid {
 		setForeground(j.tty, unix.Getpgrp())
 	}
@@ -123,7 +124,14 @@ func (s *supervisor) commandStopped(sig syscall.Signal, j *jobControl) {
 // the terminal, so that it can read and Ctrl-C reaches it; either way its
 // group is continued.
 func (s *supervisor) continued(j *jobControl) {
-	if foregroundGroup(j.tty) == unix.Getpgrp() {
+	if s.pty != nil {
+		// The command keeps its own terminal; crew's goes raw again if
+		// crew has it, and its keystrokes flow again.
+		if foregroundGroup(j.tty) == unix.Getpgrp() {
+			s.pty.acquire()
+		}
+		s.pty.wake()
+	} else if foregroundGroup(j.tty) == unix.Getpgrp() {
 		setForeground(j.tty, s.pgid)
 		s.ownsTTY, s.ttyFD = true, j.tty
 	}

@@ -57,6 +57,8 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 			l.graceOver()
 		case <-l.jobs.continued():
 			s.continued(l.jobs)
+		case <-s.pty.suspended():
+			s.signalGroup(syscall.SIGSTOP) // commandStopped follows
 		case ev := <-l.child:
 			if !ev.exited {
 				s.commandStopped(ev.stopSig, l.jobs)

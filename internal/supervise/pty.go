@@ -1,0 +1,342 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+)
+
+// ptyTerm is the pseudo-terminal a command runs on when crew itself runs
+// on an interactive terminal: stdin, stdout and stderr all terminals, and
+// crew in the terminal's foreground. Programs then see a terminal (colours,
+// progress bars, line-buffered output) while crew still reads all of their
+// output for the log.
+//
+// The command runs in a session of its own with the pseudo-terminal as its
+// controlling terminal; its process group, whose id is its pid as before,
+// is that terminal's foreground group, so what is typed reaches it and its
+// terminal's own line discipline turns Ctrl-C into SIGINT for it, exactly
+// as a real terminal does. crew puts its own terminal in raw mode and
+// copies keystrokes across, and restores the terminal whenever it gives it
+// up: when the run ends, when the job stops, on a panic.
+//
+// One thing a terminal does that a pseudo-terminal in another session
+// cannot: the kernel drops the job-control stop (Ctrl-Z) for a process
+// group with no parent in its session, such as the command's. So crew
+// does it: a typed suspend character (when the command's terminal has
+// signals on) stops the command's group with SIGSTOP, and crew's job
+// stops with it, as with pipes (commandStopped).
+type ptyTerm struct {
+	master *os.File // crew's side, non-blocking so that closing it ends a read
+	slave  *os.File // the command's side; closed in crew once it started
+	tty    int      // crew's terminal (stdin), which crew makes raw
+	out    *os.File // crew's stdout, whose size the pseudo-terminal takes
+
+	mu    sync.Mutex
+	saved *unix.Termios // crew's terminal before raw mode; nil when not raw
+
+	wakeR, wakeW *os.File      // rings the input loop (continued, closing)
+	suspend      chan struct{} // the suspend character was typed
+	winch        chan os.Signal
+	closing      chan struct{}
+	done         sync.WaitGroup
+}
+
+// ptyFor returns the pseudo-terminal for the run, or nil for pipes: with
+// --no-pty, with --tag (which needs stdout and stderr apart, in lines),
+// without a terminal on each of stdin, stdout and stderr, or when crew runs
+// in the background (a job started with &).
+func (s *supervisor) ptyFor() (*ptyTerm, error) {
+	if s.NoPTY || s.Tag != "" {
+		return nil, nil
+	}
+	tty, ok := foregroundTTY(s.Stdin)
+	if !ok {
+		return nil, nil
+	}
+	out, ok := s.Stdout.(*os.File)
+	if !ok || !term.IsTerminal(int(out.Fd())) {
+		return nil, nil
+	}
+	if errf, ok := s.Stderr.(*os.File); !ok || !term.IsTerminal(int(errf.Fd())) {
+		return nil, nil
+	}
+	return openPTY(tty, out)
+}
+
+// openPTY opens a pseudo-terminal with the mode and size of crew's own.
+func openPTY(tty int, out *os.File) (*ptyTerm, error) {
+	m, slave, err := pty.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open a pseudo-terminal: %w", err)
+	}
+	master, err := nonBlocking(m)
+	if err != nil {
+		_ = slave.Close()
+		return nil, err
+	}
+	t := &ptyTerm{master: master, slave: slave, tty: tty, out: out,
+		suspend: make(chan struct{}, 1), closing: make(chan struct{})}
+	if mode, err := unix.IoctlGetTermios(tty, ioctlGetTermios); err == nil {
+		_ = unix.IoctlSetTermios(int(slave.Fd()), ioctlSetTermios, mode)
+	}
+	t.resize()
+	if t.wakeR, t.wakeW, err = os.Pipe(); err != nil {
+		t.closeFiles()
+		return nil, fmt.Errorf("open a pseudo-terminal: %w", err)
+	}
+	return t, nil
+}
+
+// nonBlocking replaces the master's descriptor (which pty.Open's ioctls
+// leave blocking) by a non-blocking duplicate that Go's poller owns, so
+// that closing it ends a read still waiting on it (a grandchild that keeps
+// the terminal open past the drain timeout).
+func nonBlocking(m *os.File) (*os.File, error) {
+	defer m.Close()
+	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open a pseudo-terminal: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), nil
+}
+
+// childSys is how the command is started on the pseudo-terminal: in a
+// session of its own, with it as the controlling terminal (its stdin).
+func (t *ptyTerm) childSys() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+}
+
+// started begins the terminal's work once the command runs: crew's
+// terminal raw, keystrokes across, window sizes followed.
+func (t *ptyTerm) started() {
+	if t == nil {
+		return
+	}
+	t.acquire()
+	t.winch = make(chan os.Signal, 1)
+	signal.Notify(t.winch, syscall.SIGWINCH)
+	t.done.Add(2)
+	go t.input()
+	go t.followSize()
+}
+
+// acquire puts crew's terminal in raw mode (so every keystroke, Ctrl-C
+// and Ctrl-Z included, goes to the command's terminal) and takes the
+// window's size again, which may have changed while crew was stopped.
+func (t *ptyTerm) acquire() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.saved != nil {
+		return
+	}
+	mode, err := unix.IoctlGetTermios(t.tty, ioctlGetTermios)
+	if err != nil {
+		return
+	}
+	raw := *mode
+	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	raw.Oflag &^= unix.OPOST
+	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	raw.Cflag &^= unix.CSIZE | unix.PARENB
+	raw.Cflag |= unix.CS8
+	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
+	if unix.IoctlSetTermios(t.tty, ioctlSetTermios, &raw) == nil {
+		t.saved = mode
+	}
+	t.resize()
+}
+
+// release gives crew's terminal its mode back (whoever takes the terminal
+// next, the shell included, gets it as it was). Harmless twice. crew may
+// be in the background by then (a stopped job), hence no SIGTTOU.
+func (t *ptyTerm) release() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.saved == nil {
+		return
+	}
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	_ = unix.IoctlSetTermios(t.tty, ioctlSetTermios, t.saved)
+	t.saved = nil
+}
+
+// resize gives the pseudo-terminal crew's terminal's size; the kernel
+// tells the command's foreground group (SIGWINCH) if it changed.
+func (t *ptyTerm) resize() {
+	ws, err := pty.GetsizeFull(t.out)
+	if err != nil {
+		return
+	}
+	size := unix.Winsize{Row: ws.Rows, Col: ws.Cols, Xpixel: ws.X, Ypixel: ws.Y}
+	if sc, err := t.master.SyscallConn(); err == nil {
+		_ = sc.Control(func(fd uintptr) { _ = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &size) })
+	}
+}
+
+func (t *ptyTerm) followSize() {
+	defer t.done.Done()
+	for {
+		select {
+		case <-t.winch:
+			t.resize()
+		case <-t.closing:
+			return
+		}
+	}
+}
+
+// input copies what is typed on crew's terminal to the command's, while
+// crew is in its terminal's foreground (in the background a read would
+// take the shell's input, or stop crew with SIGTTIN). After a suspend
+// character it waits for wake: the job stops, and continues later.
+func (t *ptyTerm) input() {
+	defer t.done.Done()
+	buf := make([]byte, 4096)
+	for {
+		if !t.await() {
+			return
+		}
+		n, err := unix.Read(t.tty, buf)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if n <= 0 {
+			return // crew's terminal hung up
+		}
+		data, suspended := buf[:n], false
+		if i := t.suspendAt(data); i >= 0 {
+			data, suspended = data[:i], true
+		}
+		if _, err := t.master.Write(data); err != nil && !errors.Is(err, io.ErrShortWrite) {
+			return
+		}
+		if suspended {
+			select {
+			case t.suspend <- struct{}{}:
+			default:
+			}
+			t.wait()
+		}
+	}
+}
+
+// await waits until crew's terminal has input for a foreground crew;
+// false when the terminal is closing.
+func (t *ptyTerm) await() bool {
+	for {
+		fds := []unix.PollFd{{Fd: int32(t.wakeR.Fd()), Events: unix.POLLIN}}
+		if foregroundGroup(t.tty) == unix.Getpgrp() {
+			fds = append(fds, unix.PollFd{Fd: int32(t.tty), Events: unix.POLLIN})
+		}
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return false
+		}
+		if fds[0].Revents != 0 {
+			if !t.drainWake() {
+				return false
+			}
+			continue
+		}
+		if len(fds) == 2 && fds[1].Revents&(unix.POLLIN|unix.POLLHUP|unix.POLLERR) != 0 {
+			return true
+		}
+	}
+}
+
+// wait blocks until the input loop is rung; false when closing.
+func (t *ptyTerm) wait() bool {
+	fds := []unix.PollFd{{Fd: int32(t.wakeR.Fd()), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			return t.drainWake()
+		}
+	}
+}
+
+// drainWake empties the wake pipe; false when the terminal is closing.
+func (t *ptyTerm) drainWake() bool {
+	var b [64]byte
+	_, _ = unix.Read(int(t.wakeR.Fd()), b[:])
+	select {
+	case <-t.closing:
+		return false
+	default:
+		return true
+	}
+}
+
+// wake rings the input loop: crew was continued, or the terminal closes.
+func (t *ptyTerm) wake() { _, _ = t.wakeW.Write([]byte{0}) }
+
+// suspendAt is where in data the command's terminal would stop its job
+// (its suspend character, Ctrl-Z, with signals on), or -1.
+func (t *ptyTerm) suspendAt(data []byte) int {
+	var mode *unix.Termios
+	var err error
+	sc, err := t.master.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	_ = sc.Control(func(fd uintptr) { mode, err = unix.IoctlGetTermios(int(fd), ioctlGetTermios) })
+	if err != nil || mode == nil || mode.Lflag&unix.ISIG == 0 || mode.Cc[unix.VSUSP] == vdisable {
+		return -1
+	}
+	for i, b := range data {
+		if b == mode.Cc[unix.VSUSP] {
+			return i
+		}
+	}
+	return -1
+}
+
+// suspended delivers the suspend requests (nil without a terminal).
+func (t *ptyTerm) suspended() <-chan struct{} {
+	if t == nil {
+		return nil
+	}
+	return t.suspend
+}
+
+// close ends the terminal's work and gives crew's terminal back its mode.
+// The master itself belongs to the output, which closes it once drained.
+func (t *ptyTerm) close() {
+	if t == nil {
+		return
+	}
+	t.release()
+	select {
+	case <-t.closing:
+		return
+	default:
+	}
+	close(t.closing)
+	if t.winch != nil {
+		signal.Stop(t.winch)
+		t.wake()
+		t.done.Wait()
+	}
+	_ = t.wakeR.Close()
+	_ = t.wakeW.Close()
+}
+
+// closeFiles releases a terminal that was never used.
+func (t *ptyTerm) closeFiles() {
+	_ = t.master.Close()
+	_ = t.slave.Close()
+}
