@@ -32,6 +32,10 @@ const (
 	cldStopped = 5
 )
 
+// seesStops: watchChild reports the command's stops, so the job-control
+// path (commandStopped) follows from them.
+const seesStops = true
+
 // watchChild reports the command's stops and its exit, never reaping it:
 // waitid(WEXITED|WSTOPPED|WNOWAIT) peeks; a stop is then consumed with
 // waitid(WSTOPPED), which cannot reap; an exit is left for child.reap. The

@@ -8,6 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// seesStops: stops are not reported here (see watchChild).
+const seesStops = false
+
 // watchChild reports the command's exit. Without waitid's WNOWAIT (which
 // this system's Go bindings lack) it waits with kqueue's NOTE_EXIT, which
 // does not reap, so the zombie leader still pins its group's id. Stops are

@@ -58,7 +58,12 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 		case <-l.jobs.continued():
 			s.continued(l.jobs)
 		case <-s.pty.suspended():
-			s.signalGroup(syscall.SIGSTOP) // commandStopped follows
+			// The kernel would have stopped the group for a terminal in
+			// crew's own session; crew's job stops with it.
+			s.signalGroup(syscall.SIGSTOP)
+			if !seesStops {
+				s.commandStopped(syscall.SIGSTOP, l.jobs) // else the stop event does it
+			}
 		case ev := <-l.child:
 			if !ev.exited {
 				s.commandStopped(ev.stopSig, l.jobs)
