@@ -167,7 +167,6 @@ func TestJobControlCtrlZFgCtrlC(t *testing.T) {
 	sh.expect("0K> fg")
 	awaitState(t, "the command to run in the foreground again", cmd, 'S', true)
 	sh.send("\x03") // Ctrl-C
-	sh.expect("0K> ")
 	sh.send("echo rc=$?\n")
 	sh.expect("rc=130")
 	rec := e.runRecord(run.RunID)

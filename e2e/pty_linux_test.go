@@ -47,6 +47,12 @@ func (e *env) startOnTerminal(t *testing.T, prepare func(cmd *exec.Cmd) (ctty in
 	if prepare != nil {
 		ctty = prepare(cmd)
 	}
+	return e.onTerminal(t, cmd, ctty)
+}
+
+// onTerminal runs cmd as the session leader of a new terminal.
+func (e *env) onTerminal(t *testing.T, cmd *exec.Cmd, ctty int) *ttyCrew {
+	t.Helper()
 	term, err := pty.StartWithAttrs(cmd, &pty.Winsize{Rows: 33, Cols: 91},
 		&syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: ctty})
 	require.NoError(t, err)
@@ -169,6 +175,26 @@ func TestPTYInputAndCtrlC(t *testing.T) {
 	assert.Equal(t, "stopped", rec.State)
 	assert.Equal(t, "SIGINT", rec.Signal)
 	assert.Contains(t, rec.Reason, "interrupted from the terminal (SIGINT)")
+}
+
+// TestPTYTypeAheadAfterCtrlC: what is typed right after the Ctrl-C that
+// ends the command is left on crew's terminal for what reads it next (the
+// shell), as a terminal keeps it, instead of going to the dying command.
+func TestPTYTypeAheadAfterCtrlC(t *testing.T) {
+	e := newEnv(t)
+	shell := exec.Command("sh", "-c", `"$1" start typeahead -- sh -c 'test -t 1 && echo ready; exec sleep 60'
+echo "crew=$?"; read -r rest; echo "rest:$rest"`, "sh", e.bin)
+	shell.Env, shell.Dir = e.environ(), e.dir
+	c := e.onTerminal(t, shell, 0)
+	c.expect(t, "ready")
+	// Ended by a newline (Ctrl-J): what crew's terminal received while raw
+	// is handed over as received, so an Enter (\r) typed ahead ends a
+	// line for readline (bash) but not for sh's read.
+	c.typeIn(t, "\x03echo next\n")
+	c.expect(t, "crew=130")
+	c.expect(t, "rest:echo next")
+	_, _ = c.exit(t)
+	assert.Contains(t, e.status("typeahead").Finished[0].Reason, "interrupted from the terminal (SIGINT)")
 }
 
 // TestPTYCrewStopAndGrace: crew stop reaches a command on its

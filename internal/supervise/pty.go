@@ -1,13 +1,12 @@
 package supervise
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -203,43 +202,61 @@ func (t *ptyTerm) followSize() {
 
 // input copies what is typed on crew's terminal to the command's, while
 // crew is in its terminal's foreground (in the background a read would
-// take the shell's input, or stop crew with SIGTTIN). After a suspend
-// character it waits for wake: the job stops, and continues later.
+// take the shell's input, or stop crew with SIGTTIN).
+//
+// It reads one byte at a time, so that what it has not read is still in
+// crew's terminal for whoever reads it next: after an interrupt or quit
+// character it reads nothing more for interruptPause, so that a line typed
+// right after Ctrl-C is the shell's once the interrupted command has ended
+// (on a terminal the kernel would have kept it so); a command that lives on
+// gets it then. After a suspend character it waits to be rung: the job
+// stops, and continues later.
 func (t *ptyTerm) input() {
 	defer t.done.Done()
-	buf := make([]byte, 4096)
+	var b [1]byte
 	for {
 		if !t.await() {
 			return
 		}
-		n, err := unix.Read(t.tty, buf)
+		n, err := unix.Read(t.tty, b[:])
 		if err == unix.EINTR || err == unix.EAGAIN {
 			continue
 		}
 		if n <= 0 {
 			return // crew's terminal hung up
 		}
-		data, suspended := buf[:n], false
-		if i := t.suspendAt(data); i >= 0 {
-			data, suspended = data[:i], true
-		}
-		if _, err := t.master.Write(data); err != nil && !errors.Is(err, io.ErrShortWrite) {
-			return
-		}
-		if suspended {
+		kind := t.signalChar(b[0])
+		if kind == suspendChar {
 			select {
 			case t.suspend <- struct{}{}:
 			default:
 			}
-			t.wait()
+			t.pause(-1)
+			continue
+		}
+		if _, err := t.master.Write(b[:]); err != nil {
+			return
+		}
+		if kind == interruptChar {
+			t.pause(interruptPause)
 		}
 	}
 }
+
+// interruptPause is how long crew reads no keystrokes after an interrupt
+// or quit character (see input). Not a deadline of any kind: a command
+// that outlives its Ctrl-C gets what was typed meanwhile, only later.
+const interruptPause = time.Second
 
 // await waits until crew's terminal has input for a foreground crew;
 // false when the terminal is closing.
 func (t *ptyTerm) await() bool {
 	for {
+		select {
+		case <-t.closing:
+			return false
+		default:
+		}
 		fds := []unix.PollFd{{Fd: int32(t.wakeR.Fd()), Events: unix.POLLIN}}
 		if foregroundGroup(t.tty) == unix.Getpgrp() {
 			fds = append(fds, unix.PollFd{Fd: int32(t.tty), Events: unix.POLLIN})
@@ -259,13 +276,23 @@ func (t *ptyTerm) await() bool {
 	}
 }
 
-// wait blocks until the input loop is rung; false when closing.
-func (t *ptyTerm) wait() bool {
+// pause waits until the input loop is rung (continued, closing) or d has
+// passed (d < 0: no limit).
+func (t *ptyTerm) pause(d time.Duration) {
 	fds := []unix.PollFd{{Fd: int32(t.wakeR.Fd()), Events: unix.POLLIN}}
+	ms := -1
+	if d >= 0 {
+		ms = int(d / time.Millisecond)
+	}
 	for {
-		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
-			return t.drainWake()
+		n, err := unix.Poll(fds, ms)
+		if err == unix.EINTR {
+			continue // a signal for crew (SIGWINCH, SIGCONT) is no reason to go on
 		}
+		if n > 0 {
+			t.drainWake() // the loop sees a closing terminal at its next wait
+		}
+		return
 	}
 }
 
@@ -284,25 +311,34 @@ func (t *ptyTerm) drainWake() bool {
 // wake rings the input loop: crew was continued, or the terminal closes.
 func (t *ptyTerm) wake() { _, _ = t.wakeW.Write([]byte{0}) }
 
-// suspendAt is where in data the command's terminal would stop its job
-// (its suspend character, Ctrl-Z, with signals on), or -1.
-func (t *ptyTerm) suspendAt(data []byte) int {
-	var mode *unix.Termios
-	var err error
+// Special characters of the command's terminal, as its mode says now.
+const (
+	plainChar = iota
+	interruptChar
+	suspendChar
+)
+
+// signalChar says whether b is a character the command's terminal turns
+// into a signal (its mode has ISIG): an interrupt or quit character, which
+// the terminal itself carries out, or its suspend character, which crew
+// must carry out (see ptyTerm).
+func (t *ptyTerm) signalChar(b byte) int {
 	sc, err := t.master.SyscallConn()
 	if err != nil {
-		return -1
+		return plainChar
 	}
+	var mode *unix.Termios
 	_ = sc.Control(func(fd uintptr) { mode, err = unix.IoctlGetTermios(int(fd), ioctlGetTermios) })
-	if err != nil || mode == nil || mode.Lflag&unix.ISIG == 0 || mode.Cc[unix.VSUSP] == vdisable {
-		return -1
+	if err != nil || mode == nil || mode.Lflag&unix.ISIG == 0 || b == vdisable {
+		return plainChar
 	}
-	for i, b := range data {
-		if b == mode.Cc[unix.VSUSP] {
-			return i
-		}
+	switch b {
+	case mode.Cc[unix.VSUSP]:
+		return suspendChar
+	case mode.Cc[unix.VINTR], mode.Cc[unix.VQUIT]:
+		return interruptChar
 	}
-	return -1
+	return plainChar
 }
 
 // suspended delivers the suspend requests (nil without a terminal).
