@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +133,7 @@ func TestJobControlCtrlZAndFg(t *testing.T) {
 	sh.expect("Stopped")
 	sh.send("echo back-$((40+2))\n")
 	sh.expect("back-42")
+	sh.expectCookedTerminal()
 	awaitState(t, "the command to be stopped", cmd, 'T', false)
 	assert.Equal(t, "running", e.runRecord(run.RunID).State)
 
@@ -145,6 +147,46 @@ func TestJobControlCtrlZAndFg(t *testing.T) {
 	sh.send("echo rc=$?\n")
 	sh.expect("rc=0")
 	assert.Equal(t, "succeeded", e.runRecord(run.RunID).State)
+}
+
+// expectCookedTerminal checks that the terminal is not left raw (crew's
+// pseudo-terminal mode) now that the shell has it.
+func (sh *shell) expectCookedTerminal() {
+	sh.t.Helper()
+	sh.send("echo mode-$(stty -a | grep -c -- -icanon)x\n")
+	sh.expect("mode-0x")
+}
+
+// TestJobControlSIGTSTPToCrew: a SIGTSTP sent to crew (not typed: its
+// terminal is raw while its command runs on a pseudo-terminal) stops the
+// job as Ctrl-Z does, with the terminal's mode given back; fg goes on.
+func TestJobControlSIGTSTPToCrew(t *testing.T) {
+	if !procfsProofs {
+		t.Skip("needs /proc to see the processes' states")
+	}
+	e := newEnv(t)
+	sh := e.startShell(t)
+	sh.send(e.crewLine(`start tstp -- sh -c 'read x; echo got:$x'`) + "\n")
+	run := e.activeRun("tstp")
+	e.killRunAtCleanup(run)
+	cmd := e.proveRunTask(run)
+	crew, err := proveProc(run.SupervisorPID, e.crewIdentity())
+	requireProof(t, err, "prove crew start")
+	defer crew.release()
+	awaitState(t, "the command to own its terminal", cmd, 'S', true)
+
+	require.NoError(t, crew.signal(syscall.SIGTSTP))
+	sh.expect("Stopped")
+	awaitState(t, "the command to be stopped", cmd, 'T', false)
+	sh.expectCookedTerminal()
+
+	sh.send("fg\n")
+	awaitState(t, "the command to run again", cmd, 'S', true)
+	sh.send("hello\n")
+	sh.expect("got:hello")
+	sh.expect("0K> ")
+	sh.send("echo rc=$?\n")
+	sh.expect("rc=0")
 }
 
 // TestJobControlCtrlZFgCtrlC: after Ctrl-Z and fg, Ctrl-C reaches the

@@ -45,6 +45,7 @@ type ptyTerm struct {
 	wakeR, wakeW *os.File      // rings the input loop (continued, closing)
 	suspend      chan struct{} // the suspend character was typed
 	winch        chan os.Signal
+	tstp         chan os.Signal // SIGTSTP sent to crew: stop the job as Ctrl-Z does
 	closing      chan struct{}
 	done         sync.WaitGroup
 }
@@ -126,9 +127,11 @@ func (t *ptyTerm) started() {
 	t.acquire()
 	t.winch = make(chan os.Signal, 1)
 	signal.Notify(t.winch, syscall.SIGWINCH)
+	t.tstp = make(chan os.Signal, 1)
+	signal.Notify(t.tstp, syscall.SIGTSTP)
 	t.done.Add(2)
 	go t.input()
-	go t.followSize()
+	go t.watchSignals()
 }
 
 // acquire puts crew's terminal in raw mode (so every keystroke, Ctrl-C
@@ -188,12 +191,18 @@ func (t *ptyTerm) resize() {
 	}
 }
 
-func (t *ptyTerm) followSize() {
+// watchSignals follows crew's window's size, and takes a SIGTSTP sent to
+// crew for a Ctrl-Z.
+func (t *ptyTerm) watchSignals() {
 	defer t.done.Done()
 	for {
 		select {
 		case <-t.winch:
 			t.resize()
+		case <-t.tstp:
+			// Not from the keyboard (crew's terminal is raw): someone's
+			// kill. Stopped as it is, crew would leave its terminal raw.
+			t.requestSuspend()
 		case <-t.closing:
 			return
 		}
@@ -227,10 +236,7 @@ func (t *ptyTerm) input() {
 		}
 		kind := t.signalChar(b[0])
 		if kind == suspendChar {
-			select {
-			case t.suspend <- struct{}{}:
-			default:
-			}
+			t.requestSuspend()
 			t.pause(-1)
 			continue
 		}
@@ -341,6 +347,22 @@ func (t *ptyTerm) signalChar(b byte) int {
 	return plainChar
 }
 
+func (t *ptyTerm) requestSuspend() {
+	select {
+	case t.suspend <- struct{}{}:
+	default:
+	}
+}
+
+// resume takes crew's terminal again once crew's job is continued (fg or
+// bg): raw if crew has the terminal's foreground, and keystrokes again.
+func (t *ptyTerm) resume(foreground bool) {
+	if foreground {
+		t.acquire()
+	}
+	t.wake()
+}
+
 // suspended delivers the suspend requests (nil without a terminal).
 func (t *ptyTerm) suspended() <-chan struct{} {
 	if t == nil {
@@ -364,6 +386,7 @@ func (t *ptyTerm) close() {
 	close(t.closing)
 	if t.winch != nil {
 		signal.Stop(t.winch)
+		signal.Stop(t.tstp)
 		t.wake()
 		t.done.Wait()
 	}

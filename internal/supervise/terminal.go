@@ -111,7 +111,12 @@ func (s *supervisor) commandStopped(sig syscall.Signal, j *jobControl) {
 		setForeground(j.tty, unix.Getpgrp())
 	}
 	own := syscall.SIGTSTP
-	if sig == syscall.SIGTTIN || sig == syscall.SIGTTOU {
+	switch {
+	case s.pty != nil:
+		// crew catches SIGTSTP then (ptyTerm.tstp), and once caught Go
+		// never gives it its default action back: stop for certain.
+		own = syscall.SIGSTOP
+	case sig == syscall.SIGTTIN || sig == syscall.SIGTTOU:
 		own = sig
 	}
 	// Group 0 is crew's own: stopping its own job is what job control
@@ -127,10 +132,7 @@ func (s *supervisor) continued(j *jobControl) {
 	if s.pty != nil {
 		// The command keeps its own terminal; crew's goes raw again if
 		// crew has it, and its keystrokes flow again.
-		if foregroundGroup(j.tty) == unix.Getpgrp() {
-			s.pty.acquire()
-		}
-		s.pty.wake()
+		s.pty.resume(foregroundGroup(j.tty) == unix.Getpgrp())
 	} else if foregroundGroup(j.tty) == unix.Getpgrp() {
 		setForeground(j.tty, s.pgid)
 		s.ownsTTY, s.ttyFD = true, j.tty
