@@ -118,7 +118,8 @@ func (t *ptyTerm) childSys() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 }
 
-// started begins the terminal's work once the command runs: crew's
+// started begins the terminal's work, just before the command starts (so
+// that nothing it writes meets crew's terminal still cooked): crew's
 // terminal raw, keystrokes across, window sizes followed.
 func (t *ptyTerm) started() {
 	if t == nil {
@@ -140,8 +141,8 @@ func (t *ptyTerm) started() {
 func (t *ptyTerm) acquire() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.saved != nil {
-		return
+	if t.saved != nil || foregroundGroup(t.tty) != unix.Getpgrp() {
+		return // a job in the background leaves the terminal's mode alone
 	}
 	mode, err := unix.IoctlGetTermios(t.tty, ioctlGetTermios)
 	if err != nil {
@@ -276,7 +277,7 @@ func (t *ptyTerm) await() bool {
 			}
 			continue
 		}
-		if len(fds) == 2 && fds[1].Revents&(unix.POLLIN|unix.POLLHUP|unix.POLLERR) != 0 {
+		if len(fds) == 2 && fds[1].Revents != 0 { // input, or a hang-up the read will tell
 			return true
 		}
 	}
@@ -371,8 +372,11 @@ func (t *ptyTerm) suspended() <-chan struct{} {
 	return t.suspend
 }
 
-// close ends the terminal's work and gives crew's terminal back its mode.
-// The master itself belongs to the output, which closes it once drained.
+// close ends the terminal's work as soon as the command has exited: crew's
+// terminal gets its mode back, and keystrokes stay there for the shell.
+// The master is the output's, which drains and closes it; a write of
+// keystrokes left blocked on it (a command that did not read them, a
+// grandchild that keeps its terminal) is ended by a deadline instead.
 func (t *ptyTerm) close() {
 	if t == nil {
 		return
@@ -384,6 +388,7 @@ func (t *ptyTerm) close() {
 	default:
 	}
 	close(t.closing)
+	_ = t.master.SetWriteDeadline(time.Now())
 	if t.winch != nil {
 		signal.Stop(t.winch)
 		signal.Stop(t.tstp)

@@ -126,9 +126,8 @@ func (s *supervisor) run() error {
 	s.signalReady("running")
 
 	ws, stop := s.wait()
-	s.pty.release() // before anything more is said on crew's terminal
+	s.pty.close() // before anything more is said on crew's terminal
 	out.drain()
-	s.pty.close()
 	failpoint.Hit("exited")
 	s.describeExit(ws, stop)
 	out.report(s.Warn, string(id), s.Store.LogPath(id))
