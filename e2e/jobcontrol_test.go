@@ -189,6 +189,57 @@ func TestJobControlSIGTSTPToCrew(t *testing.T) {
 	sh.expect("rc=0")
 }
 
+// TestJobControlShellOnThePTY: with an interactive shell as the command,
+// Ctrl-Z stops that shell's job (the kernel does it: the job's parent is
+// in its session) and the shell goes on; crew and its run are untouched.
+func TestJobControlShellOnThePTY(t *testing.T) {
+	if !procfsProofs {
+		t.Skip("needs /proc to see the processes' states")
+	}
+	e := newEnv(t)
+	sh := e.startShell(t)
+	sh.send(e.crewLine(`start inner -- env INNER=yes bash --norc --noprofile -i`) + "\n")
+	run := e.activeRun("inner")
+	e.killRunAtCleanup(run)
+	sh.send("sleep 60\n")
+	eventually(t, 15*time.Second, "the inner shell's job to own its terminal", func() bool {
+		return foregroundChild(run.TaskPID)
+	})
+	sh.send("\x1a")
+	sh.send("echo in-$INNER-x; kill -9 %1; disown -a; exit\n")
+	sh.expect("in-yes-x")
+	sh.expect("0K> ")
+	sh.send("echo rc=$?\n")
+	sh.expect("rc=0")
+	assert.NotContains(t, sh.out.String(), "Stopped                 '", "crew's job itself never stopped")
+	assert.Equal(t, "succeeded", e.runRecord(run.RunID).State)
+}
+
+// foregroundChild reports whether a child of pid (only looked at) is in
+// its terminal's foreground group, other than pid's own.
+func foregroundChild(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return false
+	}
+	own, err := readStat(pid)
+	if err != nil {
+		return false
+	}
+	for _, f := range strings.Fields(string(b)) {
+		var child int
+		if _, err := fmt.Sscan(f, &child); err != nil {
+			continue
+		}
+		st, err := readStat(child)
+		tpgid, terr := statField(child, 8)
+		if err == nil && terr == nil && st.pgrp == tpgid && st.pgrp != own.pgrp {
+			return true
+		}
+	}
+	return false
+}
+
 // TestJobControlCtrlZFgCtrlC: after Ctrl-Z and fg, Ctrl-C reaches the
 // command again and the run is recorded as interrupted from the terminal.
 func TestJobControlCtrlZFgCtrlC(t *testing.T) {

@@ -42,6 +42,9 @@ func (s *supervisor) launch(out *output) error {
 	}
 	s.cmd = c
 	s.pgid = c.pid
+	if s.pty != nil {
+		s.pty.pgid.Store(int32(c.pid))
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,13 +32,16 @@ import (
 // cannot: the kernel drops the job-control stop (Ctrl-Z) for a process
 // group with no parent in its session, such as the command's. So crew
 // does it: a typed suspend character (when the command's terminal has
-// signals on) stops the command's group with SIGSTOP, and crew's job
-// stops with it, as with pipes (commandStopped).
+// signals on and the command's own group is its foreground) stops the
+// command's group with SIGSTOP, and crew's job stops with it, as with
+// pipes (commandStopped). A job of a shell run as the command is stopped
+// by the kernel as usual, and that shell takes the terminal back.
 type ptyTerm struct {
-	master *os.File // crew's side, non-blocking so that closing it ends a read
-	slave  *os.File // the command's side; closed in crew once it started
-	tty    int      // crew's terminal (stdin), which crew makes raw
-	out    *os.File // crew's stdout, whose size the pseudo-terminal takes
+	master *os.File     // crew's side, non-blocking so that closing it ends a read
+	slave  *os.File     // the command's side; closed in crew once it started
+	tty    int          // crew's terminal (stdin), which crew makes raw
+	pgid   atomic.Int32 // the command's process group, once it runs
+	out    *os.File     // crew's stdout, whose size the pseudo-terminal takes
 
 	mu    sync.Mutex
 	saved *unix.Termios // crew's terminal before raw mode; nil when not raw
@@ -341,11 +345,27 @@ func (t *ptyTerm) signalChar(b byte) int {
 	}
 	switch b {
 	case mode.Cc[unix.VSUSP]:
+		if fg := t.foreground(); fg > 0 && fg != int(t.pgid.Load()) {
+			// Another group of the command's session has its terminal
+			// (a shell's job): the kernel stops that one itself.
+			return plainChar
+		}
 		return suspendChar
 	case mode.Cc[unix.VINTR], mode.Cc[unix.VQUIT]:
 		return interruptChar
 	}
 	return plainChar
+}
+
+// foreground is the command's terminal's foreground group (0: unknown).
+func (t *ptyTerm) foreground() int {
+	sc, err := t.master.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	fg := 0
+	_ = sc.Control(func(fd uintptr) { fg, _ = unix.IoctlGetInt(int(fd), unix.TIOCGPGRP) })
+	return fg
 }
 
 func (t *ptyTerm) requestSuspend() {
