@@ -267,3 +267,19 @@ func TestPTYOnlyOnAnInteractiveTerminal(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "out:pipe\nin:tty\n", string(b))
 }
+
+// TestPTYUnavailableFallsBackToPipes: a system that gives no
+// pseudo-terminal (here a failpoint) still runs the command, with pipes,
+// and says why.
+func TestPTYUnavailableFallsBackToPipes(t *testing.T) {
+	e := newEnv(t)
+	c := e.startOnTerminal(t, func(cmd *exec.Cmd) int {
+		cmd.Env = append(cmd.Env, "CREW_FAILPOINT=pty-open:error:ENOSPC")
+		return 0
+	}, "start", "fallback", "--", "sh", "-c", `test -t 1 && echo out:tty || echo out:pipe`)
+	code, out := c.exit(t)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "crew: fallback: warning: the command runs with pipes, not a terminal of its own: open a pseudo-terminal: no space left on device (--no-pty asks for pipes without this warning)")
+	assert.Contains(t, out, "out:pipe")
+	assert.Equal(t, "succeeded", e.status("fallback").Finished[0].State)
+}

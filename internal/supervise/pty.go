@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/crew-dev/crew/internal/failpoint"
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
@@ -57,27 +59,37 @@ type ptyTerm struct {
 // ptyFor returns the pseudo-terminal for the run, or nil for pipes: with
 // --no-pty, with --tag (which needs stdout and stderr apart, in lines),
 // without a terminal on each of stdin, stdout and stderr, or when crew runs
-// in the background (a job started with &).
-func (s *supervisor) ptyFor() (*ptyTerm, error) {
+// in the background (a job started with &). A system that will not give
+// one (no /dev/pts in a container, all in use) gets pipes and a warning:
+// the run is worth more than its colours.
+func (s *supervisor) ptyFor() *ptyTerm {
 	if s.NoPTY || s.Tag != "" {
-		return nil, nil
+		return nil
 	}
 	tty, ok := foregroundTTY(s.Stdin)
 	if !ok {
-		return nil, nil
+		return nil
 	}
 	out, ok := s.Stdout.(*os.File)
 	if !ok || !term.IsTerminal(int(out.Fd())) {
-		return nil, nil
+		return nil
 	}
 	if errf, ok := s.Stderr.(*os.File); !ok || !term.IsTerminal(int(errf.Fd())) {
-		return nil, nil
+		return nil
 	}
-	return openPTY(tty, out)
+	t, err := openPTY(tty, out)
+	if err != nil {
+		s.Warn(fmt.Sprintf("the command runs with pipes, not a terminal of its own: %v (--no-pty asks for pipes without this warning)", err))
+		return nil
+	}
+	return t
 }
 
 // openPTY opens a pseudo-terminal with the mode and size of crew's own.
 func openPTY(tty int, out *os.File) (*ptyTerm, error) {
+	if err := failpoint.Error("pty-open"); err != nil {
+		return nil, fmt.Errorf("open a pseudo-terminal: %w", err)
+	}
 	m, slave, err := pty.Open()
 	if err != nil {
 		return nil, fmt.Errorf("open a pseudo-terminal: %w", err)

@@ -146,11 +146,7 @@ func (s *supervisor) run() error {
 // newOutput makes the command's stdout and stderr: a pseudo-terminal on an
 // interactive terminal, else pipes.
 func (s *supervisor) newOutput(logw io.Writer) (*output, error) {
-	t, err := s.ptyFor()
-	if err != nil {
-		return nil, err
-	}
-	if t != nil {
+	if t := s.ptyFor(); t != nil {
 		s.pty = t
 		return newTerminalOutput(s.Stdout, logw, t), nil
 	}
