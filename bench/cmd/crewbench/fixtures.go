@@ -134,7 +134,13 @@ func (h *harness) makeRoots() error {
 		now := time.Now()
 		n := h.cfg.history
 		span := now.Sub(now.UTC().Truncate(24 * time.Hour))
-		if err := writeHistory(root, h.sample.done, n, func(i int) time.Time { return now.Add(-time.Duration(i+1) * (span / time.Duration(n+1))) }); err != nil {
+		times := func(i int) time.Time { return now.Add(-time.Duration(i+1) * (span / time.Duration(n+1))) }
+		for _, l := range historyLayouts(n) {
+			if l.name == h.cfg.historyLayout {
+				times = l.times
+			}
+		}
+		if err := writeHistory(root, h.sample.done, n, times); err != nil {
 			return err
 		}
 		if err := h.indexHistory(root); err != nil {
