@@ -70,7 +70,7 @@ func stateColor(state string) string {
 	switch state {
 	case "succeeded":
 		return "32" // green
-	case "failed", "interrupted":
+	case "failed", "interrupted", "timed out":
 		return "31" // red
 	case "stopped", "orphaned", "gone":
 		return "33" // yellow

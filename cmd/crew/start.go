@@ -63,7 +63,8 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
   crew start --task=-nightly -- ./backup.sh         # a task name that begins with -
   crew start --tag lint -- make lint               # each output line starts with "lint<TAB>"
   crew start --log-max 10MiB chatty -- ./noisy.sh  # keep the first 5 MiB and the newest output
-  crew start --quiet --refused-exit 0 nightly -- ./backup.sh   # cron: already running is fine`,
+  crew start --quiet --refused-exit 0 nightly -- ./backup.sh   # cron: already running is fine
+  crew start --timeout 30m --retries 2 e2e -- make e2e   # 30 minutes per attempt, 3 attempts at most`,
 		ValidArgsFunction: completeStart(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
@@ -165,6 +166,9 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			WaitTimeout: o.wait.timeout,
 			OnWait:      view.update,
 			LogMax:      logMax,
+			Timeout:     o.timeout,
+			Retries:     o.retries,
+			RetryDelay:  o.retryDelay,
 		},
 		Tag:     o.tag,
 		Grace:   o.grace,
@@ -175,6 +179,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Env:     os.Environ(),
 		Signals: sigs,
 		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termSafe(w)) },
+		Note:    view.note,
 	})
 	var refused *dispatch.RefusedError
 	if errors.As(err, &refused) {
