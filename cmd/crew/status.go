@@ -224,7 +224,7 @@ func printFinished(w io.Writer, sc screen, runs []dispatch.RunView, now time.Tim
 		}
 		state, reason := stateWord(r.Run), termSafe(r.Reason)
 		if a := r.Attempt(); a != nil && a.Number > 1 {
-			reason = fmt.Sprintf("attempt %d of %d: %s", a.Number, r.MaxAttempts(), reason)
+			reason = strings.TrimSuffix(fmt.Sprintf("attempt %d of %d: %s", a.Number, r.MaxAttempts(), reason), ": ")
 		}
 		row := []cell{{text: r.RunID.Short()}, {text: quoteTask(r.Task)}, {text: state, color: stateColor(state)},
 			{text: exitOrDash(r.ExitCode)}, {text: clock(started, now)}, {text: took}, {text: reason}}

@@ -1,12 +1,14 @@
 package supervise
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/proc"
 	"github.com/crew-dev/crew/internal/runstore"
 )
@@ -127,6 +129,8 @@ func (l *waitLoop) timeUp() {
 	if l.stop != nil {
 		return
 	}
+	l.s.Note(fmt.Sprintf("timed out after %s: stopping the command (SIGTERM, then SIGKILL after %s)",
+		duration.Format(time.Duration(l.s.rec.Timeout)), duration.Format(l.s.Grace)))
 	l.begin(&stopRecord{sig: syscall.SIGTERM, grace: l.s.Grace, timedOut: true})
 	l.s.signalGroup(syscall.SIGTERM)
 	l.s.signalGroup(syscall.SIGCONT)
