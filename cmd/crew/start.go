@@ -50,6 +50,12 @@ group with CREW_RUN_ID, CREW_TASK and CREW_ROOT set. SIGINT, SIGTERM and SIGHUP
 are forwarded to that group; after --grace the group gets SIGKILL. crew exits
 with the command's exit code.
 
+--timeout D stops the command the same way once it has run for D (exit 124,
+recorded as timed out). --retries N runs a failed command (non-zero exit,
+killed, timed out; never one stopped by crew stop or a signal crew received)
+again up to N more times in the same run, keeping its slot, --retry-delay
+apart; the timeout is per attempt, and the exit code is the last attempt's.
+
 Any non-empty UTF-8 name up to 200 bytes of characters that print is a task,
 except names beginning with "r-" and a digit (reserved: they look like run ids).
 A task whose name begins with - is given with --task: crew start --task=-x -- CMD.
