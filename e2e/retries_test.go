@@ -101,6 +101,11 @@ func TestTimeout(t *testing.T) {
 	w := e.run("wait", run.RunID)
 	assert.Equal(t, 124, w.Code, "crew wait exits as crew start did")
 
+	// --quiet keeps crew's line about the timeout to itself, not the code.
+	r = e.run("start", "--quiet", "--timeout", "300ms", "hush", "--", "sleep", "30")
+	assert.Equal(t, 124, r.Code, r.Stderr)
+	assert.Empty(t, r.Stderr)
+
 	// A command that ends in time is not touched.
 	r = e.run("start", "--timeout", "1h", "quick", "--", "true")
 	assert.Equal(t, 0, r.Code, r.Stderr)
@@ -291,4 +296,34 @@ func TestTimeoutAndRetriesUsageErrors(t *testing.T) {
 	for _, want := range []string{"--timeout", "--retries", "--retry-delay", "124    --timeout: the command ran out of time"} {
 		assert.Contains(t, h.Stdout, want)
 	}
+}
+
+// TestSupervisorDiesBetweenAttempts: a crew start killed during the retry
+// delay leaves no command holding the slot, so the next start is admitted
+// at cap 1 without an operator, and the run is finalized as interrupted,
+// saying it was between attempts.
+func TestSupervisorDiesBetweenAttempts(t *testing.T) {
+	e := newEnv(t)
+	e.initMax(1)
+	obs := filepath.Join(e.dir, "starts")
+	p := e.start(nil, "start", "--retries", "1", "--retry-delay", "1m", "fragile", "--", "sh", "-c", `echo >> "$1"; exit 2`, "x", obs)
+	var id string
+	eventually(t, 10*time.Second, "the first attempt to end", func() bool {
+		for _, r := range e.status().Active {
+			if r.Task == "fragile" {
+				id = r.RunID
+				run := e.attempts(id)
+				return len(run.Attempts) == 1 && run.Attempts[0].FinishedAt != nil
+			}
+		}
+		return false
+	})
+	require.NoError(t, p.cmd.Process.Kill()) // our own child: crew start, the run's supervisor
+	p.wait(t, 10*time.Second)
+	r := e.run("start", "next", "--", "true")
+	assert.Equal(t, 0, r.Code, "the dead run's slot was not kept: %s", r.Stderr)
+	run := e.attempts(id)
+	assert.Equal(t, "interrupted", run.State)
+	assert.Contains(t, run.Reason, "no command was running: attempt 1 of 2 had ended (command exited with status 2) and the next had not started")
+	assert.Equal(t, 1, starts(t, obs))
 }
