@@ -211,6 +211,9 @@ func TestRetriesKeepTheSlot(t *testing.T) {
 	assert.Equal(t, "running", run.State)
 	assert.Zero(t, run.TaskPID, "no command runs between attempts")
 	assert.Equal(t, 1, e.status().SlotsInUse)
+	text := e.runEnv([]string{"COLUMNS=200"}, "status")
+	assert.Regexp(t, `retrier\s+retrying\s`, text.Stdout)
+	assert.Contains(t, text.Stdout, ": attempt 1 of 4 ended (command exited with status 1); attempt 2 at ")
 	other := e.run("start", "other", "--", "true")
 	assert.Equal(t, 75, other.Code, "the slot is still held: %s", other.Stderr)
 

@@ -74,7 +74,7 @@ func stateColor(state string) string {
 		return "31" // red
 	case "stopped", "orphaned", "gone":
 		return "33" // yellow
-	case "running", "provisioning", "waiting", "queued":
+	case "running", "provisioning", "waiting", "queued", "retrying":
 		return "36" // cyan
 	}
 	return ""

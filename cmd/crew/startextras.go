@@ -30,7 +30,7 @@ func (x *startExtras) flags(cmd *cobra.Command) {
 	f.Var(bytesize.NewValue(&x.logMax, 0), "log-max", "cap the run's log, keeping its first half and the newest output (10MiB, 1GB; 0: no cap); default: crew.json's logMax")
 	f.Var(duration.NewValue(&x.timeout, 0), "timeout", "stop the command (SIGTERM, then SIGKILL after --grace) once it has run this long, per attempt; the run is recorded as timed out and crew exits 124")
 	f.Lookup("timeout").DefValue = "none"
-	f.IntVar(&x.retries, "retries", 0, fmt.Sprintf("run a failed command (non-zero exit, killed, timed out; not stopped) again, up to N more times (at most %d), keeping the slot", record.MaxRetries))
+	f.IntVar(&x.retries, "retries", 0, fmt.Sprintf("run a failed command (non-zero exit, killed, timed out; not stopped) again, up to `N` more times (at most %d), keeping the slot", record.MaxRetries))
 	f.Var(duration.NewValue(&x.retryDelay, time.Second), "retry-delay", "time between a failed attempt and the next (with --retries)")
 }
 

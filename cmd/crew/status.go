@@ -165,8 +165,19 @@ func activeState(r dispatch.RunView) string {
 		return "orphaned"
 	case r.Owner == "dead":
 		return "gone"
+	case betweenAttempts(r.Run) != nil:
+		return "retrying"
 	}
 	return termSafe(string(r.State))
+}
+
+// betweenAttempts is the attempt that ended, if the run is waiting to
+// run its command again (--retries).
+func betweenAttempts(r record.Run) *record.Attempt {
+	if a := r.Attempt(); r.State == record.Running && a != nil && a.EndedAt != nil {
+		return a
+	}
+	return nil
 }
 
 // printActive is status's table of active runs, with a note under it for
@@ -194,6 +205,11 @@ func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time)
 		}
 		if r.Forced {
 			notes = append(notes, fmt.Sprintf("%s: forced: admitted past the cap with --force", r.RunID.Short()))
+		}
+		if a := betweenAttempts(r.Run); a != nil && state == "retrying" {
+			next := a.EndedAt.Add(time.Duration(r.RetryDelay))
+			notes = append(notes, fmt.Sprintf("%s: attempt %d of %d ended (%s); attempt %d at %s, holding its slot meanwhile",
+				r.RunID.Short(), a.Number, r.MaxAttempts(), termSafe(a.Reason), a.Number+1, clock(next, now)))
 		}
 	}
 	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24}, {title: "STATE"}, {title: "FOR"},
