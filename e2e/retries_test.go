@@ -116,7 +116,8 @@ func TestTimeout(t *testing.T) {
 // after --grace, and the record says so.
 func TestTimeoutThenSIGKILL(t *testing.T) {
 	e := newEnv(t)
-	r := e.run("start", "--timeout", "300ms", "--grace", "300ms", "stubborn", "--", "sh", "-c", `trap "" TERM; sleep 30 & wait; wait`)
+	// 2s gives sh the time to ignore SIGTERM before the timeout comes.
+	r := e.run("start", "--timeout", "2s", "--grace", "300ms", "stubborn", "--", "sh", "-c", `trap "" TERM; sleep 30 & wait; wait`)
 	assert.Equal(t, 124, r.Code, r.Stderr)
 	run := e.lastRun("stubborn")
 	assert.True(t, run.TimedOut)
@@ -171,12 +172,13 @@ func TestRetriesUntilSuccess(t *testing.T) {
 func TestRetriesEndWithTheLastAttempt(t *testing.T) {
 	e := newEnv(t)
 	obs := filepath.Join(e.dir, "starts")
-	r := e.run("start", "--retries", "2", "--retry-delay", "10ms", "--timeout", "5s", "doomed", "--", "sh", "-c",
+	// The first and last attempts exit at once; 10s is only their margin.
+	r := e.run("start", "--retries", "2", "--retry-delay", "10ms", "--timeout", "10s", "doomed", "--", "sh", "-c",
 		`echo >> "$1"; n=$(wc -l < "$1"); [ "$n" -eq 2 ] && exec sleep 30; exit $((n + 10))`, "x", obs)
 	assert.Equal(t, 13, r.Code, r.Stderr)
 	assert.Equal(t, 3, starts(t, obs))
 	assert.Contains(t, r.Stderr, "crew: doomed: attempt 2 of 3 after exit 11, in 10ms\n")
-	assert.Contains(t, r.Stderr, "crew: doomed: attempt 3 of 3 after timing out (5s), in 10ms\n")
+	assert.Contains(t, r.Stderr, "crew: doomed: attempt 3 of 3 after timing out (10s), in 10ms\n")
 	run := e.lastRun("doomed")
 	assert.Equal(t, "failed", run.State)
 	assert.False(t, run.TimedOut, "the last attempt did not time out")
