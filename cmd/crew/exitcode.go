@@ -28,6 +28,7 @@ const exitCodeHelp = `Exit codes:
   64     usage error: bad task name, missing command, bad flag, unknown pool
   75     not admitted: all slots are busy (or --refused-exit's code)
   76     not admitted: the task already has an active run (or --refused-exit's code)
+  124    --timeout: the command ran out of time (its last attempt, with --retries)
   125    crew itself failed (state root unwritable, lock timeout, unusable crew.json,
          too few file descriptors, the run's end could not be recorded on a full disk)
   126    the command is not executable

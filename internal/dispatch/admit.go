@@ -38,6 +38,12 @@ type AdmitRequest struct {
 	// LogMax caps the run's log in bytes; 0: crew.json's logMax;
 	// LogMaxNone: no cap.
 	LogMax int64
+	// Timeout, Retries and RetryDelay go into the run's record, where its
+	// supervisor (foreground or detached) reads them: crew start
+	// --timeout (per attempt), --retries, --retry-delay.
+	Timeout    time.Duration
+	Retries    int
+	RetryDelay time.Duration
 }
 
 // Reservation is an admitted run: its provisioning record is durable and
@@ -207,6 +213,11 @@ func (d *Dispatcher) provisioning(id record.RunID, req AdmitRequest, cfg record.
 		MaximumInProgress: cfg.MaximumInProgress,
 		Pool:              req.Pool,
 		LogMax:            logMaxFor(req, cfg),
+		Timeout:           record.Duration(req.Timeout),
+		Retries:           req.Retries,
+	}
+	if req.Retries > 0 {
+		rec.RetryDelay = record.Duration(req.RetryDelay)
 	}
 	if queuedAt, err := id.CreatedAt(); err == nil && req.Wait {
 		rec.QueuedAt = &queuedAt
