@@ -283,3 +283,20 @@ func TestPTYUnavailableFallsBackToPipes(t *testing.T) {
 	assert.Contains(t, out, "out:pipe")
 	assert.Equal(t, "succeeded", e.status("fallback").Finished[0].State)
 }
+
+// TestPTYEachAttemptGetsATerminal: with --retries every attempt runs on a
+// terminal of its own, and between and after them crew's terminal has its
+// mode; --timeout stops a command on its terminal like any other.
+func TestPTYEachAttemptGetsATerminal(t *testing.T) {
+	e := newEnv(t)
+	c := e.startOnTerminal(t, nil, "start", "--retries", "1", "--retry-delay", "0s", "flaky", "--", "sh", "-c",
+		`test -t 1 && echo tty-attempt; exit 3`)
+	code, out := c.exit(t)
+	assert.Equal(t, 3, code, out)
+	assert.Equal(t, 2, strings.Count(out, "tty-attempt"), out)
+
+	c = e.startOnTerminal(t, nil, "start", "--timeout", "1s", "slow", "--", "sh", "-c", `test -t 1 && echo ready; exec sleep 60`)
+	c.expect(t, "ready")
+	code, out = c.exit(t)
+	assert.Equal(t, 124, code, out)
+}

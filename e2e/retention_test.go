@@ -538,3 +538,42 @@ func TestStatusShowsRetentionAndSize(t *testing.T) {
 	assert.Contains(t, text, "Log cap: 10 MiB per run")
 	assert.Regexp(t, `Size: [0-9.]+ KiB: records [0-9.]+ KiB \(3\), logs 33 B \(3\)`, text)
 }
+
+// An hour with more finished runs than status counts (1000) is listed only
+// that far, so status stays fast on a crowded hour: its size is then a
+// lower bound, and says so, text and JSON.
+func TestStatusSizeOfACrowdedHourIsALowerBound(t *testing.T) {
+	e := newEnv(t)
+	require.Equal(t, 0, e.run("start", "t", "--", "true").Code)
+	ids := finishedOnDisk(t, e.root)
+	require.Len(t, ids, 1)
+	shard := shardOf(t, ids[0])
+	dir := filepath.Join(e.root, "runs", "done", shard)
+	rec, err := os.ReadFile(filepath.Join(dir, ids[0]+".json"))
+	require.NoError(t, err)
+	// Copies under ids of the same hour (the record's own id differs from
+	// its name, which the size does not read).
+	for i := range 1100 {
+		id := fmt.Sprintf("%s%016x", ids[0][:len(ids[0])-16], i)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, id+".json"), rec, 0o600))
+	}
+	var s struct {
+		Size struct {
+			Records struct {
+				Files int `json:"files"`
+			} `json:"records"`
+			Exact   bool     `json:"exact"`
+			Crowded []string `json:"crowded"`
+			Method  string   `json:"method"`
+		} `json:"size"`
+	}
+	out := e.run("status", "--json")
+	require.Equal(t, 0, out.Code, out.Stderr)
+	require.NoError(t, json.Unmarshal([]byte(out.Stdout), &s))
+	assert.False(t, s.Size.Exact)
+	assert.Equal(t, []string{shard}, s.Size.Crowded)
+	assert.Equal(t, 1001, s.Size.Records.Files, "the 1000 counted and the one that shows there are more")
+	assert.Contains(t, s.Size.Method, "hour-shard "+shard+" holds more than the 1000 runs listed of it, so the figures are lower bounds")
+	text := e.run("status").Stdout
+	assert.Regexp(t, `Size: at least about [0-9.]+ [KM]iB: records [0-9.]+ [KM]iB \(1001\), logs [0-9.]+ [KM]?i?B \([0-9]+\) \(hour `+shard+` holds more runs than status counts: see status --json\)`, text)
+}

@@ -31,6 +31,7 @@ const exitCodeHelp = `Exit codes:
   76     not admitted: the task already has an active run (or --refused-exit's code)
   78     not admitted: a nested start (run by a crew command: CREW_RUN_ID) could
          only wait for the runs it was started from, which wait for it
+  124    --timeout: the command ran out of time (its last attempt, with --retries)
   125    crew itself failed (state root unwritable, lock timeout, unusable crew.json,
          too few file descriptors, the run's end could not be recorded on a full disk)
   126    the command is not executable

@@ -70,11 +70,11 @@ func stateColor(state string) string {
 	switch state {
 	case "succeeded":
 		return "32" // green
-	case "failed", "interrupted":
+	case "failed", "interrupted", "timed out":
 		return "31" // red
 	case "stopped", "orphaned", "gone":
 		return "33" // yellow
-	case "running", "provisioning", "waiting", "queued":
+	case "running", "provisioning", "waiting", "queued", "retrying":
 		return "36" // cyan
 	}
 	return ""

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -164,8 +165,19 @@ func activeState(r dispatch.RunView) string {
 		return "orphaned"
 	case r.Owner == "dead":
 		return "gone"
+	case betweenAttempts(r.Run) != nil:
+		return "retrying"
 	}
 	return termSafe(string(r.State))
+}
+
+// betweenAttempts is the attempt that ended, if the run is waiting to
+// run its command again (--retries).
+func betweenAttempts(r record.Run) *record.Attempt {
+	if a := r.Attempt(); r.State == record.Running && a != nil && a.EndedAt != nil {
+		return a
+	}
+	return nil
 }
 
 // printActive is status's table of active runs, with a note under it for
@@ -194,6 +206,11 @@ func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time)
 		if r.Forced {
 			notes = append(notes, fmt.Sprintf("%s: forced: admitted past the cap with --force", r.RunID.Short()))
 		}
+		if a := betweenAttempts(r.Run); a != nil && state == "retrying" {
+			next := a.EndedAt.Add(time.Duration(r.RetryDelay))
+			notes = append(notes, fmt.Sprintf("%s: attempt %d of %d ended (%s); attempt %d at %s, holding its slot meanwhile",
+				r.RunID.Short(), a.Number, r.MaxAttempts(), termSafe(a.Reason), a.Number+1, clock(next, now)))
+		}
 	}
 	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24}, {title: "STATE"}, {title: "FOR"},
 		{title: "POOL", min: 6}, {title: "PID", right: true}, {title: "COMMAND", flex: true}}
@@ -221,9 +238,12 @@ func printFinished(w io.Writer, sc screen, runs []dispatch.RunView, now time.Tim
 		if r.FinishedAt != nil {
 			took = shortDuration(r.FinishedAt.Sub(started))
 		}
-		state := termSafe(string(r.State))
+		state, reason := stateWord(r.Run), termSafe(r.Reason)
+		if a := r.Attempt(); a != nil && a.Number > 1 {
+			reason = strings.TrimSuffix(fmt.Sprintf("attempt %d of %d: %s", a.Number, r.MaxAttempts(), reason), ": ")
+		}
 		row := []cell{{text: r.RunID.Short()}, {text: quoteTask(r.Task)}, {text: state, color: stateColor(state)},
-			{text: exitOrDash(r.ExitCode)}, {text: clock(started, now)}, {text: took}, {text: termSafe(r.Reason)}}
+			{text: exitOrDash(r.ExitCode)}, {text: clock(started, now)}, {text: took}, {text: reason}}
 		if !withTask {
 			row = append(row[:1], row[2:]...)
 		}
@@ -242,7 +262,7 @@ func printRun(w io.Writer, sc screen, r *dispatch.RunView, now time.Time) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("Run", fmt.Sprintf("%s (%s)", r.RunID, r.RunID.Short()))
 	row("Task", quoteTask(r.Task))
-	state := termSafe(string(r.State))
+	state := stateWord(r.Run)
 	row("State", sc.paint(stateColor(state), state))
 	row("Command", shellQuote(r.Command))
 	if r.Pool != "" {
@@ -263,6 +283,12 @@ func printRun(w io.Writer, sc screen, r *dispatch.RunView, now time.Time) {
 		row("Running for", shortDuration(now.Sub(*r.StartedAt)))
 	}
 	row("Exit code", exitOrDash(r.ExitCode))
+	if r.Timeout > 0 {
+		row("Timeout", duration.Format(time.Duration(r.Timeout))+" per attempt")
+	}
+	if a := r.Attempt(); a != nil {
+		row("Attempt", fmt.Sprintf("%d of %d (retry delay %s)", a.Number, r.MaxAttempts(), duration.Format(time.Duration(r.RetryDelay))))
+	}
 	if r.Reason != "" {
 		row("Reason", termSafe(r.Reason))
 	}
@@ -287,6 +313,15 @@ func printRun(w io.Writer, sc screen, r *dispatch.RunView, now time.Time) {
 			fmt.Fprintf(w, "  %s  %s\n", humanTime(ev.At), termSafe(ev.What))
 		}
 	}
+}
+
+// stateWord is a run's state as text shows it: "timed out" for a run
+// that failed because --timeout ended it (--json: "failed", "timedOut").
+func stateWord(r record.Run) string {
+	if r.TimedOut && r.State == record.Failed {
+		return "timed out"
+	}
+	return termSafe(string(r.State))
 }
 
 func ownerWord(r dispatch.RunView) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/crew-dev/crew/internal/bytesize"
@@ -21,7 +22,10 @@ func printStorage(w io.Writer, snap *dispatch.Snapshot) {
 	}
 	if z := snap.Size; z != nil {
 		approx, how := "", ""
-		if !z.Exact {
+		switch {
+		case len(z.Crowded) > 0:
+			approx, how = "at least about ", fmt.Sprintf(" (hour %s holds more runs than status counts: see status --json)", strings.Join(z.Crowded, ", "))
+		case !z.Exact:
 			approx, how = "about ", " (estimated: see status --json for how)"
 		}
 		fmt.Fprintf(w, "Size: %s%s: records %s (%d), logs %s (%d)%s\n", approx, bytesize.Format(z.Bytes),

@@ -72,6 +72,17 @@ func (v *waitView) update(p dispatch.WaitProgress) {
 	v.printed = true
 }
 
+// note is a line crew start says about its run once admitted (a retry),
+// named like the others and silenced by --quiet too.
+func (v *waitView) note(line string) {
+	if v.quiet {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	fmt.Fprintf(v.w, "%s%s\n", v.prefix(), termSafe(line))
+}
+
 func (v *waitView) tick() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()

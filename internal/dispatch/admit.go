@@ -38,6 +38,12 @@ type AdmitRequest struct {
 	// LogMax caps the run's log in bytes; 0: crew.json's logMax;
 	// LogMaxNone: no cap.
 	LogMax int64
+	// Timeout, Retries and RetryDelay go into the run's record, where its
+	// supervisor (foreground or detached) reads them: crew start
+	// --timeout (per attempt), --retries, --retry-delay.
+	Timeout    time.Duration
+	Retries    int
+	RetryDelay time.Duration
 	// Parent is the run whose command called this crew start
 	// (CREW_RUN_ID), if any: a start that could only wait for its own
 	// ancestors is refused with a *NestedDeadlockError.
@@ -214,7 +220,12 @@ func (d *Dispatcher) provisioning(id record.RunID, req AdmitRequest, cfg record.
 		MaximumInProgress: cfg.MaximumInProgress,
 		Pool:              req.Pool,
 		LogMax:            logMaxFor(req, cfg),
+		Timeout:           record.Duration(req.Timeout),
+		Retries:           req.Retries,
 		Parent:            req.Parent,
+	}
+	if req.Retries > 0 {
+		rec.RetryDelay = record.Duration(req.RetryDelay)
 	}
 	if queuedAt, err := id.CreatedAt(); err == nil && req.Wait {
 		rec.QueuedAt = &queuedAt

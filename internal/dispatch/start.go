@@ -30,8 +30,9 @@ type StartRequest struct {
 	// Signals delivers the stop signals crew received (SIGINT, SIGTERM,
 	// SIGHUP); they are forwarded to the command's process group.
 	Signals <-chan os.Signal
-	// Warn receives warnings for the user (stderr).
-	Warn func(string)
+	// Warn receives warnings for the user (stderr); Note, crew's other
+	// lines about the run (a retry).
+	Warn, Note func(string)
 	// Detach hands the run to a supervisor process of its own and returns
 	// once the command is running.
 	Detach bool
@@ -76,7 +77,7 @@ func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
 
 	sreq := supervise.Request{Store: d.Store, Rec: res.Rec, Locks: res.Locks, Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
-		Now: d.Now, Finished: d.RunFinished, NoPTY: req.NoPTY}
+		Note: req.Note, Now: d.Now, Finished: d.RunFinished, NoPTY: req.NoPTY}
 	if req.Tag {
 		sreq.Tag = req.Task + "\t"
 	}

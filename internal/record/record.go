@@ -77,6 +77,15 @@ type Run struct {
 	// SlotsInUse and MaximumInProgress are what admission saw, for the record.
 	SlotsInUse        int `json:"slotsInUseAtAdmission"`
 	MaximumInProgress int `json:"maximumInProgressAtAdmission"`
+	// Timeout, Retries and RetryDelay are crew start's --timeout (per
+	// attempt), --retries and --retry-delay; TimedOut says the last
+	// attempt was ended by the timeout, and Attempts (only with retries)
+	// is each attempt so far. See attempt.go.
+	Timeout    Duration  `json:"timeout,omitempty"`
+	Retries    int       `json:"retries,omitempty"`
+	RetryDelay Duration  `json:"retryDelay,omitempty"`
+	TimedOut   bool      `json:"timedOut,omitempty"`
+	Attempts   []Attempt `json:"attempts,omitempty"`
 }
 
 // Event is one step of a run's history.

@@ -1,11 +1,14 @@
 package record
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestNewRunIDFormat(t *testing.T) {
@@ -203,5 +206,31 @@ func TestShortIDs(t *testing.T) {
 		if got := IsShortID(s); got != want {
 			t.Errorf("IsShortID(%q) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// realTime replaces time.Parse in ParseRunID; it must accept exactly the
+// timestamps time.Parse accepts. Every month and day from 00 to 39 of
+// leap, common and century years, and hours, minutes and seconds around
+// their limits.
+func TestRealTimeAgreesWithTimeParse(t *testing.T) {
+	check := func(ts string) {
+		t.Helper()
+		id := "r-" + ts + "-0123456789abcdef"
+		require.True(t, wellFormed(id), id)
+		_, err := time.Parse(runIDTime, ts)
+		require.Equal(t, err == nil, realTime(id), "%s: time.Parse says %v", ts, err)
+	}
+	for _, year := range []string{"0000", "1900", "2000", "2024", "2026", "2100", "9999"} {
+		for month := 0; month <= 13; month++ {
+			for day := 0; day <= 39; day++ {
+				check(fmt.Sprintf("%s%02d%02dT120000.000000000Z", year, month, day))
+			}
+		}
+	}
+	for _, v := range []int{0, 1, 23, 24, 25, 59, 60, 61, 99} {
+		check(fmt.Sprintf("20261201T%02d0000.000000000Z", v))
+		check(fmt.Sprintf("20261201T00%02d00.000000000Z", v))
+		check(fmt.Sprintf("20261201T0000%02d.999999999Z", v))
 	}
 }

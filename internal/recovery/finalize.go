@@ -128,7 +128,11 @@ func markInterrupted(rec *record.Run, now time.Time, logExists bool) {
 		since = *rec.StartedAt
 	}
 	var what string
+	a := rec.Attempt()
 	switch {
+	case rec.State == record.Running && rec.TaskPID == 0 && a != nil && a.EndedAt != nil:
+		// Its supervisor died between two attempts (--retries).
+		what = fmt.Sprintf("no command was running: attempt %d of %d had ended (%s) and the next had not started", a.Number, rec.MaxAttempts(), a.Reason)
 	case rec.State == record.Running:
 		what = fmt.Sprintf("command pid %d is gone too", rec.TaskPID)
 	case !logExists:

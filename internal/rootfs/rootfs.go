@@ -40,6 +40,19 @@ func (e *LinkedError) Error() string {
 	return fmt.Sprintf("%s has %d hard links (the same file has another name, possibly outside the state root); crew opens only files with one", e.Name, e.Links)
 }
 
+// ReplacedError is a file that another name's rename replaced, or an
+// unlink removed, between the look at its name and the open: what was
+// opened is no longer the file at the name. crew replaces its records by
+// rename, so a reader meets this in a race it lost, not in an attack;
+// Open looks again a few times before it gives up with this.
+type ReplacedError struct {
+	Name string
+}
+
+func (e *ReplacedError) Error() string {
+	return fmt.Sprintf("%s was replaced while being opened", e.Name)
+}
+
 // TooLargeError is a file larger than its reader's limit; it was not read.
 type TooLargeError struct {
 	Name  string
@@ -79,6 +92,25 @@ func Kind(m fs.FileMode) string {
 // or become, regular. A file this call creates gets exactly perm, whatever
 // the umask (a state root shared with a group needs 0660).
 func Open(dir *os.Root, name string, flag int, perm os.FileMode) (*os.File, error) {
+	for tries := 1; ; tries++ {
+		f, err := open(dir, name, flag, perm)
+		var replaced *ReplacedError
+		excl := flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL
+		if errors.As(err, &replaced) && !excl && tries < openTries {
+			continue // a writer's rename won the race: the name holds a newer file
+		}
+		return f, err
+	}
+}
+
+// openTries bounds Open's looks at a name whose file keeps being replaced.
+const openTries = 3
+
+// testHookOpened, when set (by tests), runs between open's open and its
+// check of what it opened: where a concurrent rename or unlink lands.
+var testHookOpened func(name string)
+
+func open(dir *os.Root, name string, flag int, perm os.FileMode) (*os.File, error) {
 	excl := flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL
 	var before os.FileInfo
 	if !excl {
@@ -95,6 +127,9 @@ func Open(dir *os.Root, name string, flag int, perm os.FileMode) (*os.File, erro
 	f, err := dir.OpenFile(name, flag|syscall.O_NONBLOCK, perm)
 	if err != nil {
 		return nil, err
+	}
+	if testHookOpened != nil {
+		testHookOpened(name)
 	}
 	if err := check(dir, name, f, before); err != nil {
 		_ = f.Close()
@@ -147,7 +182,11 @@ func check(dir *os.Root, name string, f *os.File, before os.FileInfo) error {
 	if !fi.Mode().IsRegular() {
 		return &NotRegularError{Name: name, Mode: fi.Mode()}
 	}
-	if n := links(fi); n != 1 {
+	switch n := links(fi); {
+	case n == 0:
+		// Renamed over, or removed, since the open: not a planted link.
+		return &ReplacedError{Name: name}
+	case n != 1:
 		return &LinkedError{Name: name, Links: n}
 	}
 	if before == nil {
@@ -161,7 +200,7 @@ func check(dir *os.Root, name string, f *os.File, before os.FileInfo) error {
 		}
 	}
 	if !os.SameFile(fi, before) {
-		return fmt.Errorf("%s was replaced while being opened", name)
+		return &ReplacedError{Name: name}
 	}
 	return nil
 }
@@ -207,9 +246,9 @@ func OpenFIFO(dir *os.Root, name string, flag int) (*os.File, error) {
 		return nil, err
 	}
 	fi, err := f.Stat()
-	if err != nil || fi.Mode().Type() != fs.ModeNamedPipe || !os.SameFile(fi, before) {
+	if err != nil || fi.Mode().Type() != fs.ModeNamedPipe || !os.SameFile(fi, before) || links(fi) == 0 {
 		_ = f.Close()
-		return nil, fmt.Errorf("%s was replaced while being opened", name)
+		return nil, &ReplacedError{Name: name} // or removed: its waiter left
 	}
 	if n := links(fi); n != 1 {
 		// A FIFO linked from elsewhere (a system daemon's control FIFO):

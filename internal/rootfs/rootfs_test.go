@@ -607,3 +607,58 @@ func TestCreatedFilesGetTheirModeDespiteTheUmask(t *testing.T) {
 		t.Errorf("Mkfifo: mode %v, %v; want 0660", fi.Mode().Perm(), err)
 	}
 }
+
+// A writer's atomic rename (what crew does to every record) that lands
+// between a reader's open and its check leaves the reader holding a file
+// with no name (0 links): Open looks again and returns the new file, and
+// never calls it a planted hard link. One that keeps landing ends in a
+// *ReplacedError.
+func TestOpenLooksAgainWhenARenameWinsTheRace(t *testing.T) {
+	f := newFixture(t)
+	f.write(t, "rec", "old")
+	replace := func(content string) {
+		tmp := filepath.Join(f.dir, "tmp")
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(f.dir, "rec")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hooked := 0
+	testHookOpened = func(string) {
+		if hooked++; hooked == 1 {
+			replace("new")
+		}
+	}
+	t.Cleanup(func() { testHookOpened = nil })
+	data, err := ReadFile(f.root, "rec", 1<<10)
+	if err != nil || string(data) != "new" || hooked != 2 {
+		t.Errorf("ReadFile across a rename = %q, %v after %d opens; want \"new\" after 2", data, err, hooked)
+	}
+
+	// Replaced at every look: a ReplacedError after openTries opens.
+	hooked = 0
+	testHookOpened = func(string) { hooked++; replace("again") }
+	_, err = ReadFile(f.root, "rec", 1<<10)
+	var replaced *ReplacedError
+	var linked *LinkedError
+	if !errors.As(err, &replaced) || errors.As(err, &linked) || hooked != openTries {
+		t.Errorf("ReadFile, always replaced = %v after %d opens; want *ReplacedError after %d", err, hooked, openTries)
+	}
+	if err != nil && err.Error() != "rec was replaced while being opened" {
+		t.Errorf("message %q", err)
+	}
+
+	// Removed after the open (a run's record leaving the active set): no
+	// link error either, and the next look finds nothing.
+	hooked = 0
+	testHookOpened = func(string) {
+		if hooked++; hooked == 1 {
+			_ = os.Remove(filepath.Join(f.dir, "rec"))
+		}
+	}
+	if _, err := ReadFile(f.root, "rec", 1<<10); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadFile of a file removed after the open = %v; want not-exist", err)
+	}
+}

@@ -186,3 +186,40 @@ func TestSizeExactAndEstimated(t *testing.T) {
 		t.Errorf("method %q", z2.Method)
 	}
 }
+
+// A shard with more runs than Size counts is listed only that far: its
+// count, and the totals, are then lower bounds, and Size says which shard.
+func TestSizeOfACrowdedShardIsALowerBound(t *testing.T) {
+	s := newStore(t)
+	base := time.Date(2024, 1, 2, 3, 0, 0, 0, time.UTC)
+	for i := range 12 {
+		writeDoneFast(t, s, idAt(base.Add(time.Duration(i)*time.Second), i))
+	}
+	older := idAt(base.Add(-time.Hour), 99)
+	writeDoneFast(t, s, older)
+
+	z, err := s.sizeWithin(4, 8, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if z.Exact || len(z.Crowded) != 1 || z.Crowded[0] != base.Format("2006-01-02T15") {
+		t.Fatalf("Size = %+v; want the shard of %s crowded, not exact", z, base)
+	}
+	// Nine of the twelve listed (the budget and one more, which proves
+	// there are more), and the older shard only guessed.
+	if z.Records.Files < 9 || z.Records.Files >= 12+1+9 {
+		t.Errorf("Size counted %d records; want a lower bound from the 9 listed", z.Records.Files)
+	}
+	if !strings.Contains(z.Method, "holds more than the 8 runs listed of it, so the figures are lower bounds") {
+		t.Errorf("method %q", z.Method)
+	}
+
+	// Within the budget the same shard is counted whole and not crowded.
+	z, err = s.sizeWithin(4, 100, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(z.Crowded) != 0 || z.Records.Files != 13 {
+		t.Errorf("Size = %+v; want 13 records, none crowded", z)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -146,4 +147,26 @@ func listNames(dir *os.Root) ([]string, error) {
 	}
 	defer d.Close()
 	return d.Readdirnames(-1)
+}
+
+// listSomeNames reads at most n names of a directory (in the order the
+// filesystem gives them); complete says that it read to the end, which it
+// does not try when it has n.
+func listSomeNames(dir *os.Root, n int) (names []string, complete bool, err error) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return nil, false, err
+	}
+	defer d.Close()
+	for len(names) < n {
+		batch, err := d.Readdirnames(n - len(names))
+		names = append(names, batch...)
+		if errors.Is(err, io.EOF) {
+			return names, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	return names, false, nil // n read; whether more follow is not asked
 }

@@ -35,19 +35,33 @@ func (s *Store) doneShards() ([]string, error) {
 
 // shardNames lists the record names of one shard, unsorted.
 func (s *Store) shardNames(shard string) ([]string, error) {
+	names, _, err := s.shardNamesUpTo(shard, -1)
+	return names, err
+}
+
+// shardNamesUpTo lists at most limit+1 record names of one shard (all of
+// them if limit < 0), unsorted; complete says whether that was all. A
+// crowded hour (100,000 runs) costs what is read of it: the rest of the
+// directory is not read at all.
+func (s *Store) shardNamesUpTo(shard string, limit int) (names []string, complete bool, err error) {
 	dir, err := s.dir(doneDir + "/" + shard)
 	if err != nil {
-		return nil, fmt.Errorf("list finished runs in %s: %w", s.display(doneDir, shard), err)
+		return nil, false, fmt.Errorf("list finished runs in %s: %w", s.display(doneDir, shard), err)
 	}
 	defer dir.Close()
-	names, err := listNames(dir)
+	if limit < 0 {
+		names, err = listNames(dir)
+		complete = true
+	} else {
+		names, complete, err = listSomeNames(dir, limit+1)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("list finished runs in %s: %w", s.display(doneDir, shard), unwrapPath(err))
+		return nil, false, fmt.Errorf("list finished runs in %s: %w", s.display(doneDir, shard), unwrapPath(err))
 	}
 	return slices.DeleteFunc(names, func(n string) bool {
 		idStr, ok := strings.CutSuffix(n, ".json")
 		return !ok || IsTempName(n) || !record.LooksLikeRunID(idStr)
-	}), nil
+	}), complete, nil
 }
 
 // walkFirst is how many of a shard's newest runs WalkFinished picks

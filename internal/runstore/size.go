@@ -2,6 +2,7 @@ package runstore
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
@@ -16,6 +17,10 @@ type RootSize struct {
 	Logs    FileCount `json:"logs"`
 	// Exact is false when part of it was extrapolated (see Method).
 	Exact bool `json:"exact"`
+	// Crowded lists the hour-shards that hold more runs than a size
+	// measurement lists: it counted only part of each, so their counts,
+	// and the totals, are lower bounds.
+	Crowded []string `json:"crowded,omitempty"`
 	// Method says how the figures were obtained.
 	Method string `json:"method"`
 }
@@ -78,11 +83,17 @@ func (s *Store) sizeWithin(measureBudget, countBudget, sampleBudget int) (RootSi
 			guessed++
 			continue
 		}
-		ids, err := x.list(sh)
+		// One shard may be listed past what is left of the budget (the
+		// whole shard, up to the budget), so that only a shard that alone
+		// holds more runs than the budget is counted only in part.
+		ids, complete, err := x.listUpTo(sh, countBudget)
 		if err != nil {
 			return out, err
 		}
-		if measuredRuns+len(ids) <= measureBudget {
+		if !complete {
+			out.Crowded = append(out.Crowded, sh)
+		}
+		if complete && measuredRuns+len(ids) <= measureBudget {
 			measured++
 			measuredRuns += len(ids)
 			known.add(x.measure(sh, ids))
@@ -126,6 +137,10 @@ func (s *Store) sizeWithin(measureBudget, countBudget, sampleBudget int) (RootSi
 			"%d were counted (%d runs, %d of them measured as a sample) and %d not even that; the rest is extrapolated "+
 			"(crew prune, or retention, keeps the done index that makes this exact)",
 			len(shards), indexed+measured, indexed, measured, counted, countedRuns, sample.Runs, guessed)
+	}
+	if len(out.Crowded) > 0 {
+		out.Method += fmt.Sprintf("; hour-shard %s holds more than the %d runs listed of it, so the figures are lower bounds",
+			strings.Join(out.Crowded, ", "), countBudget)
 	}
 	return out, nil
 }

@@ -3,48 +3,79 @@ package supervise
 import (
 	"fmt"
 	"syscall"
+	"time"
 
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 )
 
-// describeExit makes the record final from how the command ended: who
-// stopped it (crew stop, a signal crew forwarded, Ctrl-C at the terminal),
-// or how it exited.
-func (s *supervisor) describeExit(ws syscall.WaitStatus, stop *stopRecord) {
+// ending is how one attempt of the command ended, as its record will say.
+type ending struct {
+	state    record.State
+	signal   string
+	reason   string
+	code     int  // crew start's exit code for it: the command's, or 124 for a timeout
+	timedOut bool // --timeout ended it
+}
+
+// exitTimedOut is the exit code of a run whose command ran out of time
+// (--timeout), as coreutils timeout(1) has it.
+const exitTimedOut = 124
+
+// endingOf says how the command ended: who stopped it (crew stop, a signal
+// crew forwarded, Ctrl-C at the terminal, --timeout), or how it exited.
+func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 	code := exitCode(ws)
 	how := fmt.Sprintf("command exited with status %d", code)
 	if ws.Signaled() {
 		how = "command was killed by " + SignalName(ws.Signal())
 	}
-	state, signal, reason := record.Failed, "", how
+	e := ending{state: record.Failed, reason: how, code: code}
 	switch req := s.Store.ReadStopRequest(s.rec.RunID); {
 	case stop != nil && stop.req != nil:
 		// crew stop asked, and this supervisor carried it out.
 		r := *stop.req
 		r.Killed = stop.killed
-		state, signal = record.Stopped, r.Signal
-		reason = fmt.Sprintf("%s; %s", r.Describe(s.pgid), how)
-	case stop == nil && req != nil:
+		e.state, e.signal = record.Stopped, r.Signal
+		e.reason = fmt.Sprintf("%s; %s", r.Describe(s.pgid), how)
+	case (stop == nil || stop.timedOut) && req != nil:
 		// crew stop signalled the command itself (this supervisor did not
 		// answer in time).
-		state, signal = record.Stopped, req.Signal
-		reason = fmt.Sprintf("%s; %s", req.Describe(s.pgid), how)
-	case stop != nil:
-		state, signal = record.Stopped, SignalName(stop.sig)
-		reason = fmt.Sprintf("crew received %s and forwarded it to process group %d; %s", signal, s.pgid, how)
+		e.state, e.signal = record.Stopped, req.Signal
+		e.reason = fmt.Sprintf("%s; %s", req.Describe(s.pgid), how)
+	case stop != nil && stop.timedOut:
+		// The command is said to have timed out even if it exited on its
+		// own just as the time ran out, as with coreutils timeout.
+		e.signal, e.code, e.timedOut = SignalName(stop.sig), exitTimedOut, true
+		e.reason = fmt.Sprintf("timed out after %s: crew sent %s to process group %d", duration.Format(time.Duration(s.rec.Timeout)), e.signal, s.pgid)
 		if stop.killed {
-			reason += fmt.Sprintf(" (sent SIGKILL after the %s grace period)", s.Grace)
+			e.reason += fmt.Sprintf(" and SIGKILL after the %s grace period", s.Grace)
+		}
+		e.reason += "; " + how
+	case stop != nil:
+		e.state, e.signal = record.Stopped, SignalName(stop.sig)
+		e.reason = fmt.Sprintf("crew received %s and forwarded it to process group %d; %s", e.signal, s.pgid, how)
+		if stop.killed {
+			e.reason += fmt.Sprintf(" (sent SIGKILL after the %s grace period)", s.Grace)
 		}
 	case (s.ownsTTY || s.pty != nil) && ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGQUIT):
 		// The command owned the terminal, so Ctrl-C (or Ctrl-\) went to it
 		// directly rather than through crew.
-		state, signal = record.Stopped, SignalName(ws.Signal())
-		reason = fmt.Sprintf("interrupted from the terminal (%s); %s", signal, how)
+		e.state, e.signal = record.Stopped, SignalName(ws.Signal())
+		e.reason = fmt.Sprintf("interrupted from the terminal (%s); %s", e.signal, how)
 	case code == 0:
-		state, reason = record.Succeeded, ""
+		e.state, e.reason = record.Succeeded, ""
 	case ws.Signaled():
-		signal = SignalName(ws.Signal())
+		e.signal = SignalName(ws.Signal())
 	}
-	s.rec.Signal = signal
-	s.rec.Finish(state, s.now(), &code, reason)
+	return e
+}
+
+// describeExit makes the record final from how the last attempt ended.
+func (s *supervisor) describeExit(e ending) {
+	s.endAttempt(e)
+	s.rec.Signal = e.signal
+	s.rec.TimedOut = e.timedOut
+	code := e.code
+	s.rec.Finish(e.state, s.now(), &code, e.reason)
 }

@@ -19,7 +19,15 @@ type stopRecord struct {
 	// req is crew stop's request, if the stop came from crew stop rather
 	// than from a signal crew received.
 	req *record.StopRequest
+	// timedOut: --timeout began this stop. A stop on purpose (crew stop,
+	// a signal crew received) takes it over, so that the run is recorded
+	// stopped, and not retried.
+	timedOut bool
 }
+
+// mayBeTakenOver reports whether a stop on purpose now becomes the run's
+// stop: when none is under way, or only the timeout's.
+func (r *stopRecord) mayBeTakenOver() bool { return r == nil || r.timedOut }
 
 // checkStopRequest carries out a new crew stop request: crew stop only
 // writes it; the supervisor, which provably owns its command's group
@@ -34,7 +42,7 @@ func (l *waitLoop) checkStopRequest() {
 		return
 	}
 	s := l.s
-	if l.stop == nil {
+	if l.stop.mayBeTakenOver() {
 		sig := RequestedSignal(req)
 		l.begin(&stopRecord{sig: sig, req: req, grace: req.GraceOr(s.Grace)})
 		s.signalGroup(sig)

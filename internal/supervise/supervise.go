@@ -36,8 +36,9 @@ type Request struct {
 	// Signals delivers the stop signals crew received (SIGINT, SIGTERM,
 	// SIGHUP); they are forwarded to the command's process group.
 	Signals <-chan os.Signal
-	// Warn receives warnings for the user.
-	Warn func(string)
+	// Warn receives warnings for the user; Note, what crew says about the
+	// run that is no warning (a retry).
+	Warn, Note func(string)
 	// Now is the clock.
 	Now func() time.Time
 	// Finished, if set, runs once the run is final and its slot free.
@@ -62,14 +63,20 @@ type supervisor struct {
 	// ownsTTY: the command's group is its terminal's foreground group.
 	ownsTTY bool
 	ttyFD   int
-	// pty is the command's pseudo-terminal, if it runs on one.
+	// pty is the command's pseudo-terminal in the current attempt, if it
+	// runs on one.
 	pty  *ptyTerm
 	done bool // the record is final
+	// logFailed: writing the log failed, and the user was told.
+	logFailed bool
 }
 
 func newSupervisor(req Request) *supervisor {
 	if req.Warn == nil {
 		req.Warn = func(string) {}
+	}
+	if req.Note == nil {
+		req.Note = func(string) {}
 	}
 	if req.Now == nil {
 		req.Now = time.Now
@@ -105,9 +112,42 @@ func (s *supervisor) run() error {
 		s.rec.AddEvent(s.now(), "%s", planted)
 	}
 	defer logw.Close()
+	defer s.reclaimTTY()
+	for n := 1; ; n++ {
+		end, err := s.attempt(n, logw)
+		if err != nil {
+			return err
+		}
+		if !s.retriesAfter(end, n) {
+			s.describeExit(end)
+			break
+		}
+		stopped, err := s.between(n, end)
+		if err != nil {
+			return err
+		}
+		if stopped {
+			break // the record says how
+		}
+	}
+	if err := logw.Close(); err != nil && !s.logFailed {
+		s.Warn(fmt.Sprintf("run %s: the log %s could not be put together (%v); crew logs still shows it whole", id, s.Store.LogPath(id), err))
+	}
+	if err := s.finish(); err != nil {
+		return finishFailure(id, err)
+	}
+	if code := *s.rec.ExitCode; code != 0 {
+		return &ExitError{RunID: id, Code: code}
+	}
+	return nil
+}
+
+// attempt runs the command once (attempt n) and returns how it ended; an
+// error if it could not be started or crew failed (the run is then final).
+func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	out, err := s.newOutput(logw)
 	if err != nil {
-		return s.internalFailure(err)
+		return ending{}, s.internalFailure(err)
 	}
 	// crew's terminal goes raw before the command can write to its own,
 	// and gets its mode back however this ends, a panic included.
@@ -115,13 +155,12 @@ func (s *supervisor) run() error {
 	s.pty.started()
 	if err := s.launch(out); err != nil {
 		out.closeAll()
-		return s.launchFailure(err)
+		return ending{}, s.launchFailure(err)
 	}
-	defer s.reclaimTTY()
 	out.started()
 	failpoint.Hit("launched")
-	if err := s.recordRunning(); err != nil {
-		return s.internalFailure(err)
+	if err := s.recordRunning(n); err != nil {
+		return ending{}, s.internalFailure(err)
 	}
 	s.signalReady("running")
 
@@ -129,26 +168,18 @@ func (s *supervisor) run() error {
 	s.pty.close() // before anything more is said on crew's terminal
 	out.drain()
 	failpoint.Hit("exited")
-	s.describeExit(ws, stop)
-	out.report(s.Warn, string(id), s.Store.LogPath(id))
-	if err := logw.Close(); err != nil && out.logErr() == nil {
-		s.Warn(fmt.Sprintf("run %s: the log %s could not be put together (%v); crew logs still shows it whole", id, s.Store.LogPath(id), err))
-	}
-	if err := s.finish(); err != nil {
-		return finishFailure(id, err)
-	}
-	if code := exitCode(ws); code != 0 {
-		return &ExitError{RunID: id, Code: code}
-	}
-	return nil
+	s.reclaimTTY()
+	end := s.endingOf(ws, stop)
+	out.report(s.Warn, string(s.rec.RunID), s.Store.LogPath(s.rec.RunID))
+	s.logFailed = s.logFailed || out.logErr() != nil
+	return end, nil
 }
 
-// newOutput makes the command's stdout and stderr: a pseudo-terminal on an
-// interactive terminal, else pipes.
+// newOutput makes the command's stdout and stderr for an attempt: a
+// pseudo-terminal on an interactive terminal, else pipes.
 func (s *supervisor) newOutput(logw io.Writer) (*output, error) {
-	if t := s.ptyFor(); t != nil {
-		s.pty = t
-		return newTerminalOutput(s.Stdout, logw, t), nil
+	if s.pty = s.ptyFor(); s.pty != nil {
+		return newTerminalOutput(s.Stdout, logw, s.pty), nil
 	}
 	return newOutput(s.Stdout, s.Stderr, logw, s.Tag)
 }
@@ -184,13 +215,21 @@ func (c *closeOnce) Close() error {
 	return c.err
 }
 
-// recordRunning records the command's pid and process group.
-func (s *supervisor) recordRunning() error {
+// recordRunning records the command's pid and process group, and with
+// retries, attempt n.
+func (s *supervisor) recordRunning(n int) error {
 	now := s.now()
 	s.rec.State = record.Running
-	s.rec.StartedAt = &now
 	s.rec.TaskPID = s.cmd.pid
 	s.rec.PGID = s.pgid
+	if s.rec.Retries > 0 {
+		s.rec.Attempts = append(s.rec.Attempts, record.Attempt{Number: n, StartedAt: now, PID: s.cmd.pid})
+	}
+	if n > 1 {
+		s.rec.AddEvent(now, "attempt %d of %d started: pid %d", n, s.rec.MaxAttempts(), s.rec.TaskPID)
+		return s.Store.UpdateActive(s.rec)
+	}
+	s.rec.StartedAt = &now
 	s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d", s.rec.TaskPID, s.rec.SupervisorPID)
 	return s.Store.UpdateActive(s.rec)
 }

@@ -1,12 +1,14 @@
 package supervise
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/proc"
 	"github.com/crew-dev/crew/internal/runstore"
 )
@@ -35,6 +37,8 @@ type waitLoop struct {
 	watch *runstore.StopWatch // nil if owners/ cannot be opened
 	poll  *time.Ticker
 	jobs  *jobControl // nil without a terminal
+	// deadline fires when the attempt's --timeout is over (nil: none).
+	deadline <-chan time.Time
 }
 
 // wait supervises the running command until it exits: it forwards the
@@ -55,6 +59,8 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 			l.checkStopRequest()
 		case <-l.grace:
 			l.graceOver()
+		case <-l.deadline:
+			l.timeUp()
 		case <-l.jobs.continued():
 			s.continued(l.jobs)
 		case <-s.pty.suspended():
@@ -86,6 +92,9 @@ func (s *supervisor) newWaitLoop() *waitLoop {
 		period = stopSafetyPollPeriod
 	}
 	l.poll = time.NewTicker(period)
+	if t := time.Duration(s.rec.Timeout); t > 0 {
+		l.deadline = time.After(t)
+	}
 	l.checkStopRequest() // one written since the check before launch
 	return l
 }
@@ -102,16 +111,35 @@ func (l *waitLoop) close() {
 // group hears it now rather than after the grace period, and the grace
 // period's clock.
 func (l *waitLoop) begin(stop *stopRecord) {
+	if l.stop != nil && l.stop.killed {
+		stop.killed = true // a timeout's stop had already sent SIGKILL
+	}
 	l.stop = stop
 	l.grace = time.After(stop.grace)
 }
 
 // forward passes a signal crew received on to the command's group.
 func (l *waitLoop) forward(sig syscall.Signal) {
-	if l.stop == nil {
+	if l.stop.mayBeTakenOver() {
 		l.begin(&stopRecord{sig: sig, grace: l.s.Grace})
 	}
 	l.s.signalGroup(sig)
+	l.s.signalGroup(syscall.SIGCONT)
+}
+
+// timeUp starts the stop --timeout asks for: the same signal, SIGCONT and
+// grace period as a forwarded SIGTERM. A stop already under way (crew
+// stop, a signal crew received) stays what it is: that run was stopped,
+// not timed out.
+func (l *waitLoop) timeUp() {
+	l.deadline = nil
+	if l.stop != nil {
+		return
+	}
+	l.s.Note(fmt.Sprintf("timed out after %s: stopping the command (SIGTERM, then SIGKILL after %s)",
+		duration.Format(time.Duration(l.s.rec.Timeout)), duration.Format(l.s.Grace)))
+	l.begin(&stopRecord{sig: syscall.SIGTERM, grace: l.s.Grace, timedOut: true})
+	l.s.signalGroup(syscall.SIGTERM)
 	l.s.signalGroup(syscall.SIGCONT)
 }
 

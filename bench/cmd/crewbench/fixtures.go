@@ -128,13 +128,25 @@ func (h *harness) makeRoots() error {
 		fmt.Printf("%s: %d dead runs\n", root, h.cfg.dead)
 	}
 	if root := h.cfg.makeHistory; root != "" {
-		if err := h.newRoot(root); err != nil {
-			return err
-		}
 		now := time.Now()
 		n := h.cfg.history
 		span := now.Sub(now.UTC().Truncate(24 * time.Hour))
-		if err := writeHistory(root, h.sample.done, n, func(i int) time.Time { return now.Add(-time.Duration(i+1) * (span / time.Duration(n+1))) }); err != nil {
+		times := func(i int) time.Time { return now.Add(-time.Duration(i+1) * (span / time.Duration(n+1))) }
+		if h.cfg.historyLayout != "today" {
+			times = nil
+			for _, l := range historyLayouts(n) {
+				if l.name == h.cfg.historyLayout {
+					times = l.times
+				}
+			}
+			if times == nil {
+				return fmt.Errorf("-history-layout %q: want today, %s", h.cfg.historyLayout, strings.Join(historyNames[1:], " or "))
+			}
+		}
+		if err := h.newRoot(root); err != nil {
+			return err
+		}
+		if err := writeHistory(root, h.sample.done, n, times); err != nil {
 			return err
 		}
 		if err := h.indexHistory(root); err != nil {

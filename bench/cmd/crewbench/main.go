@@ -53,6 +53,7 @@ type config struct {
 	// makeDead and makeHistory only prepare a state root (for profiling
 	// crew by hand) and exit.
 	makeDead, makeHistory string
+	historyLayout         string // -make-history's layout: "today", or one of historyNames
 }
 
 // n picks an iteration count for the full or the -quick run.
@@ -149,6 +150,7 @@ func parseFlags() (*config, error) {
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (state roots, observer files) for inspection")
 	flag.StringVar(&c.makeDead, "make-dead", "", "only write -dead dead runs into this new state root (for profiling crew recover by hand), then exit")
 	flag.StringVar(&c.makeHistory, "make-history", "", "only write -history finished runs (spread over today's hours) into this new state root, then exit")
+	flag.StringVar(&c.historyLayout, "history-layout", "today", "with -make-history: spread the runs over today's hours (today), put them all in the current hour (one-hour), or spread them over 100 days (spread)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: crewbench [flags]\n\nBuilds crew and measures every figure of the performance issue, whole process\nagainst whole process, with flock(1), GNU parallel's sem, task-spooler and nq.\nMarkdown report on stdout.\n\n")
 		flag.PrintDefaults()

@@ -1,0 +1,116 @@
+package supervise
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/crew-dev/crew/internal/duration"
+	"github.com/crew-dev/crew/internal/record"
+)
+
+// retriesAfter reports whether attempt n, which ended as e, is followed by
+// another (crew start --retries): only a failure is retried (a non-zero
+// exit, a signal crew did not send, or the timeout), never a stop on
+// purpose (crew stop, a signal crew received, Ctrl-C at the terminal).
+func (s *supervisor) retriesAfter(e ending, n int) bool {
+	return e.state == record.Failed && n < s.rec.MaxAttempts()
+}
+
+// endAttempt records how the latest attempt ended, in a run with retries.
+func (s *supervisor) endAttempt(e ending) {
+	a := s.rec.Attempt()
+	if a == nil || a.EndedAt != nil {
+		return
+	}
+	now, code := s.now(), e.code
+	a.EndedAt, a.ExitCode, a.Signal, a.TimedOut, a.Reason = &now, &code, e.signal, e.timedOut, e.reason
+}
+
+// between ends attempt n, which failed as e, and waits --retry-delay
+// before the next one. The run keeps its slot all along: it stays
+// running, and this process keeps holding its locks (so it is never
+// admitted anew). A stop meanwhile (crew stop, a signal crew received)
+// makes the run final as stopped, and stopped is true.
+func (s *supervisor) between(n int, e ending) (stopped bool, err error) {
+	delay := time.Duration(s.rec.RetryDelay)
+	s.endAttempt(e)
+	// No command runs until the next attempt: nothing to signal, and no
+	// pid for status to show.
+	s.rec.TaskPID, s.rec.PGID, s.pgid = 0, 0, 0
+	s.rec.AddEvent(s.now(), "attempt %d of %d: %s; next attempt in %s", n, s.rec.MaxAttempts(), e.reason, duration.Format(delay))
+	if err := s.Store.UpdateActive(s.rec); err != nil {
+		return false, s.internalFailure(err)
+	}
+	line := fmt.Sprintf("attempt %d of %d after %s", n+1, s.rec.MaxAttempts(), e.short(time.Duration(s.rec.Timeout)))
+	if delay > 0 {
+		line += ", in " + duration.Format(delay)
+	}
+	s.Note(line)
+	sig, req := s.awaitRetry(delay)
+	if sig == 0 {
+		return false, nil
+	}
+	how := fmt.Sprintf("while waiting to retry (attempt %d of %d: %s); no command was running", n, s.rec.MaxAttempts(), e.reason)
+	reason := fmt.Sprintf("crew received %s %s", SignalName(sig), how)
+	if req != nil {
+		reason = fmt.Sprintf("stopped by %s %s", req.Who(), how)
+	}
+	code := 128 + int(sig)
+	s.rec.Signal = SignalName(sig)
+	s.rec.Finish(record.Stopped, s.now(), &code, reason)
+	return true, nil
+}
+
+// short names how an attempt ended, for crew start's line about the next.
+func (e ending) short(timeout time.Duration) string {
+	switch {
+	case e.timedOut:
+		return fmt.Sprintf("timing out (%s)", duration.Format(timeout))
+	case e.signal != "":
+		return e.signal
+	}
+	return fmt.Sprintf("exit %d", e.code)
+}
+
+// awaitRetry waits d unless a stop comes first: a signal crew received, or a
+// crew stop request, which it acknowledges (crew stop then need not act
+// itself; there is no command to signal). It returns the stop's signal,
+// 0 if there was none, and crew stop's request if it was one.
+func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRequest) {
+	w, err := s.Store.WatchStopRequests(s.rec.RunID)
+	if err != nil {
+		s.Warn(err.Error() + "; crew stop will have to wait for the next attempt")
+	}
+	pending := func() *record.StopRequest { return nil }
+	if w != nil {
+		defer w.Close()
+		pending = w.Pending
+	}
+	period := stopPollInterval
+	if w.Notified() {
+		period = stopSafetyPollPeriod
+	}
+	poll := time.NewTicker(period)
+	defer poll.Stop()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for req := pending(); ; req = pending() {
+		if req != nil {
+			ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid()}
+			if err := w.Acknowledge(req, ack); err != nil {
+				s.Warn(err.Error())
+			}
+			return RequestedSignal(req), req
+		}
+		select {
+		case sig := <-s.Signals:
+			return asSignal(sig), nil
+		case <-timer.C:
+			return 0, nil
+		case <-poll.C:
+		case <-w.Changed():
+		}
+	}
+}
