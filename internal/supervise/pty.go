@@ -404,16 +404,17 @@ func (t *ptyTerm) suspended() <-chan struct{} {
 	return t.suspend
 }
 
-// close ends the terminal's work as soon as the command has exited: crew's
-// terminal gets its mode back, and keystrokes stay there for the shell.
-// The master is the output's, which drains and closes it; a write of
-// keystrokes left blocked on it (a command that did not read them, a
-// grandchild that keeps its terminal) is ended by a deadline instead.
+// close ends the terminal's work as soon as the command has exited:
+// keystrokes stay in crew's terminal for the shell. crew's terminal stays
+// raw until release, once the rest of the command's output is written as
+// it was (cooked, "\r\n" would become "\r\r\n"). The master is the
+// output's, which drains and closes it; a write of keystrokes left blocked
+// on it (a command that did not read them, a grandchild that keeps its
+// terminal) is ended by a deadline instead.
 func (t *ptyTerm) close() {
 	if t == nil {
 		return
 	}
-	t.release()
 	select {
 	case <-t.closing:
 		return

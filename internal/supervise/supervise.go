@@ -151,6 +151,7 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	}
 	// crew's terminal goes raw before the command can write to its own,
 	// and gets its mode back however this ends, a panic included.
+	defer s.pty.release()
 	defer s.pty.close()
 	s.pty.started()
 	if err := s.launch(out); err != nil {
@@ -165,8 +166,9 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	s.signalReady("running")
 
 	ws, stop := s.wait()
-	s.pty.close() // before anything more is said on crew's terminal
+	s.pty.close() // keystrokes from now on are the shell's
 	out.drain()
+	s.pty.release() // once the command's output is all out, raw as written
 	failpoint.Hit("exited")
 	s.reclaimTTY()
 	end := s.endingOf(ws, stop)
