@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"debug/buildinfo"
 	"encoding/json"
 	"errors"
@@ -120,7 +121,48 @@ func newEnv(t *testing.T) *env {
 	base := t.TempDir()
 	e := &env{t: t, bin: crewBin, root: filepath.Join(base, "state"), dir: filepath.Join(base, "scratch")}
 	require.NoError(t, os.MkdirAll(e.dir, 0o700))
+	// Registered right after TempDir, so it runs after every cleanup the
+	// test adds (gates opened, crew processes killed) and before the
+	// directory goes.
+	t.Cleanup(e.stopLeftovers)
 	return e
+}
+
+// stopLeftovers stops, with crew stop, every run still active in the root
+// when the test ends. A crew the test's cleanup killed leaves its command
+// running in its own process group (as it should: the command holds the
+// slot), and a command blocked on a gate in the test's directory would
+// outlive the directory, never see the gate and loop forever: this is how
+// gate loops once leaked from passing tests. crew stop signals only what
+// the kernel shows holding the run's owner lock.
+func (e *env) stopLeftovers() {
+	if _, err := os.Stat(e.root); err != nil {
+		return
+	}
+	run := func(args ...string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, e.bin, args...)
+		cmd.Env = e.environ()
+		cmd.Dir = e.dir
+		return cmd.Output()
+	}
+	out, err := run("status", "--json")
+	if err != nil {
+		return // a root the test left unreadable on purpose: nothing to ask
+	}
+	var s statusJSON
+	if json.Unmarshal(out, &s) != nil {
+		return
+	}
+	for _, a := range s.Active {
+		if !a.OwnerAlive || a.RunID == "" {
+			continue
+		}
+		if _, err := run("stop", "--grace", "1s", a.RunID); err != nil {
+			e.t.Logf("cleanup: crew stop %s (%s): %v", a.RunID, a.Task, err)
+		}
+	}
 }
 
 // environ is the environment for crew: the test's own, minus anything

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -478,4 +479,35 @@ func TestProcessProofs(t *testing.T) {
 	assert.NoError(t, g.signal(syscall.SIGKILL))
 	_ = member.Wait()
 	assert.ErrorIs(t, g.signal(syscall.SIGKILL), errGone, "nothing of the group is left to signal")
+}
+
+// A test that ends with crew killed by its cleanup (a gate opened too
+// late, or never) must not leave the run's command behind: newEnv's
+// cleanup stops every run still active before the test's directory goes.
+// Without it, gate loops from passing tests ran on for hours, polling a
+// directory that no longer existed.
+func TestCleanupStopsWhatATestLeftRunning(t *testing.T) {
+	var task *ownProc
+	t.Run("leaves a run behind", func(t *testing.T) {
+		e := newEnv(t)
+		pidFile := filepath.Join(e.dir, "pid")
+		e.start(nil, "start", "left", "--", "sh", "-c", `echo $$ > "$1"; exec sleep 600`, "x", pidFile)
+		run := e.activeRun("left")
+		eventually(t, 10*time.Second, "the command's pid", func() bool { return exists(pidFile) })
+		var err error
+		task, err = proveProc(run.TaskPID, runIdentity(run.RunID))
+		requireProof(t, err, "the left run's command")
+		// The test ends here: its cleanup kills crew start, then stops the
+		// run, then removes the directory.
+	})
+	if task == nil {
+		return
+	}
+	defer func() {
+		if task.alive() {
+			_ = task.signal(syscall.SIGKILL) // proven ours: leave nothing behind even on failure
+		}
+		task.release()
+	}()
+	eventually(t, 10*time.Second, "the left run's command to be gone", func() bool { return !task.alive() })
 }
