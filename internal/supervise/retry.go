@@ -88,12 +88,9 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 		defer w.Close()
 		pending = w.Pending
 	}
-	period := stopPollInterval
-	if w.Notified() {
-		period = stopSafetyPollPeriod
-	}
-	poll := time.NewTicker(period)
+	poll := time.NewTicker(stopPollInterval)
 	defer poll.Stop()
+	notifyAt := time.After(notifyAfter) // as in wait: a short delay polls
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for req := pending(); ; req = pending() {
@@ -111,6 +108,11 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 			return 0, nil
 		case <-poll.C:
 		case <-w.Changed():
+		case <-notifyAt:
+			notifyAt = nil
+			if w.Notify() {
+				poll.Reset(stopSafetyPollPeriod)
+			}
 		}
 	}
 }

@@ -19,9 +19,15 @@ import (
 // acknowledgement timeout. Measured on a 2-core VM, an idle supervisor
 // polling every 150 ms costs 0.12 % of a core, nearly all of it the
 // wake-ups themselves; with inotify and a 2 s safety poll, 0.01 %.
+//
+// inotify is set up only once the command has run for notifyAfter: giving
+// an inotify instance back costs a kernel grace period (StopWatch.Notify),
+// 12 ms at the median, more than the rest of a short run; the polls of the
+// first second cost 7 fstatats.
 const (
 	stopPollInterval     = 150 * time.Millisecond
 	stopSafetyPollPeriod = 2 * time.Second
+	notifyAfter          = time.Second
 )
 
 // groupPollInterval is how often a supervisor whose command has exited
@@ -36,6 +42,8 @@ type waitLoop struct {
 	grace <-chan time.Time
 	watch *runstore.StopWatch // nil if owners/ cannot be opened
 	poll  *time.Ticker
+	// notifyAt fires when it is time to ask for inotify (nil: asked).
+	notifyAt <-chan time.Time
 	jobs  *jobControl // nil without a terminal
 	// deadline fires when the attempt's --timeout is over (nil: none).
 	deadline <-chan time.Time
@@ -57,6 +65,12 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 			l.checkStopRequest()
 		case <-l.watch.Changed():
 			l.checkStopRequest()
+		case <-l.notifyAt:
+			l.notifyAt = nil
+			if l.watch.Notify() {
+				l.poll.Reset(stopSafetyPollPeriod)
+			}
+			l.checkStopRequest() // one written before the watch began
 		case <-l.grace:
 			l.graceOver()
 		case <-l.deadline:
@@ -87,11 +101,8 @@ func (s *supervisor) newWaitLoop() *waitLoop {
 		s.Warn(err.Error() + "; crew stop will have to signal the command itself")
 	}
 	l.watch = w
-	period := stopPollInterval
-	if w.Notified() {
-		period = stopSafetyPollPeriod
-	}
-	l.poll = time.NewTicker(period)
+	l.poll = time.NewTicker(stopPollInterval)
+	l.notifyAt = time.After(notifyAfter)
 	if t := time.Duration(s.rec.Timeout); t > 0 {
 		l.deadline = time.After(t)
 	}
