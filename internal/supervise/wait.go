@@ -44,7 +44,7 @@ type waitLoop struct {
 	poll  *time.Ticker
 	// notifyAt fires when it is time to ask for inotify (nil: asked).
 	notifyAt <-chan time.Time
-	jobs  *jobControl // nil without a terminal
+	jobs     *jobControl // nil without a terminal
 	// deadline fires when the attempt's --timeout is over (nil: none).
 	deadline <-chan time.Time
 }
