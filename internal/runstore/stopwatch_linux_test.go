@@ -26,8 +26,12 @@ func TestStopWatchNotifiesOnlyWhenAsked(t *testing.T) {
 	if w.Pending() != nil {
 		t.Fatal("Pending with no request")
 	}
-	if !w.Notify() || !w.Notify() {
+	if !w.Notify() {
 		t.Fatal("Notify = false on Linux")
+	}
+	first := w.Changed()
+	if !w.Notify() || w.Changed() != first {
+		t.Fatal("a second Notify made another inotify instance")
 	}
 	req := &record.StopRequest{PID: 99, User: "ops", Signal: "SIGTERM", At: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), Grace: "10s"}
 	if err := s.WriteStopRequest(testID, req); err != nil {
