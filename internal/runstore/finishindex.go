@@ -520,13 +520,27 @@ func backward(f *os.File, from, end int64, yield func(line []byte) bool) error {
 
 // readIndex reads every entry of f (size bytes), in file order.
 func readIndex(f *os.File, size int64) ([]finishedEntry, error) {
+	entries, _, err := readIndexLines(f, size)
+	return entries, err
+}
+
+// readIndexLines is readIndex that also says where the last whole line
+// of what it read ends. An append in progress can show in the size of
+// the file before all its bytes do (the kernel extends the size page by
+// page), so the last line may be the beginning of an entry: a reader that
+// goes on from size must go on from whole instead.
+func readIndexLines(f *os.File, size int64) (entries []finishedEntry, whole int64, err error) {
 	data := make([]byte, size)
 	n, err := f.ReadAt(data, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, 0, err
 	}
-	data = data[min(len(finishedIdxHeader), n):n]
-	var out []finishedEntry
+	start := min(len(finishedIdxHeader), n)
+	whole = int64(start)
+	if i := bytes.LastIndexByte(data[start:n], '\n'); i >= 0 {
+		whole = int64(start + i + 1)
+	}
+	data = data[start:n]
 	for len(data) > 0 {
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -535,10 +549,10 @@ func readIndex(f *os.File, size int64) ([]finishedEntry, error) {
 			data = nil
 		}
 		if e, ok := parseEntry(line); ok {
-			out = append(out, e)
+			entries = append(entries, e)
 		}
 	}
-	return out, nil
+	return entries, whole, nil
 }
 
 // compactIfDue compacts the index if an append of this process asked for
@@ -560,7 +574,14 @@ func (s *Store) CompactIndex() (dropped int, err error) {
 		return 0, nil // nothing to compact: no usable index
 	}
 	defer f.Close()
-	entries, err := readIndex(f, size)
+	return s.compactIndex(f, size)
+}
+
+// compactIndex is CompactIndex of the open index f, of which size bytes
+// were there when it was opened (the last of them may be part of an
+// append still being written).
+func (s *Store) compactIndex(f *os.File, size int64) (dropped int, err error) {
+	entries, whole, err := readIndexLines(f, size)
 	if err != nil {
 		return 0, err
 	}
@@ -578,7 +599,9 @@ func (s *Store) CompactIndex() (dropped int, err error) {
 		return 0, err
 	}
 	defer dir.Close()
-	return dropped, s.replaceIndex(dir, f, size, content)
+	// Carry over from the end of the last whole line: an entry cut at size
+	// (an append caught half written) is read whole under the lock.
+	return dropped, s.replaceIndex(dir, f, whole, content)
 }
 
 // liveEntries keeps the last (newest) entry of each run whose record
