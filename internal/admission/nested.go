@@ -1,6 +1,10 @@
 package admission
 
-import "github.com/crew-dev/crew/internal/record"
+import (
+	"slices"
+
+	"github.com/crew-dev/crew/internal/record"
+)
 
 // Deadlock reports whether a start that was not admitted can never be
 // admitted while it waits: something in its way is permanent because it
@@ -22,7 +26,7 @@ func Deadlock(cfg record.Config, u Usage, c Candidate, ancestors []record.RunID)
 	if len(ancestors) == 0 {
 		return nil
 	}
-	if h, ok := u.ByTask[c.Task]; ok && isAncestor(h.RunID, ancestors) {
+	if h, ok := u.ByTask[c.Task]; ok && slices.Contains(ancestors, h.RunID) {
 		return []Holder{h}
 	}
 	if c.Force {
@@ -47,7 +51,7 @@ func onlyAncestors(holders []Holder, ancestors []record.RunID, counts func(Holde
 		if !counts(h) {
 			continue
 		}
-		if !isAncestor(h.RunID, ancestors) {
+		if !slices.Contains(ancestors, h.RunID) {
 			return nil
 		}
 		in = append(in, h)
@@ -61,13 +65,4 @@ func onlyAncestors(holders []Holder, ancestors []record.RunID, counts func(Holde
 		}
 	}
 	return out
-}
-
-func isAncestor(id record.RunID, ancestors []record.RunID) bool {
-	for _, a := range ancestors {
-		if a == id {
-			return true
-		}
-	}
-	return false
 }

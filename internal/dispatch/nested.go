@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/crew-dev/crew/internal/admission"
@@ -43,7 +44,7 @@ func (d *Dispatcher) nestedDeadlock(set *activeSet, cfg record.Config, u admissi
 // nothing anyone could wait for).
 func (d *Dispatcher) ancestors(set *activeSet, parent record.RunID) []record.RunID {
 	var out []record.RunID
-	for id := parent; id != "" && len(out) < maxAncestors && !isIn(id, out); {
+	for id := parent; id != "" && len(out) < maxAncestors && !slices.Contains(out, id); {
 		out = append(out, id)
 		id = d.parentOf(set, id)
 	}
@@ -65,15 +66,6 @@ func (d *Dispatcher) parentOf(set *activeSet, id record.RunID) record.RunID {
 		}
 	}
 	return ""
-}
-
-func isIn(id record.RunID, ids []record.RunID) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // NestedDeadlockError is a start refused because it could only wait for

@@ -95,8 +95,7 @@ func Open(dir *os.Root, name string, flag int, perm os.FileMode) (*os.File, erro
 	for tries := 1; ; tries++ {
 		f, err := open(dir, name, flag, perm)
 		var replaced *ReplacedError
-		excl := flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL
-		if errors.As(err, &replaced) && !excl && tries < openTries {
+		if errors.As(err, &replaced) && !exclusive(flag) && tries < openTries {
 			continue // a writer's rename won the race: the name holds a newer file
 		}
 		return f, err
@@ -110,8 +109,11 @@ const openTries = 3
 // check of what it opened: where a concurrent rename or unlink lands.
 var testHookOpened func(name string)
 
+// exclusive reports whether flag creates a fresh file (O_CREATE|O_EXCL).
+func exclusive(flag int) bool { return flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL }
+
 func open(dir *os.Root, name string, flag int, perm os.FileMode) (*os.File, error) {
-	excl := flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL
+	excl := exclusive(flag)
 	var before os.FileInfo
 	if !excl {
 		fi, err := dir.Lstat(name)

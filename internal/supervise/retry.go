@@ -110,9 +110,7 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 		case <-w.Changed():
 		case <-notifyAt:
 			notifyAt = nil
-			if w.Notify() {
-				poll.Reset(stopSafetyPollPeriod)
-			}
+			askForNotify(w, poll)
 		}
 	}
 }

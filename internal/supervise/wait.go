@@ -67,9 +67,7 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 			l.checkStopRequest()
 		case <-l.notifyAt:
 			l.notifyAt = nil
-			if l.watch.Notify() {
-				l.poll.Reset(stopSafetyPollPeriod)
-			}
+			askForNotify(l.watch, l.poll)
 			l.checkStopRequest() // one written before the watch began
 		case <-l.grace:
 			l.graceOver()
@@ -108,6 +106,14 @@ func (s *supervisor) newWaitLoop() *waitLoop {
 	}
 	l.checkStopRequest() // one written since the check before launch
 	return l
+}
+
+// askForNotify switches a poll for stop requests to inotify (where the
+// kernel has it) and slows the poll to its safety net.
+func askForNotify(w *runstore.StopWatch, poll *time.Ticker) {
+	if w.Notify() {
+		poll.Reset(stopSafetyPollPeriod)
+	}
 }
 
 func (l *waitLoop) close() {
