@@ -1,11 +1,11 @@
 package runstore
 
 import (
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -70,9 +70,7 @@ func writeFileMode(dir *os.Root, name string, data []byte, how durability, perm 
 
 func tempName(name string) (string, error) {
 	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("temporary name: %w", err)
-	}
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
 	return "." + name + hex.EncodeToString(b[:]), nil
 }
 
