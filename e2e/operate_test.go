@@ -347,3 +347,38 @@ func TestCompletion(t *testing.T) {
 	assert.Contains(t, r.Stdout, "deploy:prod")
 	assert.Regexp(t, `r-\d{8}T`, r.Stdout)
 }
+
+// TestWaitReturnsOnceTheSlotIsFree: `crew wait RUN && crew start TASK` must
+// not be refused for RUN's own slot. The run's supervisor is held just after
+// its final record is durable (failpoint "finalized"), with its record still
+// in the active set and its locks held; in a root with more active runs than
+// admission probes one by one, admission counts that run from the active
+// index as long as its locks are held. crew wait must not answer before then.
+func TestWaitReturnsOnceTheSlotIsFree(t *testing.T) {
+	e := newEnv(t)
+	e.initMax(16)
+	for i := range 9 {
+		r := e.run("start", "--detach", fmt.Sprintf("busy-%d", i), "--", "sleep", "600")
+		require.Equal(t, 0, r.Code, r.Stderr)
+	}
+	gate, openGate := e.gate("finalized")
+	r := e.runEnv([]string{"CREW_FAILPOINT=finalized:wait:" + gate}, "start", "--detach", "again", "--", "true")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	id := strings.TrimSpace(r.Stdout)
+	eventually(t, 10*time.Second, "the run's supervisor to have written the final record", func() bool { return exists(gate + ".reached") })
+
+	waiter := e.start(nil, "wait", id)
+	done := make(chan result, 1)
+	go func() { done <- waiter.wait(t, 20*time.Second) }()
+	select {
+	case w := <-done:
+		t.Fatalf("crew wait returned (exit %d) while the run still held its slot; a start now says: %s",
+			w.Code, e.run("start", "again", "--", "true").Stderr)
+	case <-time.After(500 * time.Millisecond):
+	}
+	openGate()
+	w := <-done
+	require.Equal(t, 0, w.Code, w.Stderr)
+	next := e.run("start", "again", "--", "true")
+	assert.Equal(t, 0, next.Code, "a start right after crew wait: %s", next.Stderr)
+}
