@@ -146,9 +146,14 @@ func TestTimeoutDetached(t *testing.T) {
 func TestRetriesUntilSuccess(t *testing.T) {
 	e := newEnv(t)
 	obs := filepath.Join(e.dir, "starts")
-	r := e.run("start", "--retries", "5", "--retry-delay", "0", "flaky", "--", "sh", "-c", `echo >> "$1"; [ "$(wc -l < "$1")" -ge 3 ]`, "x", obs)
+	r := e.run("start", "--retries", "5", "--retry-delay", "0", "flaky", "--", "sh", "-c",
+		`echo >> "$1"; n=$(($(wc -l < "$1"))); printf 'try %d' "$n"; [ "$n" -ge 3 ]`, "x", obs)
 	assert.Equal(t, 0, r.Code, r.Stderr)
 	assert.Equal(t, 3, starts(t, obs))
+	// The log shows where each attempt begins, on a line of its own even
+	// when the previous attempt's output ended mid-line.
+	logs := e.run("logs", "flaky")
+	assert.Equal(t, "try 1\n[crew: attempt 2 of 6 after exit 1]\ntry 2\n[crew: attempt 3 of 6 after exit 1]\ntry 3", logs.Stdout)
 	assert.Contains(t, r.Stderr, "crew: flaky: attempt 2 of 6 after exit 1\n")
 	assert.Contains(t, r.Stderr, "crew: flaky: attempt 3 of 6 after exit 1\n")
 	run := e.lastRun("flaky")

@@ -29,11 +29,11 @@ func (s *supervisor) endAttempt(e ending) {
 }
 
 // between ends attempt n, which failed as e, and waits --retry-delay
-// before the next one. The run keeps its slot all along: it stays
+// before the next one, which it marks in the log. The run keeps its slot all along: it stays
 // running, and this process keeps holding its locks (so it is never
 // admitted anew). A stop meanwhile (crew stop, a signal crew received)
 // makes the run final as stopped, and stopped is true.
-func (s *supervisor) between(n int, e ending) (stopped bool, err error) {
+func (s *supervisor) between(n int, e ending, log *runLog) (stopped bool, err error) {
 	delay := time.Duration(s.rec.RetryDelay)
 	s.endAttempt(e)
 	// No command runs until the next attempt: nothing to signal, and no
@@ -43,13 +43,17 @@ func (s *supervisor) between(n int, e ending) (stopped bool, err error) {
 	if err := s.Store.UpdateActive(s.rec); err != nil {
 		return false, s.internalFailure(err)
 	}
-	line := fmt.Sprintf("attempt %d of %d after %s", n+1, s.rec.MaxAttempts(), e.short(time.Duration(s.rec.Timeout)))
+	next := fmt.Sprintf("attempt %d of %d after %s", n+1, s.rec.MaxAttempts(), e.short(time.Duration(s.rec.Timeout)))
+	line := next
 	if delay > 0 {
 		line += ", in " + duration.Format(delay)
 	}
 	s.Note(line)
 	sig, req := s.awaitRetry(delay)
 	if sig == 0 {
+		// crew logs shows the attempts one after the other: say where
+		// each begins.
+		log.note(next)
 		return false, nil
 	}
 	how := fmt.Sprintf("while waiting to retry (attempt %d of %d: %s); no command was running", n, s.rec.MaxAttempts(), e.reason)

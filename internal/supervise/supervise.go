@@ -122,7 +122,7 @@ func (s *supervisor) run() error {
 			s.describeExit(end)
 			break
 		}
-		stopped, err := s.between(n, end)
+		stopped, err := s.between(n, end, logw)
 		if err != nil {
 			return err
 		}
@@ -188,33 +188,62 @@ func (s *supervisor) newOutput(logw io.Writer) (*output, error) {
 
 // createLog opens the run's log: capped if its record says so. Closing it
 // twice is harmless.
-func (s *supervisor) createLog() (w io.WriteCloser, planted string, err error) {
+func (s *supervisor) createLog() (w *runLog, planted string, err error) {
 	if s.rec.LogMax > 0 {
 		lw, planted, err := s.Store.CreateCappedLog(s.rec.RunID, s.rec.LogMax)
 		if err != nil {
 			return nil, "", err
 		}
-		return &closeOnce{c: lw, w: lw}, planted, nil
+		return &runLog{c: lw, w: lw}, planted, nil
 	}
 	f, planted, err := s.Store.CreateLog(s.rec.RunID)
 	if err != nil {
 		return nil, "", err
 	}
-	return &closeOnce{c: f, w: f}, planted, nil
+	return &runLog{c: f, w: f}, planted, nil
 }
 
-// closeOnce closes its writer the first time only.
-type closeOnce struct {
+// runLog is the run's log as the supervisor writes it: closed the first
+// time only, and aware of whether its output so far ends mid-line, so that
+// crew's own lines in it start on a line of their own. The command's
+// stdout and stderr are copied into it concurrently.
+type runLog struct {
 	w    io.Writer
 	c    io.Closer
 	once sync.Once
 	err  error
+
+	mu      sync.Mutex
+	midLine bool
 }
 
-func (c *closeOnce) Write(p []byte) (int, error) { return c.w.Write(p) }
-func (c *closeOnce) Close() error {
-	c.once.Do(func() { c.err = c.c.Close() })
-	return c.err
+func (l *runLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := l.w.Write(p)
+	if n > 0 {
+		l.midLine = p[n-1] != '\n'
+	}
+	return n, err
+}
+
+// note writes one line of crew's own to the log, e.g. where a retry begins:
+// "[crew: attempt 2 of 3 after exit 1]". The log is best-effort output; a
+// failed write shows up where the command's next output fails too.
+func (l *runLog) note(line string) {
+	l.mu.Lock()
+	nl := l.midLine
+	l.mu.Unlock()
+	text := "[crew: " + line + "]\n"
+	if nl {
+		text = "\n" + text
+	}
+	_, _ = l.Write([]byte(text))
+}
+
+func (l *runLog) Close() error {
+	l.once.Do(func() { l.err = l.c.Close() })
+	return l.err
 }
 
 // recordRunning records the command's pid and process group, and with
