@@ -106,6 +106,7 @@ func TestHistoryErrors(t *testing.T) {
 	r := e.run("history")
 	assert.Equal(t, 0, r.Code, r.Stderr)
 	assert.Equal(t, "no finished runs\n", r.Stdout)
+	assert.Empty(t, r.Stderr, "no note about a missing index where no run ever finished")
 	assert.NoDirExists(t, e.root)
 }
 

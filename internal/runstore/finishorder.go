@@ -62,9 +62,13 @@ func (s *Store) FinishedRuns(q FinishedQuery) (*Finished, error) {
 			return nil, err
 		}
 	} else {
-		if errors.Is(why, fs.ErrNotExist) {
+		switch {
+		case errors.Is(why, fs.ErrNotExist) && !s.anyFinished():
+			// Nothing an index would speed up: no run ever finished here
+			// (or there is no state root yet).
+		case errors.Is(why, fs.ErrNotExist):
 			res.Unindexed = "there is no index of finished runs (" + s.IndexPath() + ")"
-		} else {
+		default:
 			res.Unindexed = "the index of finished runs cannot be used: " + why.Error()
 		}
 		read := top.fromRecords
@@ -305,4 +309,15 @@ func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs
 		}
 	}
 	return refs, total, nil
+}
+
+// anyFinished reports whether the finished runs' directory exists: whether
+// a run may ever have finished in this state root.
+func (s *Store) anyFinished() bool {
+	dir, err := s.dir(doneDir)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	dir.Close()
+	return true
 }
