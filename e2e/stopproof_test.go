@@ -393,11 +393,25 @@ func TestStopFallsBackWhenTheSupervisorDoesNotAnswer(t *testing.T) {
 // its supervisor finds the request before it starts the command. crew stop
 // itself, finding no command to signal and a supervisor that does not
 // answer, says so and leaves the request in place.
+//
+// The same holds for a detached start: its supervisor finds the request,
+// and crew start --detach exits as a foreground start would (143), not as
+// if crew had failed.
 func TestStopReachesARunBeforeItsCommandStarts(t *testing.T) {
+	for _, detach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("detach=%v", detach), func(t *testing.T) { stopBeforeCommandStarts(t, detach) })
+	}
+}
+
+func stopBeforeCommandStarts(t *testing.T, detach bool) {
 	e := newEnv(t)
 	gate, openGate := e.gate("admitted")
 	marker := filepath.Join(e.dir, "ran")
-	p := e.start([]string{"CREW_FAILPOINT=admitted:wait:" + gate}, "start", "early", "--", "touch", marker)
+	args := []string{"start", "early", "--", "touch", marker}
+	if detach {
+		args = []string{"start", "--detach", "early", "--", "touch", marker}
+	}
+	p := e.start([]string{"CREW_FAILPOINT=admitted:wait:" + gate}, args...)
 	eventually(t, 10*time.Second, "the start to be admitted", func() bool { return exists(gate + ".reached") })
 
 	stop := e.run("stop", "--grace", "300ms", "early")
@@ -409,6 +423,7 @@ func TestStopReachesARunBeforeItsCommandStarts(t *testing.T) {
 	openGate()
 	r := p.wait(t, 10*time.Second)
 	assert.Equal(t, 143, r.Code, r.Stderr)
+	assert.Regexp(t, `^crew: early: stopped by crew stop \(pid \d+.*\) before the command started; run r-\S+ recorded as stopped\n$`, r.Stderr)
 	assert.NoFileExists(t, marker, "the command never ran")
 	rec := e.status("early").Finished[0]
 	assert.Equal(t, "stopped", rec.State)

@@ -71,6 +71,13 @@ func handoverResult(st *runstore.Store, id record.RunID, line string) error {
 	case strings.HasPrefix(line, "launch "):
 		kind, reason, _ := strings.Cut(strings.TrimPrefix(line, "launch "), " ")
 		return &LaunchError{RunID: id, NotFound: kind == "notfound", Reason: reason}
+	case strings.HasPrefix(line, "stopped "):
+		// Stopped before the command started (crew stop found it
+		// between admission and launch): as a foreground start says.
+		num, by, _ := strings.Cut(strings.TrimPrefix(line, "stopped "), " ")
+		if sig, err := strconv.Atoi(num); err == nil && sig > 0 {
+			return &SignalledError{Signal: syscall.Signal(sig), RunID: id, By: by}
+		}
 	}
 	// The supervisor died or failed before the command ran: say what the
 	// record says.
@@ -126,6 +133,10 @@ func RunDetached(st *runstore.Store, id record.RunID, grace time.Duration, signa
 // "running".
 func readyLine(err error) string {
 	var launch *LaunchError
+	var stopped *SignalledError
+	if errors.As(err, &stopped) {
+		return fmt.Sprintf("stopped %d %s", int(stopped.Signal), strings.ReplaceAll(stopped.By, "\n", " "))
+	}
 	if errors.As(err, &launch) {
 		kind := "notexec"
 		if launch.NotFound {
