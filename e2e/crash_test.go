@@ -315,9 +315,11 @@ func TestRecoverQuarantinesUnreadableRecords(t *testing.T) {
 	for name, content := range bad {
 		require.NoError(t, os.WriteFile(filepath.Join(activeDir, name), []byte(content), 0o600))
 	}
-	// A leftover temporary file and a lock file without a record.
+	// A leftover temporary file, a lock file without a record, and a stop
+	// request of a run that is not active (crew stop asked as it ended).
 	require.NoError(t, os.WriteFile(filepath.Join(activeDir, ".r-20260101T000000.000000000Z-00000000000000b1.json12345"), []byte("{"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(e.root, "owners", "r-20260101T000000.000000000Z-00000000000000b2.lock"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(e.root, "owners", "r-20260101T000000.000000000Z-00000000000000b3.stop"), []byte("{}"), 0o600))
 
 	rep, r := e.recover()
 	require.Equal(t, 0, r.Code, r.Stderr)
@@ -326,7 +328,7 @@ func TestRecoverQuarantinesUnreadableRecords(t *testing.T) {
 		counts[it.Outcome]++
 	}
 	assert.Equal(t, 5, counts["quarantined"], "%+v", rep)
-	assert.Equal(t, 2, counts["cleaned"], "%+v", rep)
+	assert.Equal(t, 3, counts["cleaned"], "%+v", rep)
 	for name, content := range bad {
 		q := filepath.Join(e.root, "quarantine", name)
 		data, err := os.ReadFile(q)

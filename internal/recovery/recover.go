@@ -344,6 +344,8 @@ func leftoverReason(k runstore.LeftoverKind) string {
 		return "queue lock with no ticket (a waiting start killed while joining or leaving the queue)"
 	case runstore.LeftoverLog:
 		return "log of a run that has no record (a prune cut short)"
+	case runstore.LeftoverStop:
+		return "stop request of a run that is no longer active (crew stop asked as it ended)"
 	}
 	return "leftover"
 }

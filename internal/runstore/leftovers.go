@@ -26,6 +26,10 @@ const (
 	// LeftoverLog: a log whose run has no record anywhere (a prune cut
 	// short by an older crew), or the pieces of a capped log's tail.
 	LeftoverLog
+	// LeftoverStop: a stop request for a run that is neither active nor
+	// waiting (crew stop wrote it as the run ended), which nobody will
+	// ever read.
+	LeftoverStop
 )
 
 // Leftover is one such file.
@@ -53,6 +57,7 @@ func (s *Store) Leftovers() ([]Leftover, error) {
 	}
 	out = append(out, tickets...)
 	out = append(out, s.logLeftovers()...)
+	out = append(out, s.stopLeftovers()...)
 	dirs := []string{".", runsDir, activeDir, quarantineDir, queueDir, ownersDir}
 	shards, _ := s.doneShards()
 	for _, sh := range shards {
@@ -107,6 +112,26 @@ func (s *Store) lockLeftovers() []Leftover {
 			continue // a supervisor finishing up
 		}
 		out = append(out, Leftover{Kind: LeftoverLock, ID: id, Path: s.display(ownersDir, name), dir: ownersDir, name: name})
+	}
+	return out
+}
+
+// stopLeftovers lists the stop requests of runs that are neither in the
+// active set nor waiting in line: a finished run's supervisor removes its
+// request, but a crew stop that read the run as active just before it
+// ended writes one after that.
+func (s *Store) stopLeftovers() []Leftover {
+	var out []Leftover
+	for _, name := range s.names(ownersDir) {
+		base, ok := strings.CutSuffix(name, ".stop")
+		if !ok || !record.LooksLikeRunID(base) {
+			continue
+		}
+		id := record.RunID(base)
+		if s.hasActiveFile(id) || s.HasTicket(id) {
+			continue
+		}
+		out = append(out, Leftover{Kind: LeftoverStop, ID: id, Path: s.display(ownersDir, name), dir: ownersDir, name: name})
 	}
 	return out
 }
@@ -243,6 +268,13 @@ func (a *Admission) RemoveLeftover(l Leftover) (bool, error) {
 		}
 		_ = removeFile(dir, bellName(l.ID))
 		return true, lk.RemoveAndRelease()
+	case LeftoverStop:
+		// Under the admission lock no ticket becomes a run unseen; a run
+		// reserved since the listing has its record in the active set.
+		if s.hasActiveFile(l.ID) || s.HasTicket(l.ID) {
+			return false, nil
+		}
+		return true, removeFile(dir, l.name)
 	case LeftoverLog:
 		if s.hasActiveFile(l.ID) || s.IsDone(l.ID) || s.HasTicket(l.ID) {
 			return false, nil

@@ -122,6 +122,15 @@ func TestLeftoversListsEachKind(t *testing.T) {
 	writeString(t, s.osPath(logsDir, logName(liveTicket)), "")
 	writeString(t, s.osPath(logsDir, "notes.log"), "")
 
+	// LeftoverStop: a stop request of a finished run (or of none at all).
+	stopFinished := id(16)
+	writeString(t, s.osPath(ownersDir, stopRequestName(finished)), "{}")
+	writeString(t, s.osPath(ownersDir, stopRequestName(stopFinished)), "{}")
+	// Not: stop requests of an active run and of a waiting start.
+	writeString(t, s.osPath(ownersDir, stopRequestName(activeRun)), "{}")
+	writeString(t, s.osPath(ownersDir, stopRequestName(liveTicket)), "{}")
+	writeString(t, s.osPath(ownersDir, "notes.stop"), "")
+
 	// LeftoverTemp: temporary files of interrupted writes, wherever crew
 	// writes; with the run id when the name has one.
 	temps := map[string]record.RunID{
@@ -153,6 +162,8 @@ func TestLeftoversListsEachKind(t *testing.T) {
 		key(LeftoverTicket, s.osPath(queueDir, ticketName(corruptTicket))):    {Kind: LeftoverTicket, ID: corruptTicket},
 		key(LeftoverQueueLock, s.osPath(queueDir, ticketLockName(queueLock))): {Kind: LeftoverQueueLock, ID: queueLock},
 		key(LeftoverLog, s.osPath(logsDir, logName(orphanLog))):               {Kind: LeftoverLog, ID: orphanLog},
+		key(LeftoverStop, s.osPath(ownersDir, stopRequestName(finished))):     {Kind: LeftoverStop, ID: finished},
+		key(LeftoverStop, s.osPath(ownersDir, stopRequestName(stopFinished))): {Kind: LeftoverStop, ID: stopFinished},
 	}
 	for path, id := range temps {
 		want[key(LeftoverTemp, path)] = Leftover{Kind: LeftoverTemp, ID: id}
@@ -180,7 +191,8 @@ func TestLeftoversListsEachKind(t *testing.T) {
 func TestRemoveLeftoverEachKind(t *testing.T) {
 	s := newStore(t)
 	base := time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC)
-	lockRun, ticket, queueLock, logRun, tempRun := idAt(base, 1), idAt(base, 2), idAt(base, 3), idAt(base, 4), idAt(base, 5)
+	lockRun, ticket, queueLock, logRun, tempRun, stopRun := idAt(base, 1), idAt(base, 2), idAt(base, 3), idAt(base, 4), idAt(base, 5), idAt(base, 6)
+	writeString(t, s.osPath(ownersDir, stopRequestName(stopRun)), "{}")
 	writeString(t, s.osPath(ownersDir, ownerLockName(lockRun)), "")
 	writeString(t, s.osPath(ownersDir, supervisorLockName(lockRun)), "")
 	b, _ := testTicket(ticket, "t").Encode()
@@ -203,7 +215,7 @@ func TestRemoveLeftoverEachKind(t *testing.T) {
 		kinds[l.Kind]++
 		assertMissing(t, l.Path)
 	}
-	wantKinds := map[LeftoverKind]int{LeftoverLock: 2, LeftoverTicket: 1, LeftoverQueueLock: 1, LeftoverLog: 1, LeftoverTemp: 2}
+	wantKinds := map[LeftoverKind]int{LeftoverLock: 2, LeftoverTicket: 1, LeftoverQueueLock: 1, LeftoverLog: 1, LeftoverTemp: 2, LeftoverStop: 1}
 	for k, n := range wantKinds {
 		if kinds[k] != n {
 			t.Errorf("removed %d leftovers of kind %d, want %d", kinds[k], k, n)
@@ -291,6 +303,13 @@ func TestRemoveLeftoverRechecks(t *testing.T) {
 		l := find(LeftoverQueueLock, s.osPath(queueDir, ticketLockName(id)))
 		b, _ := testTicket(id, "t").Encode()
 		writeString(t, s.osPath(queueDir, ticketName(id)), string(b))
+		expectKept(l)
+	})
+	t.Run("stop request's run reserved meanwhile", func(t *testing.T) {
+		id := idAt(base, 8)
+		writeString(t, s.osPath(ownersDir, stopRequestName(id)), "{}")
+		l := find(LeftoverStop, s.osPath(ownersDir, stopRequestName(id)))
+		mustWriteActive(t, s, testRecord(id, record.Provisioning))
 		expectKept(l)
 	})
 	t.Run("log's run finished meanwhile", func(t *testing.T) {
