@@ -131,8 +131,8 @@ func parseFileID(s string) (record.FileID, bool) {
 }
 
 // run is the part of a record the entry stands for: an active run.
-func (e *activeEntryLine) run() *record.Run {
-	return &record.Run{Version: record.RecordVersion, RunID: e.ID, Task: e.Task, Pool: e.Pool, State: record.Running,
+func (e *activeEntryLine) run() record.Run {
+	return record.Run{Version: record.RecordVersion, RunID: e.ID, Task: e.Task, Pool: e.Pool, State: record.Running,
 		CreatedAt: e.CreatedAt, SupervisorPID: e.PID, Locks: &e.Locks}
 }
 
