@@ -49,13 +49,23 @@ const UnreadableTask = "(unreadable record)"
 // while its owner may live, so a corrupt file can never let a second run
 // in beside a living one.
 func Count(runs []Run) Usage {
-	u := Usage{PoolUse: map[string]int{}, ByTask: map[string]Holder{}}
+	// Sized for every run holding a slot under a task of its own (admission
+	// counts the whole active set on every pass, and growing these was
+	// most of the time Count took at 200 runs). Holders stays nil while no
+	// run holds a slot, as it always has.
+	u := Usage{PoolUse: map[string]int{}, ByTask: make(map[string]Holder, len(runs))}
+	hold := func(h Holder) {
+		if u.Holders == nil {
+			u.Holders = make([]Holder, 0, len(runs))
+		}
+		u.Holders = append(u.Holders, h)
+	}
 	for _, r := range runs {
 		switch {
 		case r.Rec == nil:
 			if r.ID != "" && r.Owner.Owner.MayLive() {
 				u.InUse++
-				u.Holders = append(u.Holders, Holder{RunID: r.ID, Task: UnreadableTask})
+				hold(Holder{RunID: r.ID, Task: UnreadableTask})
 			}
 		case r.Owner.HoldsSlot(r.Rec.State):
 			h := Holder{RunID: r.ID, Task: r.Rec.Task, State: r.Rec.State, Since: r.Rec.CreatedAt,
@@ -64,7 +74,7 @@ func Count(runs []Run) Usage {
 			if h.Pool != "" {
 				u.PoolUse[h.Pool]++
 			}
-			u.Holders = append(u.Holders, h)
+			hold(h)
 			u.ByTask[h.Task] = h
 		}
 	}

@@ -72,6 +72,26 @@ func TestCount(t *testing.T) {
 	if o := u.Oldest(); o == nil || o.Task != "a" {
 		t.Errorf("Oldest = %+v, want task a", o)
 	}
+	// No holder, no Holders (nil, not empty), however many runs.
+	for _, runs := range [][]Run{nil, {run(3, "dead", "", record.Dead), finishing, deadUnreadable}} {
+		if u := Count(runs); u.InUse != 0 || u.Holders != nil || len(u.ByTask) != 0 {
+			t.Errorf("Count(%d runs that hold no slot) = %+v, want nothing held and nil Holders", len(runs), u)
+		}
+	}
+}
+
+// BenchmarkCount counts 200 living runs of 200 tasks, what admission
+// counts on every pass at 200 active runs.
+func BenchmarkCount(b *testing.B) {
+	var runs []Run
+	for i := range 200 {
+		runs = append(runs, run(i+1, fmt.Sprintf("task-%d", i), []string{"", "deploy"}[i%2], record.Alive))
+	}
+	for b.Loop() {
+		if u := Count(runs); u.InUse != 200 {
+			b.Fatalf("InUse = %d, want 200", u.InUse)
+		}
+	}
 }
 
 func TestDecide(t *testing.T) {

@@ -234,3 +234,53 @@ func TestRealTimeAgreesWithTimeParse(t *testing.T) {
 		check(fmt.Sprintf("20261201T0000%02d.999999999Z", v))
 	}
 }
+
+// wellFormed is a hand-written match of this expression: every id with
+// one byte changed to any other, or one byte longer or shorter, gets the
+// same verdict from both.
+func TestWellFormedAgreesWithRegexp(t *testing.T) {
+	re := regexp.MustCompile(`^r-[0-9]{8}T[0-9]{6}\.[0-9]{9}Z-[0-9a-f]{16}$`)
+	id := []byte("r-20261201T100211.123456789Z-3f2a9c0d1e4b5a69")
+	check := func(s string) {
+		t.Helper()
+		require.Equal(t, re.MatchString(s), wellFormed(s), "%q", s)
+		_, err := ParseRunID(s)
+		require.Equal(t, err == nil, LooksLikeRunID(s), "%q", s)
+	}
+	check(string(id))
+	for i := range id {
+		for c := range 256 {
+			b := slices.Clone(id)
+			b[i] = byte(c)
+			check(string(b))
+		}
+		check(string(id[:i]))
+		check(string(slices.Insert(slices.Clone(id), i, id[i])))
+	}
+}
+
+// BenchmarkLooksLikeRunID: admission asks for every name in the active
+// set and every line of the active index. Random is many new ids, whose hex digits a branch predictor cannot learn
+// (as it learns the two valid ones).
+func BenchmarkLooksLikeRunID(b *testing.B) {
+	var random []string
+	for i := range 1000 {
+		random = append(random, string(NewRunID(time.Now().Add(time.Duration(i)*time.Second))))
+	}
+	for _, c := range []struct {
+		name string
+		ids  []string
+	}{
+		{"valid", []string{"r-20261201T100211.123456789Z-3f2a9c0d1e4b5a69", "r-20240229T235959.999999999Z-0123456789abcdef"}},
+		{"random", random},
+		{"invalid", []string{"r-20261201T100211.123456789Z-3f2a9c0d1e4b5a6G", "r-20261301T100211.123456789Z-3f2a9c0d1e4b5a69"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				for _, id := range c.ids {
+					LooksLikeRunID(id)
+				}
+			}
+		})
+	}
+}

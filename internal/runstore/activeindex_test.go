@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,16 @@ func TestIndexLineRoundTrip(t *testing.T) {
 	got, ok := parseIndexLine(strings.TrimSuffix(line, "\n"))
 	if !ok || got != e {
 		t.Errorf("parseIndexLine(%q) = %+v, %v; want %+v", line, got, ok, e)
+	}
+	// Names that take the fast way through unquotePrefix (no backslash
+	// once quoted) and names that do not.
+	for _, name := range []string{"", "plain", "with space", "日本語 ✓", "a\tb", `back\slash`, `"quoted"`, `\"`, "\x00\x7f", "bad \xff utf-8", "é\u2028"} {
+		e2 := e
+		e2.Task, e2.Pool = name, name+"-pool"
+		line := string(e2.line())
+		if got, ok := parseIndexLine(strings.TrimSuffix(line, "\n")); !ok || got != e2 {
+			t.Errorf("parseIndexLine(%q) = %+v, %v; want %+v", line, got, ok, e2)
+		}
 	}
 	for _, bad := range []string{"", "garbage", line[:len(line)/2], strings.Replace(line, string(testID), "r-x", 1),
 		strings.TrimSuffix(line, "\n") + " extra"} {
@@ -150,6 +161,127 @@ func TestAdmissionCompactsTheIndex(t *testing.T) {
 	for _, id := range live {
 		if index[id] == nil {
 			t.Errorf("compaction dropped living run %s", id)
+		}
+	}
+}
+
+// unquotePrefixStrconv is what unquotePrefix did before it had a fast way.
+func unquotePrefixStrconv(s string) (string, string, error) {
+	q, err := strconv.QuotedPrefix(s)
+	if err != nil {
+		return "", "", err
+	}
+	u, err := strconv.Unquote(q)
+	return u, s[len(q):], err
+}
+
+var unquoteCases = []string{
+	`"plain" "pool"`, `"" ""`, `""`, `"`, ``, `x"a"`, `"unterminated`, `"a\"b" rest`, `"a\\" rest`, `"a\\"b"`,
+	`"日本語" "✓"`, "\"raw\nnewline\" x", "\"raw\ttab\" x", "\"bad\xffutf8\" x", "\"cut \xe6\x97\" x",
+	`"\x41\u00e9\U0001F600" x`, `"\q" x`, "`raw` x", `'a' x`, `"a"b`, `"a" "b`,
+}
+
+// The fast way agrees with strconv on what it takes and what it leaves,
+// including raw control bytes and invalid UTF-8 (which strconv's slow way
+// replaces with U+FFFD, so the fast way must not take it).
+func TestUnquotePrefixAgreesWithStrconv(t *testing.T) {
+	for _, s := range unquoteCases {
+		checkUnquotePrefix(t, s)
+	}
+}
+
+func FuzzUnquotePrefix(f *testing.F) {
+	for _, s := range unquoteCases {
+		f.Add(s)
+	}
+	f.Fuzz(checkUnquotePrefix)
+}
+
+func checkUnquotePrefix(t *testing.T, s string) {
+	t.Helper()
+	u, rest, err := unquotePrefix(s)
+	wu, wrest, werr := unquotePrefixStrconv(s)
+	if u != wu || rest != wrest || (err == nil) != (werr == nil) {
+		t.Errorf("unquotePrefix(%q) = %q, %q, %v; strconv says %q, %q, %v", s, u, rest, err, wu, wrest, werr)
+	}
+}
+
+// readIndexSplit is how readIndex read the index before it presized:
+// the same entries and the same line count.
+func readIndexSplit(data string) (map[record.RunID]activeEntryLine, int) {
+	out := map[record.RunID]activeEntryLine{}
+	lines := 0
+	for line := range strings.SplitSeq(data, "\n") {
+		if line == "" {
+			continue
+		}
+		lines++
+		if e, ok := parseIndexLine(line); ok {
+			out[e.ID] = e
+		}
+	}
+	return out, lines
+}
+
+// readIndex skips what it cannot parse (blank, foreign, half-written and
+// torn lines) and counts every non-blank line; a run indexed twice is the
+// later line.
+func TestReadIndexSkipsMalformedLines(t *testing.T) {
+	entry := func(n int, task string) string {
+		e := activeEntryLine{ID: idAt(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), n), Task: task, Pool: "p", CreatedAt: time.Unix(1700000000, int64(n)).UTC(),
+			PID: 100 + n, Locks: record.LockIDs{Owner: record.FileID{Dev: 1, Ino: uint64(n)}, Supervisor: record.FileID{Dev: 1, Ino: uint64(1000 + n)}}}
+		return string(e.line())
+	}
+	whole := entry(4, "torn")
+	for _, c := range []struct {
+		name, data string
+		entries    int
+	}{
+		{"empty", "", 0},
+		{"one", entry(1, "a"), 1},
+		{"blank lines", "\n\n" + entry(1, "a") + "\n\n" + entry(2, "b") + "\n", 2},
+		{"garbage", entry(1, "a") + "garbage\n\x00\x01\n" + entry(2, `esc"aped ✓`), 2},
+		{"twice", entry(1, "a") + entry(2, "b") + entry(1, "a again"), 2},
+		{"torn last line", entry(1, "a") + whole[:len(whole)/2], 1},
+		{"last line without newline", entry(1, "a") + strings.TrimSuffix(whole, "\n"), 2},
+		{"half written first line", whole[len(whole)/2:] + entry(1, "a"), 1},
+		{"crlf", strings.ReplaceAll(entry(1, "a")+entry(2, "b"), "\n", "\r\n"), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStore(t)
+			if err := os.WriteFile(s.osPath(indexDir, activeIndexName), []byte(c.data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, lines := s.readIndex()
+			want, wantLines := readIndexSplit(c.data)
+			if lines != wantLines || len(got) != len(want) || len(got) != c.entries {
+				t.Fatalf("readIndex: %d lines, %d entries; want %d lines, %d entries", lines, len(got), wantLines, c.entries)
+			}
+			for id, w := range want {
+				if g := got[id]; g == nil || *g != w {
+					t.Errorf("entry %s = %+v, want %+v", id, g, w)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReadIndex reads an index of 200 runs, what admission reads on
+// every pass at 200 active runs.
+func BenchmarkReadIndex(b *testing.B) {
+	s := newStore(b)
+	var data strings.Builder
+	for i := range 200 {
+		e := activeEntryLine{ID: record.NewRunID(time.Now()), Task: fmt.Sprintf("task-%d", i), Pool: "default", CreatedAt: time.Now(),
+			PID: 1000 + i, Locks: record.LockIDs{Owner: record.FileID{Dev: 2049, Ino: uint64(5000 + i)}, Supervisor: record.FileID{Dev: 2049, Ino: uint64(9000 + i)}}}
+		data.Write(e.line())
+	}
+	if err := os.WriteFile(s.osPath(indexDir, activeIndexName), []byte(data.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if index, _ := s.readIndex(); len(index) != 200 {
+			b.Fatalf("read %d entries, want 200", len(index))
 		}
 	}
 }

@@ -70,6 +70,7 @@ func (s *Store) scanActive(fast bool, adm *Admission) ([]ActiveRun, error) {
 	var indexLines int
 	if fast && sc.held != nil {
 		sc.index, indexLines = s.readIndex()
+		sc.recs = make([]record.Run, 0, len(names))
 	}
 	out := make([]ActiveRun, 0, len(names))
 	ids := make([]record.RunID, 0, len(names))
@@ -97,6 +98,10 @@ type scan struct {
 	shards    map[string]*os.Root // nil value: the shard does not exist
 	held      map[[2]uint64]bool
 	index     map[record.RunID]*activeEntryLine
+	// recs holds the records made from index entries: one allocation for
+	// the pass rather than one a run (made with room for every name, so
+	// it never grows; nothing writes through it once a run's is in).
+	recs []record.Run
 }
 
 func (sc *scan) close() {
@@ -124,7 +129,8 @@ func (sc *scan) entry(active *os.Root, name string) ActiveRun {
 	if e, ok := sc.index[ent.ID]; ok && sc.held[heldKey(e.Locks.Owner)] && sc.held[heldKey(e.Locks.Supervisor)] {
 		// A living run the index knows: no record to read. (If it has
 		// just finished, its slot is counted a moment longer: fail closed.)
-		ent.Rec, ent.Indexed = e.run(), true
+		sc.recs = append(sc.recs, e.run())
+		ent.Rec, ent.Indexed = &sc.recs[len(sc.recs)-1], true
 		ent.Owner = record.Owner{Owner: record.Alive, Supervisor: record.Alive}
 		return ent
 	}
