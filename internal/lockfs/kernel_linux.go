@@ -4,13 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
-	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,199 +63,70 @@ func WriteLocks() (map[[2]uint64]bool, error) {
 		return nil, fmt.Errorf("read the kernel's lock table: %w", err)
 	}
 	defer f.Close()
-	sc := tableScratch.Get().(*lockScratch)
-	defer sc.put()
 	// One large buffer: the kernel fills a read with as many lines as fit,
-	// so the table comes in one read (and one more for the end) rather than
-	// a page at a time. The buffer is reused: admission reads the table on
-	// every pass.
-	if sc.buf, err = readAll(f, sc.buf[:0]); err != nil {
+	// so the table comes in one read (and one more for its end) rather
+	// than a page at a time.
+	table := bytes.NewBuffer(make([]byte, 0, 64<<10))
+	if _, err := table.ReadFrom(f); err != nil {
 		return nil, fmt.Errorf("read the kernel's lock table: %w", err)
 	}
-	sc.keys = appendWriteLocks(sc.keys[:0], sc.buf)
-	held := make(map[[2]uint64]bool, len(sc.keys))
-	for _, k := range sc.keys {
-		held[k] = true
-	}
-	return held, nil
+	return writeLocks(table.Bytes()), nil
 }
 
-// lockScratch is what one WriteLocks needs and need not allocate again:
-// the table as read, and the keys parsed from it (collected first so that
-// the map is made at its final size).
-type lockScratch struct {
-	buf  []byte
-	keys [][2]uint64
-}
-
-var tableScratch = sync.Pool{New: func() any {
-	return &lockScratch{buf: make([]byte, 0, 64<<10)}
-}}
-
-// put returns the scratch to the pool, unless an unusually large table
-// made it too big to keep.
-func (sc *lockScratch) put() {
-	if cap(sc.buf) <= 1<<20 && cap(sc.keys) <= 16<<10 {
-		tableScratch.Put(sc)
-	}
-}
-
-// readAll appends what f holds up to EOF to buf, growing it as needed.
-func readAll(f *os.File, buf []byte) ([]byte, error) {
-	if cap(buf) == 0 {
-		buf = make([]byte, 0, 64<<10)
-	}
-	for {
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, cap(buf))
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
-}
-
-// appendWriteLocks appends to keys the (device, inode) of every write lock
-// the table lists: lines whose fourth field is WRITE and that are not
-// blocked waiters ("->" second), keyed by their sixth field. It reads the
-// table as strings.Fields would split each line, without allocating.
-func appendWriteLocks(keys [][2]uint64, table []byte) [][2]uint64 {
-	for len(table) > 0 {
-		line := table
-		if i := bytes.IndexByte(table, '\n'); i >= 0 {
-			line, table = table[:i], table[i+1:]
-		} else {
-			table = nil
-		}
-		// "1: FLOCK  ADVISORY  WRITE 4711 fe:00:9980352 0 EOF"; waiters
-		// blocked on a lock are listed as "1: -> FLOCK ..." and hold nothing.
-		var fields [6][]byte
-		n, ascii := firstFields(line, &fields)
-		if !ascii {
-			// Not what the kernel writes; split as strings.Fields does
-			// (Unicode spaces), in the slow way.
-			all := strings.Fields(string(line))
-			n = min(len(all), len(fields))
-			for i := range n {
-				fields[i] = []byte(all[i])
-			}
-		}
-		if n < 6 || string(fields[1]) == "->" || string(fields[3]) != "WRITE" {
+// writeLocks parses the table: the (device, inode) of every write lock it
+// lists, keyed by the sixth field of lines whose fourth is WRITE, except
+// waiters blocked on a lock ("->" second), which hold nothing. The map is
+// made once, for as many locks as the table has lines: admission reads the
+// table on every pass, and growing the map was most of the parse.
+func writeLocks(table []byte) map[[2]uint64]bool {
+	held := make(map[[2]uint64]bool, bytes.Count(table, []byte{'\n'}))
+	for line := range bytes.Lines(table) {
+		// "1: FLOCK  ADVISORY  WRITE 4711 fe:00:9980352 0 EOF"
+		var f [6][]byte
+		if fields(line, f[:]) < len(f) || string(f[1]) == "->" || string(f[3]) != "WRITE" {
 			continue
 		}
-		if k, ok := devInoBytes(fields[5]); ok {
-			keys = append(keys, k)
+		if k, ok := devIno(f[5]); ok {
+			held[k] = true
 		}
 	}
-	return keys
+	return held
 }
 
-// firstFields splits off up to len(fields) leading fields of line, split
-// at runs of ASCII white space as strings.Fields does, and returns how many
-// it found. ascii is false if it met a byte outside ASCII before it was
-// done: strings.Fields would decode it, and it might be a Unicode space.
-func firstFields(line []byte, fields *[6][]byte) (n int, ascii bool) {
-	i := 0
-	for n < len(fields) {
-		for i < len(line) && asciiSpace[line[i]] {
-			i++
-		}
-		if i == len(line) {
-			return n, true
-		}
-		start := i
-		for i < len(line) {
-			c := line[i]
-			if c >= 0x80 {
-				return n, false
+// fields fills f with the leading fields of line, split at runs of spaces
+// and tabs (the kernel writes the table in ASCII), and returns how many it
+// found: bytes.Fields without allocating a slice per line.
+func fields(line []byte, f [][]byte) int {
+	n, start := 0, -1
+	for i, c := range line {
+		space := c == ' ' || c == '\t' || c == '\r' || c == '\n'
+		switch {
+		case !space && start < 0:
+			start = i
+		case space && start >= 0:
+			f[n], start = line[start:i], -1
+			if n++; n == len(f) {
+				return n
 			}
-			if c <= ' ' && asciiSpace[c] {
-				break
-			}
-			i++
 		}
-		fields[n] = line[start:i]
+	}
+	if start >= 0 {
+		f[n] = line[start:]
 		n++
 	}
-	return n, true
+	return n
 }
 
-// asciiSpace is strings.Fields' white space in ASCII.
-var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
-
-// devInoBytes parses a /proc/locks "maj:min:ino" field (major and minor in
-// hex, at most 32 bits; inode in decimal), accepting exactly what three
-// strconv.ParseUint calls on its parts would.
-func devInoBytes(field []byte) ([2]uint64, bool) {
-	majS, rest := cutColon(field)
-	minS, inoS := cutColon(rest)
-	maj, ok1 := parseHex32(majS)
-	min, ok2 := parseHex32(minS)
-	ino, ok3 := parseDec64(inoS)
-	if !ok1 || !ok2 || !ok3 {
+// devIno parses a /proc/locks "maj:min:ino" field (major and minor in hex).
+// The string conversions do not allocate: strconv keeps no reference.
+func devIno(field []byte) ([2]uint64, bool) {
+	majS, rest, _ := bytes.Cut(field, []byte{':'})
+	minS, inoS, _ := bytes.Cut(rest, []byte{':'})
+	maj, err1 := strconv.ParseUint(string(majS), 16, 32)
+	min, err2 := strconv.ParseUint(string(minS), 16, 32)
+	ino, err3 := strconv.ParseUint(string(inoS), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
 		return [2]uint64{}, false
 	}
-	return [2]uint64{unix.Mkdev(maj, min), ino}, true
-}
-
-// cutColon is strings.Cut(s, ":") on bytes.
-func cutColon(s []byte) (before, after []byte) {
-	if i := bytes.IndexByte(s, ':'); i >= 0 {
-		return s[:i], s[i+1:]
-	}
-	return s, nil
-}
-
-// parseHex32 is strconv.ParseUint(s, 16, 32) without the string.
-func parseHex32(s []byte) (uint32, bool) {
-	if len(s) == 0 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range s {
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		v = v<<4 | uint64(d)
-		if v > math.MaxUint32 {
-			return 0, false
-		}
-	}
-	return uint32(v), true
-}
-
-// parseDec64 is strconv.ParseUint(s, 10, 64) without the string.
-func parseDec64(s []byte) (uint64, bool) {
-	if len(s) == 0 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if v > math.MaxUint64/10 {
-			return 0, false
-		}
-		v *= 10
-		d := uint64(c - '0')
-		if v+d < v {
-			return 0, false
-		}
-		v += d
-	}
-	return v, true
+	return [2]uint64{unix.Mkdev(uint32(maj), uint32(min)), ino}, true
 }
