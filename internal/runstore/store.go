@@ -77,6 +77,9 @@ type Store struct {
 	// sharingNow: crew init --group is sharing the root; a group-writable
 	// directory is about to be converted, not refused (see PrepareSharing).
 	sharingNow bool
+	// layoutChecked: opening the root has just found every directory of
+	// the layout in place and checked it; the next Ensure need not look.
+	layoutChecked bool
 	// compactDue: an append of this process took the index of finished
 	// runs across a size at which it asks to be compacted (finishindex.go).
 	compactDue syncatomic.Bool
@@ -110,6 +113,17 @@ func (s *Store) Ensure() error {
 	r, err := s.openRoot()
 	if err != nil {
 		return err
+	}
+	s.mu.Lock()
+	checked := s.layoutChecked
+	s.layoutChecked = false
+	s.mu.Unlock()
+	if checked {
+		// Opening the root has just checked every directory of the
+		// layout, and all were there: looking again is 7 path walks of
+		// every start for nothing. Only once: later calls (a waiter's
+		// next attempt) look again, and make what was removed meanwhile.
+		return nil
 	}
 	for _, dir := range layoutDirs {
 		fi, err := r.Lstat(dir)
@@ -163,7 +177,8 @@ func (s *Store) openRoot() (*os.Root, error) {
 		s.sharing = sh
 	}
 	s.mu.Unlock()
-	if err := s.checkLayout(r, fi); err != nil {
+	complete, err := s.checkLayout(r, fi)
+	if err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -173,7 +188,7 @@ func (s *Store) openRoot() (*os.Root, error) {
 		r.Close() // another goroutine opened it meanwhile
 		return s.root, nil
 	}
-	s.root = r
+	s.root, s.layoutChecked = r, complete
 	return r, nil
 }
 
@@ -198,18 +213,23 @@ func (s *Store) dir(rel string) (*os.Root, error) {
 // that exists, so that a state root someone untrusted can write is refused
 // whole, by every command, whichever of its directories the command would
 // have used. Shards of finished runs are checked as they are opened.
-func (s *Store) checkLayout(r *os.Root, fi os.FileInfo) error {
+// It reports whether every directory Ensure makes was there.
+func (s *Store) checkLayout(r *os.Root, fi os.FileInfo) (complete bool, err error) {
 	if err := s.checkDir(fi, s.path, true); err != nil {
-		return err
+		return false, err
 	}
+	complete = true
 	for _, dir := range append(layoutDirs, quarantineDir) {
-		if fi, err := r.Lstat(dir); err == nil && fi.IsDir() {
+		fi, err := r.Lstat(dir)
+		if err == nil && fi.IsDir() {
 			if err := s.checkDir(fi, s.display(dir), false); err != nil {
-				return err
+				return false, err
 			}
+		} else if dir != quarantineDir {
+			complete = false
 		}
 	}
-	return nil
+	return complete, nil
 }
 
 // openDir opens rel in parent as a root of its own, refusing a symbolic

@@ -126,6 +126,39 @@ func TestEnsure(t *testing.T) {
 	assertMissing(t, missing.Root())
 }
 
+// Ensure skips looking at the layout right after opening the root found it
+// complete, but makes a directory removed before a process opened the
+// root, or removed after its first Ensure.
+func TestEnsureMakesWhatWasRemoved(t *testing.T) {
+	s := newStore(t)
+	for _, dir := range []string{queueDir, activeDir} {
+		// A new process, on a complete layout: its first Ensure need
+		// not look; its next one (a waiter's next attempt) must.
+		next := New(s.Root())
+		if err := next.Ensure(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(s.osPath(dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := next.Ensure(); err != nil {
+			t.Fatal(err)
+		}
+		assertMode(t, s.osPath(dir), DirPerm)
+		next.Close()
+		// A new process whose first open finds the layout incomplete.
+		if err := os.Remove(s.osPath(dir)); err != nil {
+			t.Fatal(err)
+		}
+		other := New(s.Root())
+		if err := other.Ensure(); err != nil {
+			t.Fatal(err)
+		}
+		assertMode(t, s.osPath(dir), DirPerm)
+		other.Close()
+	}
+}
+
 func TestEnsureRootIsAFile(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "state")
 	writeString(t, root, "not a directory")
