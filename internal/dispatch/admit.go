@@ -144,6 +144,10 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 	return nil, ar, nil
 }
 
+// UnknownPool is the usage error for a start with a pool cfg does not
+// configure.
+func UnknownPool(name string, cfg record.Config) error { return unknownPool(name, cfg) }
+
 func unknownPool(name string, cfg record.Config) error {
 	if len(cfg.Pools) == 0 {
 		return usagef("unknown pool %q: no pools are configured (add one with `crew init --pool %s=N`)", name, name)

@@ -83,6 +83,16 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 	return res, nil
 }
 
+// CheckInit validates crew init's cap and pool changes; ApplyPools makes
+// the changes to a config's pools. Every backend uses both.
+func CheckInit(maxInProgress int, setMax bool, pools []PoolChange) error {
+	return checkInit(maxInProgress, setMax, pools)
+}
+
+func ApplyPools(current map[string]int, changes []PoolChange) map[string]int {
+	return applyPools(current, changes)
+}
+
 func checkInit(maxInProgress int, setMax bool, pools []PoolChange) error {
 	if setMax && maxInProgress < 1 {
 		return usagef("maximumInProgress must be at least 1, not %d", maxInProgress)

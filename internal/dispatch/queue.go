@@ -54,10 +54,15 @@ type attemptResult struct {
 }
 
 func (ar *attemptResult) refusal(req AdmitRequest) *RefusedError {
-	v := ar.verdict
-	e := &RefusedError{Kind: SlotsBusy, Task: req.Task, InUse: ar.usage.InUse, Maximum: ar.cfg.MaximumInProgress,
-		Holders: ar.usage.Holders, Warnings: ar.warnings, Pool: req.Pool, PoolInUse: ar.usage.PoolUse[req.Pool],
-		PoolMax: ar.cfg.Pools[req.Pool], Ahead: v.Ahead}
+	return Refusal(req.Task, req.Pool, ar.cfg, ar.usage, ar.verdict, ar.warnings)
+}
+
+// Refusal is the error for a start that verdict v does not admit: every
+// backend refuses in the same words.
+func Refusal(task, pool string, cfg record.Config, u admission.Usage, v admission.Verdict, warnings []string) *RefusedError {
+	e := &RefusedError{Kind: SlotsBusy, Task: task, InUse: u.InUse, Maximum: cfg.MaximumInProgress,
+		Holders: u.Holders, Warnings: warnings, Pool: pool, PoolInUse: u.PoolUse[pool],
+		PoolMax: cfg.Pools[pool], Ahead: v.Ahead}
 	switch {
 	case v.Reason == admission.WaitTask && v.BlockingRun != nil:
 		e.Kind, e.Holders = TaskActive, []admission.Holder{*v.BlockingRun}
