@@ -5,7 +5,7 @@ PKGS := ./...
 BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build install test vet unit e2e soak cross fuzz bench bench-check clean
+.PHONY: all build build-etcd install test test-local test-etcd vet vet-etcd unit e2e soak cross fuzz bench bench-check clean
 
 all: build
 
@@ -25,9 +25,33 @@ build:
 install:
 	CGO_ENABLED=0 $(GO) install -trimpath -ldflags "$(LDFLAGS)" ./cmd/crew
 
-# vet, unit tests, e2e tests (all with -race), and the darwin cross-build.
-test: vet cross
+# crew with the etcd store (README, "Running across machines"): the same
+# commands, plus --store etcd://... The etcd client (gRPC, protobuf) is
+# linked only here, so the local default above never pays its start-up.
+ETCD_BIN ?= bin/crew-etcd
+build-etcd:
+	CGO_ENABLED=0 $(GO) build -tags etcd -trimpath -ldflags "$(LDFLAGS)" -o $(ETCD_BIN) ./cmd/crew
+
+# Everything: the local build (vet, unit and e2e tests with -race, the
+# darwin cross-build), then the etcd store's.
+test: test-local test-etcd
+
+test-local: vet cross
 	$(GO) test -race -count=1 -timeout 8m $(PKGS)
+
+# The etcd store: vet and staticcheck of the tagged packages, their unit
+# tests against an embedded etcd, and the e2e fleet tests (TestFleet)
+# against an embedded 3-member cluster, all with -race (one race build of
+# etcd's server serves both). The rest of e2e ran in test-local.
+ETCD_PKGS := ./internal/fleet/ ./internal/leaseguard/ ./cmd/crew/ ./cmd/crew-etcd-dev/
+test-etcd: vet-etcd
+	$(GO) test -race -count=1 -timeout 5m -tags etcd $(ETCD_PKGS)
+	$(GO) test -race -count=1 -timeout 5m -tags etcd -run '^TestFleet$$' ./e2e/
+
+vet-etcd:
+	$(GO) vet -tags etcd $(ETCD_PKGS) ./e2e/
+	$(GO) run $(STATICCHECK) -tags etcd $(ETCD_PKGS)
+	GOOS=darwin GOARCH=arm64 $(GO) build -tags etcd -o /dev/null ./cmd/crew
 
 vet:
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed on:"; gofmt -l .; exit 1)

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"debug/buildinfo"
 	"debug/elf"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -187,4 +189,22 @@ func TestProductionBinaryIsStatic(t *testing.T) {
 	libs, err := f.ImportedLibraries()
 	require.NoError(t, err)
 	assert.Empty(t, libs, "the production binary needs shared libraries")
+}
+
+// TestProductionBinaryHasNoEtcd: the local default (`make build`) links
+// neither the etcd client nor the lease guard; they cost a start about
+// 5 ms of package init, and only `make build-etcd` may pay it.
+func TestProductionBinaryHasNoEtcd(t *testing.T) {
+	info, err := buildinfo.ReadFile(plainCrew(t))
+	require.NoError(t, err)
+	require.NotEmpty(t, info.Deps, "the check below would see the modules crew links")
+	for _, d := range info.Deps {
+		assert.NotContains(t, d.Path, "etcd", "the local build links %s", d.Path)
+		assert.NotContains(t, d.Path, "grpc", "the local build links %s", d.Path)
+	}
+	out, err := exec.Command(plainCrew(t), "--store", "etcd://127.0.0.1:1/x", "status").CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 125, exit.ExitCode())
+	assert.Contains(t, string(out), "this crew was built without the etcd backend; build the one that has it with `make build-etcd`")
 }

@@ -68,11 +68,7 @@ func (o *historyOptions) run(args []string, s streams) error {
 	if o.since > 0 {
 		q.Since = now.Add(-o.since)
 	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return err
-	}
-	h, err := d.History(q)
+	h, err := o.history(q)
 	if err != nil {
 		return err
 	}
@@ -91,4 +87,21 @@ func (o *historyOptions) run(args []string, s streams) error {
 	}
 	printFinished(s.Out, screenFor(s.Out, o.getenv), h.Runs, now, q.Task == "")
 	return nil
+}
+
+// history reads the local state root's history or the etcd store's.
+func (o *historyOptions) history(q dispatch.HistoryQuery) (*dispatch.History, error) {
+	fl, err := o.fleet()
+	if err != nil {
+		return nil, err
+	}
+	if fl != nil {
+		defer fl.Close()
+		return fl.History(q)
+	}
+	d, err := o.dispatcher()
+	if err != nil {
+		return nil, err
+	}
+	return d.History(q)
 }

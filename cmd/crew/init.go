@@ -89,6 +89,21 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	if o.group != "" && o.noGroup {
 		return &usageError{fmt.Errorf("--group and --no-group do not go together")}
 	}
+	if o.storeURL() != "" {
+		for _, name := range []string{"group", "no-group", "retain", "retain-for", "log-max", "lock-timeout"} {
+			if cmd.Flags().Changed(name) {
+				return notOnFleet("crew init --" + name)
+			}
+		}
+	}
+	fl, err := o.fleet()
+	if err != nil {
+		return err
+	}
+	if fl != nil {
+		defer fl.Close()
+		return o.runFleet(fl, pools, s)
+	}
 	d, err := o.dispatcher()
 	if err != nil {
 		return err
@@ -106,6 +121,22 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	if err != nil {
 		return err
 	}
+	o.report(res, s)
+	return o.share(d, s)
+}
+
+// runFleet is crew init on an etcd store: the cap and the pools.
+func (o *initOptions) runFleet(fl fleetStore, pools []dispatch.PoolChange, s streams) error {
+	res, err := fl.Init(o.max, o.maxSet, pools)
+	if err != nil {
+		return err
+	}
+	o.report(res, s)
+	return nil
+}
+
+// report says what crew init wrote.
+func (o *initOptions) report(res *dispatch.InitResult, s streams) {
 	if res.MovedAside != "" {
 		fmt.Fprintf(s.Err, "crew: %s was unusable (%s); moved it to %s. Nothing in it was carried over: "+
 			"compare the two, and set its pools again with `crew init --pool NAME=N`\n", res.Path, res.Broken, res.MovedAside)
@@ -123,7 +154,6 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 		}
 	}
 	printLimits(s.Err, res.Config)
-	return o.share(d, s)
 }
 
 // share applies --group or --no-group after the config is written.

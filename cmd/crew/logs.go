@@ -42,6 +42,14 @@ output (and, with -f, a marker wherever the follower fell behind the cap).`,
 }
 
 func (o *logsOptions) run(arg string, s streams) error {
+	fl, err := o.fleet()
+	if err != nil {
+		return err
+	}
+	if fl != nil {
+		defer fl.Close()
+		return o.runFleet(fl, arg, s)
+	}
 	d, err := o.dispatcher()
 	if err != nil {
 		return err
@@ -50,16 +58,39 @@ func (o *logsOptions) run(arg string, s streams) error {
 	if err != nil {
 		return err
 	}
+	return o.show(d, d, id, s)
+}
+
+// runFleet is crew logs on an etcd store: a run's log is on the host that
+// ran it, in that host's local state root.
+func (o *logsOptions) runFleet(fl fleetStore, arg string, s streams) error {
+	id, err := fl.Resolve(arg)
+	if err != nil {
+		return err
+	}
+	if err := fl.LogHere(id); err != nil {
+		return &noLogError{err.Error()}
+	}
+	root, err := o.stateRoot()
+	if err != nil {
+		return err
+	}
+	return o.show(dispatch.New(root), fl, id, s)
+}
+
+// show prints run id's log from d's state root; runs (the store the run
+// is recorded in) says when it is over.
+func (o *logsOptions) show(d *dispatch.Dispatcher, runs runOps, id record.RunID, s streams) error {
 	if !o.follow {
 		r := d.OpenLog(id)
 		defer r.Close()
 		_, err := r.Copy(s.Out)
 		if errors.Is(err, os.ErrNotExist) {
-			return &noLogError{fmt.Sprintf("%s: run %s has no log (it never started a command)", quoteTask(d.TaskOf(id)), id)}
+			return &noLogError{fmt.Sprintf("%s: run %s has no log (it never started a command)", quoteTask(runs.TaskOf(id)), id)}
 		}
 		return err
 	}
-	return o.follow1(d, id, s)
+	return o.follow1(d, runs, id, s)
 }
 
 // noLogError is a run without a log file: exit 1.
@@ -69,11 +100,11 @@ func (e *noLogError) Error() string { return e.msg }
 
 // follow1 copies the log as it grows until the run is final and the log
 // fully read.
-func (o *logsOptions) follow1(d *dispatch.Dispatcher, id record.RunID, s streams) error {
+func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, id record.RunID, s streams) error {
 	done := make(chan *record.Run, 1)
 	errc := make(chan error, 1)
 	go func() {
-		rec, err := d.WaitRun(context.Background(), id)
+		rec, err := runs.WaitRun(context.Background(), id)
 		if err != nil {
 			errc <- err
 			return

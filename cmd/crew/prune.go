@@ -54,23 +54,14 @@ func (o *pruneOptions) run(s streams, configured, ageSet, keepSet bool) error {
 	if o.olderThan < 0 || o.keep < 0 {
 		return &usageError{fmt.Errorf("--older-than and --keep must not be negative")}
 	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return err
+	p := recovery.Policy{KeepNewest: recovery.NoCountRule, OlderThan: recovery.NoAgeRule}
+	if keepSet {
+		p.KeepNewest = o.keep
 	}
-	var rep *recovery.PruneReport
-	if configured {
-		rep, err = d.PruneConfigured(o.dryRun)
-	} else {
-		p := recovery.Policy{KeepNewest: recovery.NoCountRule, OlderThan: recovery.NoAgeRule}
-		if keepSet {
-			p.KeepNewest = o.keep
-		}
-		if ageSet {
-			p.OlderThan = o.olderThan
-		}
-		rep, err = d.Prune(recovery.PruneOptions{Policy: p, DryRun: o.dryRun})
+	if ageSet {
+		p.OlderThan = o.olderThan
 	}
+	rep, err := o.prune(configured, recovery.PruneOptions{Policy: p, DryRun: o.dryRun})
 	if err != nil {
 		return err
 	}
@@ -90,4 +81,28 @@ func (o *pruneOptions) run(s streams, configured, ageSet, keepSet bool) error {
 	}
 	fmt.Fprintf(s.Out, "%s %d finished run(s) (%d bytes of records and logs); kept %d\n", verb, len(rep.Removed), bytes, rep.Kept)
 	return nil
+}
+
+// prune applies the policy (or, configured, crew.json's) to the local
+// state root or the etcd store.
+func (o *pruneOptions) prune(configured bool, opts recovery.PruneOptions) (*recovery.PruneReport, error) {
+	fl, err := o.fleet()
+	if err != nil {
+		return nil, err
+	}
+	if fl != nil {
+		defer fl.Close()
+		if configured {
+			return nil, &usageError{fmt.Errorf("an etcd store has no configured retention yet: give crew prune --older-than D and/or --keep N")}
+		}
+		return fl.Prune(opts)
+	}
+	d, err := o.dispatcher()
+	if err != nil {
+		return nil, err
+	}
+	if configured {
+		return d.PruneConfigured(opts.DryRun)
+	}
+	return d.Prune(opts)
 }

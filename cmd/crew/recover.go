@@ -55,11 +55,7 @@ func (o *recoverOptions) run(s streams) error {
 	if o.timeout <= 0 {
 		return &usageError{fmt.Errorf("--timeout must be positive, not %s", o.timeout)}
 	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return err
-	}
-	report, err := d.Recover(recovery.Options{DryRun: o.dryRun, Timeout: o.timeout})
+	report, err := o.recover()
 	if err != nil {
 		return err
 	}
@@ -110,3 +106,21 @@ func printRecover(w io.Writer, r *recovery.Report) {
 type itemsFailedError struct{ n int }
 
 func (e *itemsFailedError) Error() string { return fmt.Sprintf("recover: %d item(s) failed", e.n) }
+
+// recover runs the pass on the local state root or the etcd store.
+func (o *recoverOptions) recover() (*recovery.Report, error) {
+	opts := recovery.Options{DryRun: o.dryRun, Timeout: o.timeout}
+	fl, err := o.fleet()
+	if err != nil {
+		return nil, err
+	}
+	if fl != nil {
+		defer fl.Close()
+		return fl.Recover(opts)
+	}
+	d, err := o.dispatcher()
+	if err != nil {
+		return nil, err
+	}
+	return d.Recover(opts)
+}

@@ -21,6 +21,8 @@ type streams struct {
 // globalOptions are the flags every command has.
 type globalOptions struct {
 	root string
+	// store is --store: a shared etcd store instead of the state root.
+	store string
 	// argv is crew's command line (without the program name), for the
 	// checks flag parsing cannot make (a limit given as --wait 10m).
 	argv []string
@@ -31,11 +33,18 @@ type globalOptions struct {
 // dispatcher resolves the state root: --root, else CREW_ROOT, else
 // ${XDG_STATE_HOME:-$HOME/.local/state}/crew.
 func (g *globalOptions) dispatcher() (*dispatch.Dispatcher, error) {
+	if g.storeURL() != "" {
+		return nil, notOnFleet("this command")
+	}
 	root, err := g.stateRoot()
 	if err != nil {
 		return nil, err
 	}
-	return dispatch.New(root), nil
+	d := dispatch.New(root)
+	if h := g.host(); h != "" {
+		d.Host = h
+	}
+	return d, nil
 }
 
 func (g *globalOptions) stateRoot() (string, error) {
@@ -78,6 +87,7 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state root directory (default $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew)")
+	root.PersistentFlags().StringVar(&g.store, "store", "", "a store shared across machines instead of the state root: etcd://HOST:PORT[,HOST:PORT...]/PREFIX (default $CREW_STORE; needs a crew built with -tags etcd)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{flagError(err)} })
 	root.Version = versionString()
 	root.SetVersionTemplate("crew version {{.Version}}\n")

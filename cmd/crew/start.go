@@ -30,6 +30,7 @@ type startOptions struct {
 	startTerminal
 	refusedExit int // --refused-exit; -1 when not given
 	quiet       bool
+	leaseTTL    time.Duration // --lease-ttl (etcd store)
 }
 
 func newStartCmd(g *globalOptions, s streams) *cobra.Command {
@@ -101,6 +102,7 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
 	o.startTerminal.flags(cmd)
 	f.IntVar(&o.refusedExit, "refused-exit", -1, "exit with N (0-255) instead of 75 or 76 when not admitted (also when --wait=D gives up)")
 	f.Lookup("refused-exit").DefValue = "75 or 76"
+	f.Var(duration.NewValue(&o.leaseTTL, defaultLeaseTTL), "lease-ttl", "etcd store: the run's lease TTL, how long its slot outlives a supervisor that stopped renewing it (default $CREW_LEASE_TTL, else 10s; at least 2s)")
 	f.BoolVar(&o.quiet, "quiet", false, "say nothing when not admitted, and no waiting or admitted lines; crew's own failures still go to stderr")
 	return cmd
 }
@@ -154,6 +156,20 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	surviveBrokenPipes()
 
+	if what := o.fleetUnsupported(cmd); what != "" && o.storeURL() != "" {
+		return notOnFleet(what)
+	}
+	fl, err := o.fleet()
+	if err != nil {
+		return err
+	}
+	if fl != nil {
+		defer fl.Close()
+		return o.runFleet(cmd, fl, args, dash, sigs, s)
+	}
+	if cmd.Flags().Changed("lease-ttl") {
+		return &usageError{fmt.Errorf("--lease-ttl is for an etcd store (--store or CREW_STORE); a local run's slot is held by a lock that dies with its processes")}
+	}
 	d, err := o.dispatcher()
 	if err != nil {
 		return err
@@ -201,6 +217,59 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if errors.As(err, &refused) {
 		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
 		d.RecordRefusal(args[0], refused, exitCodeFor(err))
+	}
+	if o.detach && err == nil {
+		if o.json {
+			return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})
+		}
+		fmt.Fprintln(s.Out, runID)
+	}
+	return aboutTask(args[0], err)
+}
+
+// runFleet is crew start on an etcd store.
+func (o *startOptions) runFleet(cmd *cobra.Command, fl fleetStore, args []string, dash int, sigs chan os.Signal, s streams) error {
+	ttl, err := o.leaseTTLFor(cmd)
+	if err != nil {
+		return err
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("find the working directory: %w", err)
+	}
+	view := newWaitView(s.Err, args[0], o.quiet)
+	defer view.close()
+	stdin := s.In
+	if o.detach {
+		stdin = nil
+	}
+	runID, err := fl.Start(dispatch.StartRequest{
+		AdmitRequest: dispatch.AdmitRequest{
+			Task:        args[0],
+			Command:     args[dash:],
+			Dir:         wd,
+			Pool:        o.pool,
+			Force:       o.force,
+			LockTimeout: o.lockTimeout,
+			Wait:        o.wait.set,
+			WaitTimeout: o.wait.timeout,
+			OnWait:      view.update,
+			Timeout:     o.timeout,
+			Parent:      parentRun(),
+		},
+		Grace:   o.grace,
+		Stdin:   stdin,
+		Detach:  o.detach,
+		Stdout:  s.Out,
+		Stderr:  s.Err,
+		Env:     os.Environ(),
+		Signals: sigs,
+		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termSafe(w)) },
+		Note:    view.note,
+	}, ttl)
+	var refused *dispatch.RefusedError
+	if errors.As(err, &refused) {
+		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
 	}
 	if o.detach && err == nil {
 		if o.json {

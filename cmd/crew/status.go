@@ -49,6 +49,14 @@ changes a file.`,
 }
 
 func (o *statusOptions) run(args []string, s streams) error {
+	fl, err := o.fleet()
+	if err != nil {
+		return err
+	}
+	if fl != nil {
+		defer fl.Close()
+		return o.runFleet(fl, args, s)
+	}
 	d, err := o.dispatcher()
 	if err != nil {
 		return err
@@ -106,7 +114,11 @@ func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string,
 	if snap.ConfigExists {
 		cfg = "config " + termSafe(snap.ConfigPath)
 	}
-	fmt.Fprintf(w, "State root %s (%s)\n", termSafe(snap.Root), termSafe(cfg))
+	where := "State root"
+	if strings.HasPrefix(snap.Root, "etcd://") {
+		where = "Store"
+	}
+	fmt.Fprintf(w, "%s %s (%s)\n", where, termSafe(snap.Root), termSafe(cfg))
 	printSlots(w, snap)
 	for _, p := range snap.Pools {
 		fmt.Fprintf(w, "Pool %s: %d/%d in use\n", quoteTask(p.Name), p.InUse, p.MaximumInProgress)
@@ -429,4 +441,38 @@ func (o *statusOptions) printWaiting(s streams, q *dispatch.QueueView) error {
 		fmt.Fprintf(tw, "Pool:\t%s\n", quoteTask(q.Pool))
 	}
 	return tw.Flush()
+}
+
+// runFleet is crew status [TASK] on an etcd store.
+func (o *statusOptions) runFleet(fl fleetStore, args []string, s streams) error {
+	task := ""
+	if len(args) == 1 {
+		if record.LooksLikeRunID(args[0]) {
+			v, err := fl.Run(record.RunID(args[0]))
+			if err != nil {
+				return err
+			}
+			if o.json {
+				return writeJSON(s.Out, v)
+			}
+			printRun(s.Out, screenFor(s.Out, o.getenv), v, time.Now())
+			return nil
+		}
+		if record.IsShortID(args[0]) {
+			return notOnFleet("crew status SHORT-ID")
+		}
+		if err := record.ValidateTask(args[0]); err != nil {
+			return &usageError{err}
+		}
+		task = args[0]
+	}
+	snap, err := fl.Status(task)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(s.Out, snap)
+	}
+	printSnapshot(s.Out, screenFor(s.Out, o.getenv), snap, task, time.Now())
+	return nil
 }

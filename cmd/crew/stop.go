@@ -73,10 +73,11 @@ func (o *stopOptions) run(arg string, s streams) error {
 	if o.grace < 0 {
 		return &usageError{fmt.Errorf("--grace must not be negative, not %s", o.grace)}
 	}
-	d, err := o.dispatcher()
+	d, done, err := o.runOps()
 	if err != nil {
 		return err
 	}
+	defer done()
 	id, err := d.Resolve(arg)
 	if err != nil {
 		return err

@@ -1,0 +1,428 @@
+//go:build etcd
+
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/leaseguard"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/supervise"
+)
+
+// endpoint is the client URL of the single-member etcd TestMain runs.
+var endpoint string
+
+func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && os.Args[1] == GuardArg {
+		os.Exit(leaseguard.Main()) // Start runs this binary as its guard
+	}
+	dir, err := os.MkdirTemp("", "fleet-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	e, err := startEtcd(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start etcd:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	e.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func startEtcd(dir string) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.LogLevel = "error"
+	client, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peer, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cu, pu := url.URL{Scheme: "http", Host: client}, url.URL{Scheme: "http", Host: peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("etcd not ready after 30s")
+	}
+	endpoint = client
+	return e, nil
+}
+
+var prefixes atomic.Int64
+
+// open connects to a fresh prefix.
+func open(t *testing.T) *Fleet {
+	t.Helper()
+	f, err := Open(fmt.Sprintf("etcd://%s/test-%d-%s", endpoint, prefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "-")), "h1")
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func TestParseURL(t *testing.T) {
+	loc, err := ParseURL("etcd://a:1,b:2/team/ci/")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"http://a:1", "http://b:2"}, loc.Endpoints)
+	assert.Equal(t, "/team/ci", loc.Prefix)
+	for in, want := range map[string]string{
+		"http://a:1/x":    "not an etcd store URL",
+		"etcd://a:1":      "give a key prefix",
+		"etcd://a:1/":     "give a key prefix",
+		"etcd://a/x":      `endpoint "a" is not HOST:PORT`,
+		"etcd://a:1/x//y": "empty, . or .. segment",
+		"etcd://a:1/../y": "empty, . or .. segment",
+	} {
+		_, err := ParseURL(in)
+		require.Error(t, err, in)
+		assert.Contains(t, err.Error(), want, in)
+	}
+}
+
+// putActive writes an active record of a run whose owner key does not
+// exist (its lease is gone), as a crashed supervisor leaves it.
+func putActive(t *testing.T, f *Fleet, task string, st record.State) *record.Run {
+	t.Helper()
+	now := time.Now().UTC()
+	r := &record.Run{Version: record.RecordVersion, RunID: record.NewRunID(now), Task: task, State: st,
+		Command: []string{"true"}, Host: "h9", CreatedAt: now, SupervisorPID: 4711}
+	b, err := r.Encode()
+	require.NoError(t, err)
+	_, err = f.cli.Put(context.Background(), f.k.active(r.RunID), string(b))
+	require.NoError(t, err)
+	return r
+}
+
+func startReq(task string, cmd ...string) dispatch.StartRequest {
+	return dispatch.StartRequest{AdmitRequest: dispatch.AdmitRequest{Task: task, Command: cmd, Dir: "/",
+		LockTimeout: 5 * time.Second}, Grace: time.Second, Env: os.Environ()}
+}
+
+func TestRecoverFinalizesDeadRunsAndConverges(t *testing.T) {
+	f := open(t)
+	dead := putActive(t, f, "nightly", record.Running)
+	rep, err := f.Recover(recovery.Options{})
+	require.NoError(t, err)
+	require.Len(t, rep.Items, 1)
+	assert.Equal(t, recovery.Finalized, rep.Items[0].Outcome)
+	assert.Contains(t, rep.Items[0].Reason, "owner crew process 4711 on host h9 lost its lease")
+
+	snap, err := f.Status("")
+	require.NoError(t, err)
+	assert.Empty(t, snap.Active)
+	require.Len(t, snap.Finished, 1)
+	assert.Equal(t, dead.RunID, snap.Finished[0].RunID)
+	assert.Equal(t, record.Interrupted, snap.Finished[0].State)
+	assert.Contains(t, snap.Finished[0].Reason, "exit status unknown")
+
+	rep, err = f.Recover(recovery.Options{})
+	require.NoError(t, err)
+	assert.Empty(t, rep.Items, "a second pass has nothing to do")
+}
+
+func TestRecoverDryRunChangesNothing(t *testing.T) {
+	f := open(t)
+	putActive(t, f, "a", record.Provisioning)
+	rep, err := f.Recover(recovery.Options{DryRun: true})
+	require.NoError(t, err)
+	require.Len(t, rep.Items, 1)
+	assert.Equal(t, recovery.Finalized, rep.Items[0].Outcome)
+	snap, err := f.Status("")
+	require.NoError(t, err)
+	assert.Len(t, snap.Active, 1)
+}
+
+func TestRecoverQuarantinesUnreadableRecords(t *testing.T) {
+	f := open(t)
+	key := f.k.active(record.NewRunID(time.Now()))
+	_, err := f.cli.Put(context.Background(), key, "{not json")
+	require.NoError(t, err)
+	snap, err := f.Status("")
+	require.NoError(t, err)
+	require.Len(t, snap.Problems, 1)
+	assert.False(t, snap.Problems[0].HoldsSlot, "no owner key: holds no slot")
+
+	rep, err := f.Recover(recovery.Options{})
+	require.NoError(t, err)
+	require.Len(t, rep.Items, 1)
+	assert.Equal(t, recovery.Quarantined, rep.Items[0].Outcome)
+	got, err := f.cli.Get(context.Background(), f.quarantineKey(key))
+	require.NoError(t, err)
+	require.Len(t, got.Kvs, 1)
+	assert.Equal(t, "{not json", string(got.Kvs[0].Value))
+}
+
+// The fence of finalizeDead: a record that changed since it was read, or
+// whose owner key exists, is left alone.
+func TestFinalizeDeadIsFenced(t *testing.T) {
+	f := open(t)
+	r := putActive(t, f, "a", record.Running)
+	ctx := context.Background()
+	v, err := f.read(ctx)
+	require.NoError(t, err)
+	require.Len(t, v.active, 1)
+	stale := v.active[0]
+
+	// The supervisor wrote again (it is slow, not dead).
+	b, _ := r.Encode()
+	_, err = f.cli.Put(ctx, f.k.active(r.RunID), string(b))
+	require.NoError(t, err)
+	_, err = f.finalizeDead(stale)
+	assert.ErrorIs(t, err, errFenced)
+
+	// Its owner key exists (a living lease).
+	v, err = f.read(ctx)
+	require.NoError(t, err)
+	l, err := f.cli.Grant(ctx, 10)
+	require.NoError(t, err)
+	_, err = f.cli.Put(ctx, f.k.owner(r.RunID), "{}", clientv3.WithLease(l.ID))
+	require.NoError(t, err)
+	_, err = f.finalizeDead(v.active[0])
+	assert.ErrorIs(t, err, errFenced)
+
+	// Lease gone: now it is finalized.
+	_, err = f.cli.Revoke(ctx, l.ID)
+	require.NoError(t, err)
+	got, err := f.finalizeDead(v.active[0])
+	require.NoError(t, err)
+	assert.Equal(t, record.Interrupted, got.State)
+}
+
+// The reservation is fenced by the admission mutex: a starter whose mutex
+// key is gone (its lease expired while it held the lock) writes nothing.
+func TestReserveWithoutTheMutexWritesNothing(t *testing.T) {
+	f := open(t)
+	l, err := f.grant(5 * time.Second)
+	require.NoError(t, err)
+	defer l.release()
+	sess, err := concurrency.NewSession(f.cli, concurrency.WithLease(l.id))
+	require.NoError(t, err)
+	s := &starter{f: f, req: startReq("a", "true"), lease: l, sess: sess, mu: concurrency.NewMutex(sess, f.k.admissionLock())}
+	ctx := context.Background()
+	require.NoError(t, s.lock(ctx))
+	v, err := f.read(ctx)
+	require.NoError(t, err)
+	// Someone (etcd, on the lease's expiry) deleted the mutex key.
+	_, err = f.cli.Delete(ctx, s.mu.Key())
+	require.NoError(t, err)
+	_, err = s.reserve(ctx, v, v.usage(), admission.Verdict{Admit: true})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no longer holds the admission lock")
+	snap, err := f.Status("")
+	require.NoError(t, err)
+	assert.Empty(t, snap.Active, "nothing was written")
+}
+
+func TestLeaseDeadlineIsBeforeItsExpiry(t *testing.T) {
+	f := open(t)
+	before := leaseguard.Monotonic()
+	l, err := f.grant(3 * time.Second)
+	require.NoError(t, err)
+	defer l.release()
+	d := l.deadline()
+	assert.Equal(t, 3*time.Second, l.ttl)
+	// Sent after before, so valid until at least before+TTL; the
+	// deadline is a margin earlier than that bound.
+	assert.Less(t, d, before+3*time.Second)
+	assert.Greater(t, d, before+3*time.Second-time.Second)
+	assert.False(t, l.lost())
+}
+
+func TestLeaseNotFoundMarksItLost(t *testing.T) {
+	f := open(t)
+	l, err := f.grant(MinLeaseTTL)
+	require.NoError(t, err)
+	_, err = f.cli.Revoke(context.Background(), l.id)
+	require.NoError(t, err)
+	select {
+	case <-l.expired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a revoked lease was not noticed")
+	}
+	assert.True(t, l.lost())
+	l.release()
+}
+
+func TestStartRecordsTheOutcome(t *testing.T) {
+	f := open(t)
+	_, err := f.Init(1, true, nil)
+	require.NoError(t, err)
+	id, err := f.Start(startReq("a", "sh", "-c", "exit 7"), MinLeaseTTL)
+	var exited *supervise.ExitError
+	require.ErrorAs(t, err, &exited)
+	assert.Equal(t, 7, exited.Code)
+	snap, err := f.Status("a")
+	require.NoError(t, err)
+	require.Len(t, snap.Finished, 1)
+	got := snap.Finished[0]
+	assert.Equal(t, id, got.RunID)
+	assert.Equal(t, record.Failed, got.State)
+	assert.Equal(t, 7, *got.ExitCode)
+	assert.Equal(t, "h1", got.Host)
+	assert.Positive(t, got.PGID)
+
+	_, err = f.Start(startReq("b", "no-such-command-here"), MinLeaseTTL)
+	var launch *supervise.LaunchError
+	require.ErrorAs(t, err, &launch)
+	assert.True(t, launch.NotFound)
+}
+
+func TestStartRefusesAtTheCap(t *testing.T) {
+	f := open(t)
+	_, err := f.Init(1, true, nil)
+	require.NoError(t, err)
+	gate := t.TempDir() + "/gate"
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Start(startReq("a", "sh", "-c", "while [ ! -e "+gate+" ]; do sleep 0.02; done"), MinLeaseTTL)
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		snap, err := f.Status("")
+		return err == nil && snap.SlotsInUse == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	_, err = f.Start(startReq("b", "true"), MinLeaseTTL)
+	var refused *dispatch.RefusedError
+	require.ErrorAs(t, err, &refused)
+	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	_, err = f.Start(startReq("a", "true"), MinLeaseTTL)
+	require.ErrorAs(t, err, &refused)
+	assert.Equal(t, dispatch.TaskActive, refused.Kind)
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	require.NoError(t, <-done)
+}
+
+func TestHistoryIsNewestFinishFirstAndFilters(t *testing.T) {
+	f := open(t)
+	for _, c := range []string{"exit 0", "exit 3", "exit 0"} {
+		_, _ = f.Start(startReq("t", "sh", "-c", c), MinLeaseTTL)
+	}
+	h, err := f.History(dispatch.HistoryQuery{})
+	require.NoError(t, err)
+	require.Len(t, h.Runs, 3)
+	for i := 1; i < len(h.Runs); i++ {
+		assert.False(t, h.Runs[i].FinishedAt.After(*h.Runs[i-1].FinishedAt), "newest finish first")
+	}
+	h, err = f.History(dispatch.HistoryQuery{Failed: true})
+	require.NoError(t, err)
+	require.Len(t, h.Runs, 1)
+	assert.Equal(t, 3, *h.Runs[0].ExitCode)
+	h, err = f.History(dispatch.HistoryQuery{Limit: 2})
+	require.NoError(t, err)
+	assert.Len(t, h.Runs, 2)
+	h, err = f.History(dispatch.HistoryQuery{Task: "other"})
+	require.NoError(t, err)
+	assert.Empty(t, h.Runs)
+}
+
+func TestPruneKeepsTheNewestAndTheYoung(t *testing.T) {
+	f := open(t)
+	for range 3 {
+		_, err := f.Start(startReq("t", "true"), MinLeaseTTL)
+		require.NoError(t, err)
+	}
+	keep := recovery.Policy{KeepNewest: 1, OlderThan: recovery.NoAgeRule}
+	rep, err := f.Prune(recovery.PruneOptions{Policy: keep, DryRun: true})
+	require.NoError(t, err)
+	assert.Len(t, rep.Removed, 2)
+	h, _ := f.History(dispatch.HistoryQuery{})
+	assert.Len(t, h.Runs, 3, "a dry run removes nothing")
+
+	young := recovery.Policy{KeepNewest: 0, OlderThan: time.Hour}
+	rep, err = f.Prune(recovery.PruneOptions{Policy: young})
+	require.NoError(t, err)
+	assert.Empty(t, rep.Removed, "all finished within the hour")
+	assert.Equal(t, 3, rep.Kept)
+
+	rep, err = f.Prune(recovery.PruneOptions{Policy: keep})
+	require.NoError(t, err)
+	assert.Len(t, rep.Removed, 2)
+	h, _ = f.History(dispatch.HistoryQuery{})
+	require.Len(t, h.Runs, 1)
+	_, err = f.Run(rep.Removed[0].RunID)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+// crew stop from another host reaches the supervisor through etcd, and
+// WaitRun returns the final record.
+func TestStopFromAnotherHost(t *testing.T) {
+	f := open(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Start(startReq("long", "sleep", "30"), MinLeaseTTL)
+		done <- err
+	}()
+	var id record.RunID
+	require.Eventually(t, func() bool {
+		snap, err := f.Status("long")
+		if err == nil && len(snap.Active) == 1 && snap.Active[0].State == record.Running {
+			id = snap.Active[0].RunID
+			return true
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond)
+
+	other, err := Open(f.Loc.URL, "h2")
+	require.NoError(t, err)
+	defer other.Close()
+	got, err := other.Resolve("long")
+	require.NoError(t, err)
+	assert.Equal(t, id, got)
+	rec, err := other.Stop(id, dispatch.StopOptions{Signal: syscall.SIGTERM, Grace: time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, record.Stopped, rec.State)
+	assert.Contains(t, rec.Reason, "stopped by crew stop")
+	assert.Contains(t, rec.Reason, "@h2")
+	var exited *supervise.ExitError
+	require.ErrorAs(t, <-done, &exited)
+	assert.Equal(t, 128+int(syscall.SIGTERM), exited.Code)
+
+	rec, err = other.WaitRun(context.Background(), id)
+	require.NoError(t, err)
+	assert.Equal(t, record.Stopped, rec.State)
+}

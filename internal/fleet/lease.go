@@ -1,0 +1,196 @@
+//go:build etcd
+
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/crew-dev/crew/internal/leaseguard"
+)
+
+// DefaultLeaseTTL is a run lease's TTL: how long a slot outlives a
+// supervisor that stopped renewing it (died, froze, lost etcd).
+const DefaultLeaseTTL = 10 * time.Second
+
+// MinLeaseTTL is the shortest TTL crew asks for: renewals go out every
+// fifth of it, and a shorter lease would expire on one slow round trip.
+const MinLeaseTTL = 2 * time.Second
+
+// lease is this process's etcd lease: the owner key of its run, its queue
+// ticket and its hold on the admission mutex are attached to it.
+//
+// What it knows is when the lease is valid until, by this host's monotonic
+// clock: a renewal sent at t and answered with TTL d keeps the lease on the
+// server until at least t+d, because the server started its TTL when the
+// request arrived, after t. So validUntil is a lower bound on the lease's
+// real expiry, whatever the network did; leaseguard uses it to kill the
+// command before that instant.
+type lease struct {
+	f   *Fleet
+	id  clientv3.LeaseID
+	ttl time.Duration
+
+	mu          sync.Mutex
+	validUntil  time.Duration // monotonic
+	lastContact time.Duration // monotonic: the send time of the last renewal answered
+	gone        bool          // etcd said the lease no longer exists
+	handedOver  bool          // another process renews it now (--detach)
+	watchers    []func(validUntil time.Duration)
+
+	stop chan struct{}
+	done chan struct{}
+	// expired is closed once the lease is known gone: etcd said so, or
+	// validUntil passed without a renewal.
+	expired     chan struct{}
+	expiredOnce sync.Once
+}
+
+// grant creates a lease of ttl and starts renewing it.
+func (f *Fleet) grant(ttl time.Duration) (*lease, error) {
+	if ttl < MinLeaseTTL {
+		ttl = MinLeaseTTL
+	}
+	ctx, cancel := f.ctx()
+	defer cancel()
+	sent := leaseguard.Monotonic()
+	resp, err := f.cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return nil, f.wrap("grant a lease", err)
+	}
+	granted := time.Duration(resp.TTL) * time.Second
+	l := &lease{f: f, id: resp.ID, ttl: granted, validUntil: sent + granted, lastContact: sent,
+		stop: make(chan struct{}), done: make(chan struct{}), expired: make(chan struct{})}
+	go l.renew()
+	return l, nil
+}
+
+// grantPatiently grants a lease, trying again for up to patience while
+// etcd does not answer (a leader change).
+func (f *Fleet) grantPatiently(ttl, patience time.Duration) (*lease, error) {
+	give := time.Now().Add(patience)
+	for {
+		l, err := f.grant(ttl)
+		var down *UnavailableError
+		if err == nil || !errors.As(err, &down) || time.Now().After(give) {
+			return l, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// margin is how long before validUntil the command must be dead: room for
+// the kill to take effect and for the two clocks' rates to differ.
+func (l *lease) margin() time.Duration {
+	return max(300*time.Millisecond, l.ttl/10)
+}
+
+// deadline is when the command must be dead by (monotonic).
+func (l *lease) deadline() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil - l.margin()
+}
+
+// sinceContact is how long since etcd last renewed the lease.
+func (l *lease) sinceContact() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return leaseguard.Monotonic() - l.lastContact
+}
+
+// onRenew calls fn with the new deadline after every renewal.
+func (l *lease) onRenew(fn func(deadline time.Duration)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watchers = append(l.watchers, fn)
+}
+
+// renew keeps the lease alive: a renewal every fifth of the TTL, each
+// bounded by that interval, so that a lost connection costs at most one
+// interval of validity before the next try.
+func (l *lease) renew() {
+	defer close(l.done)
+	every := l.ttl / 5
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		if leaseguard.Monotonic() >= l.deadline()+l.margin() {
+			l.markExpired()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		sent := leaseguard.Monotonic()
+		resp, err := l.f.cli.KeepAliveOnce(ctx, l.id)
+		cancel()
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL <= 0):
+			l.mu.Lock()
+			l.gone = true
+			l.mu.Unlock()
+			l.markExpired()
+			return
+		case err != nil:
+			continue // no answer: validUntil stays where it was
+		}
+		l.mu.Lock()
+		if v := sent + time.Duration(resp.TTL)*time.Second; v > l.validUntil {
+			l.validUntil = v
+		}
+		l.lastContact = sent
+		d := l.validUntil - l.margin()
+		ws := l.watchers
+		l.mu.Unlock()
+		for _, w := range ws {
+			w(d)
+		}
+	}
+}
+
+func (l *lease) markExpired() { l.expiredOnce.Do(func() { close(l.expired) }) }
+
+// hasExpired reports whether the lease is known gone, by etcd's word or
+// because it went unrenewed past its validity.
+func (l *lease) hasExpired() bool {
+	select {
+	case <-l.expired:
+		return true
+	default:
+		return false
+	}
+}
+
+// lost reports whether etcd said the lease is gone.
+func (l *lease) lost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gone
+}
+
+// release stops renewing and revokes the lease: its owner key and ticket
+// go at once instead of after the TTL.
+func (l *lease) release() {
+	close(l.stop)
+	<-l.done
+	l.mu.Lock()
+	handedOver := l.handedOver
+	l.mu.Unlock()
+	if handedOver {
+		return
+	}
+	ctx, cancel := l.f.ctx()
+	defer cancel()
+	_, _ = l.f.cli.Revoke(ctx, l.id) // if this fails, the TTL does the same
+}
+
+func (l *lease) String() string { return fmt.Sprintf("lease %x (TTL %s)", int64(l.id), l.ttl) }

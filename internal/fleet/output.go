@@ -1,0 +1,120 @@
+//go:build etcd
+
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// output copies the command's stdout and stderr to crew's own streams
+// and to the run's log on this host. The log keeps everything even when
+// crew's own stream fails (a closed terminal, a broken pipe): then the
+// copy to that stream stops, the command's output is not lost, and the
+// command is not stopped by a full pipe.
+type output struct {
+	log   *os.File
+	logMu sync.Mutex
+	// child are the write ends the command gets; parent's read ends are
+	// copied by one goroutine each.
+	child [2]*os.File
+	wg    sync.WaitGroup
+	warn  func(string)
+	once  sync.Once
+}
+
+// newOutput creates the run's log in this host's local state root and the
+// two pipes. Without a local root (none could be found), output goes to
+// crew's streams only.
+func newOutput(logs *runstore.Store, id record.RunID, stdout, stderr io.Writer, warn func(string)) (*output, error) {
+	o := &output{warn: warn}
+	if logs != nil {
+		if err := logs.Ensure(); err != nil {
+			return nil, fmt.Errorf("the local state root for run %s's log: %w", id, err)
+		}
+		f, warning, err := logs.CreateLog(id)
+		if err != nil {
+			return nil, err
+		}
+		if warning != "" {
+			warn(warning)
+		}
+		o.log = f
+	}
+	for i, w := range []io.Writer{stdout, stderr} {
+		r, cw, err := os.Pipe()
+		if err != nil {
+			o.closeChild()
+			return nil, fmt.Errorf("make the output pipes of run %s: %w", id, err)
+		}
+		o.child[i] = cw
+		o.wg.Add(1)
+		go o.copy(r, w)
+	}
+	return o, nil
+}
+
+func (o *output) copy(r *os.File, w io.Writer) {
+	defer o.wg.Done()
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			o.toLog(buf[:n])
+			if w != nil {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					w = nil
+					o.once.Do(func() {
+						o.warn(fmt.Sprintf("crew's own output failed (%v); the command's output goes on into its log only", werr))
+					})
+				}
+			}
+		}
+		if err != nil {
+			return // EOF: every writer (the command's group) is gone
+		}
+	}
+}
+
+func (o *output) toLog(b []byte) {
+	if o.log == nil {
+		return
+	}
+	o.logMu.Lock()
+	defer o.logMu.Unlock()
+	if _, err := o.log.Write(b); err != nil && !errors.Is(err, os.ErrClosed) {
+		o.log.Close()
+		o.log = nil
+		o.warn(fmt.Sprintf("writing the run's log failed (%v); its output is no longer logged", err))
+	}
+}
+
+// closeChild closes the parent's copies of the write ends, once the
+// command has them.
+func (o *output) closeChild() {
+	for _, f := range o.child {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// finish waits until the output is drained (the command's whole group is
+// gone) and makes the log durable.
+func (o *output) finish() {
+	o.wg.Wait()
+	o.logMu.Lock()
+	defer o.logMu.Unlock()
+	if o.log != nil {
+		_ = o.log.Sync()
+		o.log.Close()
+		o.log = nil
+	}
+}
