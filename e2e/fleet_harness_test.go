@@ -1,0 +1,533 @@
+//go:build etcd
+
+package e2e
+
+// The fleet harness: crew processes standing in for separate hosts
+// (CREW_HOST=h1, h2, h3) on one store, local or etcd, and an independent
+// observer of the commands they run.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fleet is one test's store and the crew processes it runs.
+type fleet struct {
+	t     *testing.T
+	bin   string
+	kind  string // "etcd" or "local"
+	store string // the store URL (etcd) or the state root (local)
+	dir   string // scratch: observer FIFOs, gates
+	obs   *observer
+}
+
+var prefixUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// newEtcdFleet is a store of its own (a per-test prefix) on cluster c.
+func newEtcdFleet(t *testing.T, c *etcdCluster) *fleet {
+	t.Helper()
+	prefix := prefixUnsafe.ReplaceAllString(strings.TrimPrefix(t.Name(), "TestFleet/"), "-")
+	return newFleet(t, "etcd", c.storeURL("crew-e2e-"+prefix))
+}
+
+// newLocalFleet is a local state root.
+func newLocalFleet(t *testing.T) *fleet {
+	t.Helper()
+	return newFleet(t, "local", filepath.Join(t.TempDir(), "state"))
+}
+
+func newFleet(t *testing.T, kind, store string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, bin: crewEtcdBin(t), kind: kind, store: store, dir: t.TempDir()}
+	f.obs = newObserver(t, f.dir)
+	return f
+}
+
+// storeEnv is the environment entry that points crew at the store.
+func (f *fleet) storeEnv() string {
+	if f.kind == "etcd" {
+		return "CREW_STORE=" + f.store
+	}
+	return "CREW_ROOT=" + f.store
+}
+
+// environ is the test's environment minus anything that could point crew
+// elsewhere, plus the store, the host's name and extra (later entries win).
+func (f *fleet) environ(host string, extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CREW_") {
+			out = append(out, kv)
+		}
+	}
+	out = append(out, "GORACE=atexit_sleep_ms=0 halt_on_error=1", f.storeEnv())
+	if host != "" {
+		out = append(out, "CREW_HOST="+host)
+	}
+	return append(out, extra...)
+}
+
+func (f *fleet) command(host string, extraEnv []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(f.bin, args...)
+	cmd.Env = f.environ(host, extraEnv...)
+	cmd.Dir = f.dir
+	return cmd
+}
+
+// spawn starts crew on host in the background; the test's cleanup kills
+// it (our own child) if it still runs. Any goroutine may call it.
+func (f *fleet) spawn(host string, extraEnv []string, args ...string) (*proc, error) {
+	cmd := f.command(host, extraEnv, args...)
+	p := &proc{cmd: cmd, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.errb
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start crew %v: %w", args, err)
+	}
+	go func() {
+		err := cmd.Wait()
+		p.res = result{Stdout: p.out.String(), Stderr: p.errb.String()}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			p.res.Code = ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				p.res.Code = 128 + int(ws.Signal())
+			}
+		}
+		close(p.done)
+	}()
+	f.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			// Continue it first, in case the test stopped it.
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p, nil
+}
+
+// start is spawn from the test's goroutine.
+func (f *fleet) start(host string, extraEnv []string, args ...string) *proc {
+	f.t.Helper()
+	p, err := f.spawn(host, extraEnv, args...)
+	require.NoError(f.t, err)
+	return p
+}
+
+// tryRunFor runs crew to completion within limit (then kills it, our own
+// child, and says so). Any goroutine may call it.
+func (f *fleet) tryRunFor(limit time.Duration, host string, extraEnv []string, args ...string) (result, time.Duration, error) {
+	begin := time.Now()
+	p, err := f.spawn(host, extraEnv, args...)
+	if err != nil {
+		return result{}, 0, err
+	}
+	r, err := p.tryWait(limit)
+	if err != nil {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	return r, time.Since(begin), err
+}
+
+// run runs crew on host to completion (within 60 s) from the test's
+// goroutine.
+func (f *fleet) run(host string, args ...string) result {
+	f.t.Helper()
+	r, _, err := f.tryRunFor(60*time.Second, host, nil, args...)
+	require.NoError(f.t, err)
+	return r
+}
+
+func (f *fleet) initMax(n int, pools ...string) {
+	f.t.Helper()
+	args := []string{"init", "--max", fmt.Sprint(n)}
+	for _, p := range pools {
+		args = append(args, "--pool", p)
+	}
+	r := f.run("", args...)
+	require.Equal(f.t, 0, r.Code, "crew %v: %s", args, r.Stderr)
+}
+
+// fleetRun is a run as `crew status --json` shows it, with its host.
+type fleetRun struct {
+	runJSON
+	Host string `json:"host"`
+	Pool string `json:"pool"`
+}
+
+type fleetStatus struct {
+	Root              string     `json:"root"`
+	MaximumInProgress int        `json:"maximumInProgress"`
+	SlotsInUse        int        `json:"slotsInUse"`
+	Active            []fleetRun `json:"active"`
+	Finished          []fleetRun `json:"finished"`
+	Queue             []struct {
+		Position   int    `json:"position"`
+		Task       string `json:"task"`
+		RunID      string `json:"runId"`
+		Pool       string `json:"pool"`
+		WaitingFor string `json:"waitingFor"`
+	} `json:"queue"`
+	Pools []struct {
+		Name              string `json:"name"`
+		MaximumInProgress int    `json:"maximumInProgress"`
+		InUse             int    `json:"inUse"`
+	} `json:"pools"`
+}
+
+func (f *fleet) status() fleetStatus {
+	f.t.Helper()
+	r := f.run("", "status", "--json")
+	require.Equal(f.t, 0, r.Code, "crew status --json: %s", r.Stderr)
+	var s fleetStatus
+	require.NoError(f.t, json.Unmarshal([]byte(r.Stdout), &s), r.Stdout)
+	return s
+}
+
+// record finds run id in the store, active or among the newest finished.
+func (f *fleet) record(id string) (fleetRun, bool) {
+	f.t.Helper()
+	s := f.status()
+	for _, r := range append(s.Active, s.Finished...) {
+		if r.RunID == id {
+			return r, true
+		}
+	}
+	return fleetRun{}, false
+}
+
+// finalRecord waits until run id's record is final and returns it.
+func (f *fleet) finalRecord(id string, timeout time.Duration) fleetRun {
+	f.t.Helper()
+	var rec fleetRun
+	eventually(f.t, timeout, "run "+id+" to be finished", func() bool {
+		r, ok := f.record(id)
+		rec = r
+		return ok && r.FinishedAt != nil && !slices.Contains([]string{"provisioning", "running"}, r.State)
+	})
+	return rec
+}
+
+func (f *fleet) recover(host string, args ...string) recoverJSON {
+	f.t.Helper()
+	r := f.run(host, append([]string{"recover", "--json"}, args...)...)
+	require.Equal(f.t, 0, r.Code, "crew recover: %s", r.Stderr)
+	var rep recoverJSON
+	require.NoError(f.t, json.Unmarshal([]byte(r.Stdout), &rep), "stdout %q stderr %q", r.Stdout, r.Stderr)
+	return rep
+}
+
+// gate is a file a command can wait for; every gate is opened when the
+// test ends.
+func (f *fleet) gate(name string) (path string, open func()) {
+	path = filepath.Join(f.dir, "gate-"+name)
+	f.t.Cleanup(func() { _ = os.WriteFile(path, nil, 0o600) })
+	return path, func() { require.NoError(f.t, os.WriteFile(path, nil, 0o600)) }
+}
+
+// The observer: every observed command opens a FIFO of its own that the
+// test reads, writes a start line (its clock, pid, host, run id) and, if
+// it ends by itself, an end line. The test sees the FIFO's end of file
+// when the last process holding it is gone: the shell and whatever it
+// runs (a sleep, a gate loop), so killed commands are seen dying too, with
+// no line from them. Times are the commands' own (start, end) or, for a
+// death, when the test saw it: a late reader can only make a command look
+// longer-lived, so it errs towards failing, never towards passing.
+type observer struct {
+	t   *testing.T
+	dir string
+	mu  sync.Mutex
+	all []*obsRun
+	n   int
+}
+
+type obsRun struct {
+	label   string
+	fifo    string
+	started chan struct{} // closed at the start line
+	done    chan struct{} // closed at end of file
+
+	// Set before started is closed:
+	startAt time.Time
+	pid     int
+	host    string
+	runID   string
+	// Set before done is closed:
+	endAt    time.Time // the end line's time, else when the FIFO closed
+	eofAt    time.Time
+	byItself bool // wrote its end line
+	ran      bool // wrote its start line
+}
+
+func newObserver(t *testing.T, dir string) *observer {
+	o := &observer{t: t, dir: dir}
+	t.Cleanup(o.cleanup)
+	return o
+}
+
+// obsScript wraps body (sh, with the arguments args) as an observed command.
+const obsScript = `exec 3>"$1"; shift
+echo "start $(date +%s%N) $$ $CREW_HOST $CREW_RUN_ID" >&3
+( BODY )
+rc=$?
+echo "end $(date +%s%N)" >&3
+exit $rc`
+
+// cmd returns the command line of an observed command running body.
+func (o *observer) cmd(label, body string, args ...string) ([]string, *obsRun) {
+	o.mu.Lock()
+	o.n++
+	fifo := filepath.Join(o.dir, fmt.Sprintf("obs-%d.fifo", o.n))
+	o.mu.Unlock()
+	require.NoError(o.t, syscall.Mkfifo(fifo, 0o600))
+	r := &obsRun{label: label, fifo: fifo, started: make(chan struct{}), done: make(chan struct{})}
+	o.mu.Lock()
+	o.all = append(o.all, r)
+	o.mu.Unlock()
+	go r.read()
+	script := strings.Replace(obsScript, "BODY", body, 1)
+	return append([]string{"sh", "-c", script, "observed-" + label, fifo}, args...), r
+}
+
+// sleeper is an observed command that sleeps d.
+func (o *observer) sleeper(label string, d time.Duration) ([]string, *obsRun) {
+	return o.cmd(label, fmt.Sprintf("sleep %.3f", d.Seconds()))
+}
+
+// gated is an observed command that waits for gate (polling, so that it is
+// never stuck for long in one sleep after its gate opened or its shell died).
+func (o *observer) gated(label, gate string) ([]string, *obsRun) {
+	return o.cmd(label, `while [ ! -e "$1" ]; do sleep 0.02; done`, gate)
+}
+
+func (r *obsRun) read() {
+	defer close(r.done)
+	// Blocks until the command opens its end (or cleanup does).
+	fh, err := os.OpenFile(r.fifo, os.O_RDONLY, 0)
+	if err != nil {
+		r.eofAt, r.endAt = time.Now(), time.Now()
+		return
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) >= 3 && f[0] == "start" && !r.ran:
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			r.startAt = time.Unix(0, ns)
+			r.pid, _ = strconv.Atoi(f[2])
+			if len(f) >= 5 {
+				r.host, r.runID = f[3], f[4]
+			}
+			r.ran = true
+			close(r.started)
+		case len(f) == 2 && f[0] == "end":
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			r.endAt, r.byItself = time.Unix(0, ns), true
+		}
+	}
+	r.eofAt = time.Now()
+	if !r.byItself {
+		r.endAt = r.eofAt
+	}
+}
+
+// waitStarted waits until the command has written its start line.
+func (r *obsRun) waitStarted(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-r.started:
+	case <-r.done:
+		t.Fatalf("observed command %s ended without starting", r.label)
+	case <-time.After(timeout):
+		t.Fatalf("observed command %s did not start within %s", r.label, timeout)
+	}
+}
+
+// waitDone waits until every process holding the command's FIFO is gone.
+func (r *obsRun) waitDone(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(timeout):
+		t.Fatalf("observed command %s (run %s) still alive after %s", r.label, r.runID, timeout)
+	}
+}
+
+func (r *obsRun) isDone() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *obsRun) hasStarted() bool {
+	select {
+	case <-r.started:
+		return true
+	default:
+		return false
+	}
+}
+
+// ranRuns are the observed commands that started, in order of start.
+func (o *observer) ranRuns() []*obsRun {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []*obsRun
+	for _, r := range o.all {
+		if r.hasStarted() {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].startAt.Before(out[j].startAt) })
+	return out
+}
+
+// maxConcurrent is the most observed commands alive at one instant (a
+// command that has not ended counts as alive until now), and a
+// description of that instant.
+func (o *observer) maxConcurrent() (int, string) {
+	type ev struct {
+		at    time.Time
+		delta int
+		r     *obsRun
+	}
+	var evs []ev
+	now := time.Now()
+	ends := map[*obsRun]time.Time{}
+	for _, r := range o.ranRuns() {
+		end := now
+		if r.isDone() {
+			end = r.endAt
+		}
+		ends[r] = end
+		evs = append(evs, ev{r.startAt, +1, r}, ev{end, -1, r})
+	}
+	// Ends sort before starts at the same instant.
+	sort.Slice(evs, func(i, j int) bool {
+		if !evs[i].at.Equal(evs[j].at) {
+			return evs[i].at.Before(evs[j].at)
+		}
+		return evs[i].delta < evs[j].delta
+	})
+	n, best, desc := 0, 0, ""
+	alive := map[*obsRun]bool{}
+	for _, e := range evs {
+		n += e.delta
+		if e.delta > 0 {
+			alive[e.r] = true
+		} else {
+			delete(alive, e.r)
+		}
+		if n > best {
+			best = n
+			var names []string
+			for r := range alive {
+				names = append(names, fmt.Sprintf("%s(%s %s %s..%s)", r.label, r.host, r.runID,
+					r.startAt.Format("15:04:05.000000"), ends[r].Format("15:04:05.000000")))
+			}
+			sort.Strings(names)
+			desc = fmt.Sprintf("at %s: %s", e.at.Format("15:04:05.000000"), strings.Join(names, ", "))
+		}
+	}
+	return best, desc
+}
+
+// cleanup kills what is left of every observed command (proven to be the
+// run's own: CREW_RUN_ID in its environment), then unblocks the readers of
+// FIFOs no command opened, then waits for every reader.
+func (o *observer) cleanup() {
+	o.mu.Lock()
+	all := slices.Clone(o.all)
+	o.mu.Unlock()
+	// A command whose gate the clean-up just opened ends by itself.
+	grace := time.After(500 * time.Millisecond)
+	for _, r := range all {
+		if r.hasStarted() {
+			select {
+			case <-r.done:
+			case <-grace:
+			}
+		}
+	}
+	for _, r := range all {
+		if !r.hasStarted() || r.isDone() || r.runID == "" {
+			continue
+		}
+		id := runIdentity(r.runID)
+		p, err := proveProc(r.pid, id)
+		if err != nil {
+			if !errors.Is(err, errGone) {
+				o.t.Logf("clean-up: observed command %s pid %d: %v", r.label, r.pid, err)
+			}
+			continue
+		}
+		st, err := readStat(r.pid)
+		if err == nil && p.alive() && st.pgrp > 1 {
+			if g, err := proveGroup(st.pgrp, id); err == nil {
+				o.t.Logf("clean-up: killing process group %d of observed command %s (run %s)", st.pgrp, r.label, r.runID)
+				_ = g.signal(syscall.SIGKILL)
+				g.release()
+			}
+		}
+		if p.alive() {
+			_ = p.signal(syscall.SIGKILL)
+		}
+		p.release()
+	}
+	for _, r := range all {
+		if r.hasStarted() || r.isDone() {
+			continue
+		}
+		// A reader blocked in open(2) waits for a writer: be one, briefly.
+		if fd, err := syscall.Open(r.fifo, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0); err == nil {
+			syscall.Close(fd)
+		}
+	}
+	for _, r := range all {
+		select {
+		case <-r.done:
+		case <-time.After(10 * time.Second):
+			// An orphaned grandchild (a sleep of at most 20 ms, or a
+			// process that escaped its group) may still hold the FIFO.
+			o.t.Logf("clean-up: observed command %s (run %s): its FIFO is still open", r.label, r.runID)
+		}
+	}
+}
+
+// wantCode fails unless r exited with one of codes.
+func wantCode(t *testing.T, r result, what string, codes ...int) {
+	t.Helper()
+	if !slices.Contains(codes, r.Code) {
+		t.Fatalf("%s: exit %d, want %v\nstdout: %s\nstderr: %s", what, r.Code, codes, r.Stdout, r.Stderr)
+	}
+}
+
+// shortErr is crew's stderr on one line, for logs.
+func shortErr(r result) string {
+	return string(bytes.TrimSpace([]byte(strings.ReplaceAll(r.Stderr, "\n", " | "))))
+}

@@ -1,0 +1,97 @@
+//go:build etcd
+
+package e2e
+
+// One table of behaviours, run against both backends (a local state root
+// and an etcd store), so that they cannot drift apart. Only what both must
+// do alike belongs here: a local run whose supervisor is SIGKILLed keeps
+// its slot while its command lives, an etcd run's command is killed by its
+// guard, so the case below ends the command itself before recovering.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var sharedCases = []struct {
+	name string
+	run  func(t *testing.T, f *fleet)
+}{
+	{"ExitCodePassthrough", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		r := f.run("h1", startArgs("seven", []string{"sh", "-c", "exit 7"})...)
+		wantCode(t, r, "crew start -- sh -c 'exit 7'", 7)
+		r = f.run("h1", startArgs("zero", []string{"true"})...)
+		wantCode(t, r, "crew start -- true", 0)
+	}},
+	{"RefusedAtCap", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		p, ob := f.victim("h1", "holder", nil)
+		r := f.run("h2", startArgs("other", []string{"true"})...)
+		wantCode(t, r, "a start at cap 1 with the slot held", 75)
+		_ = p
+		_ = ob
+	}},
+	{"TaskAlreadyActive", func(t *testing.T, f *fleet) {
+		f.initMax(2)
+		f.victim("h1", "same", nil)
+		r := f.run("h2", startArgs("same", []string{"true"})...)
+		wantCode(t, r, "a second start of an active task", 76)
+	}},
+	{"StatusShowsActiveRun", func(t *testing.T, f *fleet) {
+		f.initMax(2)
+		p, ob := f.victim("h1", "shown", nil)
+		s := f.status()
+		assert.Equal(t, 2, s.MaximumInProgress)
+		assert.Equal(t, 1, s.SlotsInUse)
+		require.Len(t, s.Active, 1, "%+v", s.Active)
+		a := s.Active[0]
+		assert.Equal(t, ob.runID, a.RunID)
+		assert.Equal(t, "shown", a.Task)
+		assert.Equal(t, "running", a.State)
+		assert.Equal(t, "h1", a.Host)
+		assert.Equal(t, p.cmd.Process.Pid, a.SupervisorPID)
+		assert.True(t, a.OwnerAlive, "ownerAlive")
+		assert.True(t, a.HoldsSlot, "holdsSlot")
+		st, err := readStat(ob.pid)
+		require.NoError(t, err)
+		assert.Equal(t, st.pgrp, a.PGID, "pgid is the command's process group")
+		assert.Empty(t, s.Queue)
+	}},
+	{"KilledSupervisorRecovered", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		gate, open := f.gate("victim")
+		cmd, ob := f.obs.gated("victim", gate)
+		p := f.start("h1", []string{"CREW_LEASE_TTL=2s"}, startArgs("victim", cmd)...)
+		ob.waitStarted(t, 20*time.Second)
+		require.NoError(t, p.cmd.Process.Kill()) // our own child
+		p.wait(t, 10*time.Second)
+		open()
+		ob.waitDone(t, 10*time.Second)
+		var rec fleetRun
+		eventually(t, 20*time.Second, "crew recover to finalize the run", func() bool {
+			f.recover("h2")
+			var ok bool
+			rec, ok = f.record(ob.runID)
+			return ok && rec.State == "interrupted"
+		})
+		assert.NotEmpty(t, rec.Reason)
+		assert.NotNil(t, rec.FinishedAt)
+		again := f.recover("h2")
+		assert.Zero(t, again.changes(), "recover converges: %+v", again.Items)
+		r := f.run("h3", startArgs("next", []string{"true"})...)
+		wantCode(t, r, "a start once the run is finalized", 0)
+	}},
+}
+
+func sharedSuite(t *testing.T, c *etcdCluster) {
+	for _, tc := range sharedCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Run("local", func(t *testing.T) { tc.run(t, newLocalFleet(t)) })
+			t.Run("etcd", func(t *testing.T) { tc.run(t, newEtcdFleet(t, c)) })
+		})
+	}
+}
