@@ -112,7 +112,7 @@ func (g *globalOptions) fleet() (fleetStore, error) {
 // notOnFleet refuses a command or flag the etcd backend does not have yet.
 func notOnFleet(what string) error {
 	return &usageError{fmt.Errorf("%s is not available with an etcd store yet (on etcd: crew init --max/--pool, "+
-		"crew start [--wait] [--pool] [--force] [--timeout], crew status [TASK|RUN-ID], crew stop, crew wait, crew logs, crew history, crew prune, crew recover); see README, \"Running across machines\"", what)}
+		"crew start [--wait] [--pool] [--force] [--timeout] [--detach], crew status [TASK|RUN-ID], crew stop, crew wait, crew logs, crew history, crew prune, crew recover); see README, \"Running across machines\"", what)}
 }
 
 // leaseTTL is crew start's --lease-ttl, else CREW_LEASE_TTL, else 10s.

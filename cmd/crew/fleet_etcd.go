@@ -61,6 +61,9 @@ func superviseDetached(args []string) int {
 	if err != nil {
 		return fail(&usageError{err})
 	}
+	// The handover pipe came through exec, so it is not close-on-exec:
+	// the guard and the command must not inherit it.
+	syscall.CloseOnExec(3)
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	surviveBrokenPipes()
