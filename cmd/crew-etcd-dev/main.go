@@ -52,7 +52,9 @@ func run(listen, peer, data string) error {
 	}
 	cfg := embed.NewConfig()
 	cfg.Dir = data
-	cfg.LogLevel = "error"
+	// "error" would still print etcd's own complaints about closing
+	// its listeners at Ctrl-C.
+	cfg.LogLevel = "fatal"
 	cu, pu := url.URL{Scheme: "http", Host: listen}, url.URL{Scheme: "http", Host: peer}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}

@@ -225,6 +225,7 @@ func (h *harness) runAll() (failed bool) {
 		// creation, for a while after mass deletions; docs/benchmarks.md).
 		{"queue", h.scenarioQueue},
 		{"rss", h.scenarioRSS},
+		{"etcd", h.scenarioEtcd},
 		{"correctness", h.scenarioCorrectness},
 		{"history", h.scenarioHistory},
 		{"recover", h.scenarioRecover},
