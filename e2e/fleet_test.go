@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,6 +54,7 @@ func TestFleet(t *testing.T) {
 	// Timing tests run alone, so that their margins are crew's, not the
 	// machine's.
 	t.Run("NoOverAdmission", func(t *testing.T) { fleetNoOverAdmission(t, c) })
+	t.Run("Racing100", func(t *testing.T) { fleetRacing100(t, c) })
 	t.Run("FIFO", func(t *testing.T) { fleetFIFO(t, c) })
 	t.Run("SupervisorKilled", func(t *testing.T) { fleetSupervisorKilled(t, c) })
 	t.Run("SupervisorStopped", func(t *testing.T) { fleetSupervisorStopped(t, c) })
@@ -352,6 +354,65 @@ func fleetPools(t *testing.T, c *etcdCluster) {
 	ob1.waitDone(t, 5*time.Second)
 	ob3.waitDone(t, 5*time.Second)
 	assert.True(t, ob1.endAt.Before(ob3.startAt), "d3 started (%s) after d1 ended (%s)", ob3.startAt, ob1.endAt)
+}
+
+// fleetRacing100: guarantee 1 at the scale. 100 starts from three
+// hosts, released at once, race for 3 slots; every admitted command holds
+// its slot on one gate until all the others have been refused, so the
+// overlap is forced, not hoped for: exactly 3 run, 97 exit 75, and the
+// observer never sees more than 3 at once.
+func fleetRacing100(t *testing.T, c *etcdCluster) {
+	f := newEtcdFleet(t, c)
+	const slots, starts = 3, 100
+	f.initMax(slots)
+	gate, open := f.gate("racing")
+	results := make([]result, starts)
+	errs := make([]error, starts)
+	var finished atomic.Int32
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	runs := make([]*obsRun, starts)
+	for i := range starts {
+		cmd, ob := f.obs.gated(fmt.Sprintf("r%d", i), gate)
+		runs[i] = ob
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-release
+			results[i], _, errs[i] = f.tryRunFor(120*time.Second, fleetHosts[i%3], nil, startArgs(fmt.Sprintf("race%d", i), cmd)...)
+			finished.Add(1)
+		}()
+	}
+	begin := time.Now()
+	close(release)
+	// The admitted hold their slots on the gate; the rest are refused.
+	// Wait until every start has either ended or started its command, so
+	// that an over-admission shows as more than 3 commands, not a hang.
+	eventually(t, 100*time.Second, "every start to be refused or to run its command", func() bool {
+		running := 0
+		for _, r := range runs {
+			if r.hasStarted() {
+				running++
+			}
+		}
+		return int(finished.Load())+running >= starts
+	})
+	refusedIn := time.Since(begin)
+	open()
+	wg.Wait()
+	admitted := 0
+	for i := range starts {
+		require.NoError(t, errs[i])
+		wantCode(t, results[i], fmt.Sprintf("start %d", i), 0, 75)
+		if results[i].Code == 0 {
+			admitted++
+		}
+	}
+	most, when := f.obs.maxConcurrent()
+	t.Logf("%d admitted, %d refused within %s; at most %d commands at once (%s)", admitted, starts-admitted, refusedIn.Round(time.Millisecond), most, when)
+	assert.Equal(t, slots, admitted, "with every admitted command held on the gate, exactly the cap is admitted")
+	assert.LessOrEqual(t, most, slots, "over-admitted: %s", when)
+	assert.Equal(t, slots, most, "the slots were never all held at once: the test proves nothing")
 }
 
 // fleetNoOverAdmission: guarantee 1. Eighteen starts on three hosts race
