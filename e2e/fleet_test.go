@@ -136,11 +136,15 @@ func fleetContract(t *testing.T, c *etcdCluster) {
 	wantCode(t, r, "crew logs of the detached run", 0)
 	assert.Equal(t, "detached-out\n", r.Stdout)
 
+	// --tag prefixes crew's copy of each line, not the log's.
+	r = f.run("h1", startArgs("tagged", []string{"echo", "tagged-out"}, "--tag")...)
+	wantCode(t, r, "crew start --tag", 0)
+	assert.Equal(t, "tagged\ttagged-out\n", r.Stdout)
+	assert.Equal(t, "tagged-out\n", f.run("h1", "logs", "tagged").Stdout)
+
 	// Not available with an etcd store: exit 64, saying so.
 	for _, args := range [][]string{
 		startArgs("retried", []string{"true"}, "--retries", "1"),
-		startArgs("tagged", []string{"true"}, "--tag"),
-		startArgs("capped", []string{"true"}, "--log-max", "1MiB"),
 	} {
 		r := f.run("h1", args...)
 		wantCode(t, r, fmt.Sprintf("crew %v on etcd", args), 64)

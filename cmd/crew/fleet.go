@@ -19,12 +19,13 @@ import (
 // It is linked only into a crew built with -tags etcd (fleet_etcd.go), so
 // the local default never pays the etcd client's start-up cost.
 type fleetStore interface {
-	Init(maxInProgress int, setMax bool, pools []dispatch.PoolChange) (*dispatch.InitResult, error)
+	Init(maxInProgress int, setMax bool, pools []dispatch.PoolChange, changes ...dispatch.ConfigChange) (*dispatch.InitResult, error)
 	Start(req dispatch.StartRequest, leaseTTL time.Duration) (record.RunID, error)
 	Status(taskFilter string) (*dispatch.Snapshot, error)
 	Recover(opts recovery.Options) (*recovery.Report, error)
 	History(q dispatch.HistoryQuery) (*dispatch.History, error)
 	Prune(opts recovery.PruneOptions) (*recovery.PruneReport, error)
+	PruneConfigured(dryRun bool) (*recovery.PruneReport, error)
 	// LogHere says whether a run's log is on this host (in the local
 	// state root), and where it is if not.
 	LogHere(id record.RunID) error
@@ -111,8 +112,8 @@ func (g *globalOptions) fleet() (fleetStore, error) {
 
 // notOnFleet refuses a command or flag the etcd backend does not have yet.
 func notOnFleet(what string) error {
-	return &usageError{fmt.Errorf("%s is not available with an etcd store yet (on etcd: crew init --max/--pool, "+
-		"crew start [--wait] [--pool] [--force] [--timeout] [--detach], crew status [TASK|RUN-ID], crew stop, crew wait, crew logs, crew history, crew prune, crew recover); see README, \"Running across machines\"", what)}
+	return &usageError{fmt.Errorf("%s is not available with an etcd store yet (on etcd: crew init --max/--pool/--retain/--retain-for/--log-max, "+
+		"crew start [--wait] [--pool] [--force] [--timeout] [--detach] [--tag] [--log-max], crew status [TASK|RUN-ID], crew stop, crew wait, crew logs, crew history, crew prune, crew recover); see README, \"Running across machines\"", what)}
 }
 
 // leaseTTL is crew start's --lease-ttl, else CREW_LEASE_TTL, else 10s.
@@ -137,7 +138,7 @@ func (o *startOptions) leaseTTLFor(cmd *cobra.Command) (time.Duration, error) {
 // fleetUnsupported names the first flag of crew start the etcd backend
 // does not have yet.
 func (o *startOptions) fleetUnsupported(cmd *cobra.Command) string {
-	for _, name := range []string{"retries", "retry-delay", "tag", "log-max"} {
+	for _, name := range []string{"retries", "retry-delay"} {
 		if cmd.Flags().Changed(name) {
 			return "crew start --" + name
 		}

@@ -90,7 +90,7 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 		return &usageError{fmt.Errorf("--group and --no-group do not go together")}
 	}
 	if o.storeURL() != "" {
-		for _, name := range []string{"group", "no-group", "retain", "retain-for", "log-max", "lock-timeout"} {
+		for _, name := range []string{"group", "no-group"} {
 			if cmd.Flags().Changed(name) {
 				return notOnFleet("crew init --" + name)
 			}
@@ -102,7 +102,11 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	}
 	if fl != nil {
 		defer fl.Close()
-		return o.runFleet(fl, pools, s)
+		changes, err := o.initExtras.changes(cmd)
+		if err != nil {
+			return err
+		}
+		return o.runFleet(fl, pools, changes, s)
 	}
 	d, err := o.dispatcher()
 	if err != nil {
@@ -126,8 +130,8 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 }
 
 // runFleet is crew init on an etcd store: the cap and the pools.
-func (o *initOptions) runFleet(fl fleetStore, pools []dispatch.PoolChange, s streams) error {
-	res, err := fl.Init(o.max, o.maxSet, pools)
+func (o *initOptions) runFleet(fl fleetStore, pools []dispatch.PoolChange, changes []dispatch.ConfigChange, s streams) error {
+	res, err := fl.Init(o.max, o.maxSet, pools, changes...)
 	if err != nil {
 		return err
 	}

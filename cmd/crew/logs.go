@@ -58,7 +58,7 @@ func (o *logsOptions) run(arg string, s streams) error {
 	if err != nil {
 		return err
 	}
-	return o.show(d, d, id, s)
+	return o.show(d, d, d.OpenLog, id, s)
 }
 
 // runFleet is crew logs on an etcd store: a run's log is on the host that
@@ -75,14 +75,20 @@ func (o *logsOptions) runFleet(fl fleetStore, arg string, s streams) error {
 	if err != nil {
 		return err
 	}
-	return o.show(dispatch.New(root), fl, id, s)
+	v, err := fl.Run(id)
+	var logMax int64
+	if err == nil {
+		logMax = v.LogMax // the record is in etcd, the log here
+	}
+	d := dispatch.New(root)
+	return o.show(d, fl, func(id record.RunID) *runstore.LogReader { return d.Store.NewLogReader(id, logMax) }, id, s)
 }
 
-// show prints run id's log from d's state root; runs (the store the run
-// is recorded in) says when it is over.
-func (o *logsOptions) show(d *dispatch.Dispatcher, runs runOps, id record.RunID, s streams) error {
+// show prints run id's log from d's state root, read through open; runs
+// (the store the run is recorded in) says when it is over.
+func (o *logsOptions) show(d *dispatch.Dispatcher, runs runOps, open func(record.RunID) *runstore.LogReader, id record.RunID, s streams) error {
 	if !o.follow {
-		r := d.OpenLog(id)
+		r := open(id)
 		defer r.Close()
 		_, err := r.Copy(s.Out)
 		if errors.Is(err, os.ErrNotExist) {
@@ -90,7 +96,7 @@ func (o *logsOptions) show(d *dispatch.Dispatcher, runs runOps, id record.RunID,
 		}
 		return err
 	}
-	return o.follow1(d, runs, id, s)
+	return o.follow1(d, runs, open, id, s)
 }
 
 // noLogError is a run without a log file: exit 1.
@@ -100,7 +106,7 @@ func (e *noLogError) Error() string { return e.msg }
 
 // follow1 copies the log as it grows until the run is final and the log
 // fully read.
-func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, id record.RunID, s streams) error {
+func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, open func(record.RunID) *runstore.LogReader, id record.RunID, s streams) error {
 	done := make(chan *record.Run, 1)
 	errc := make(chan error, 1)
 	go func() {
@@ -125,7 +131,7 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, id record.Run
 			switch f, err := d.Store.OpenLog(id); {
 			case err == nil:
 				f.Close()
-				r = d.OpenLog(id)
+				r = open(id)
 			case !errors.Is(err, os.ErrNotExist):
 				// Something other than a log is at its name (a link, a
 				// FIFO): never followed, never waited on.

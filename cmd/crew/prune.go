@@ -93,7 +93,7 @@ func (o *pruneOptions) prune(configured bool, opts recovery.PruneOptions) (*reco
 	if fl != nil {
 		defer fl.Close()
 		if configured {
-			return nil, &usageError{fmt.Errorf("an etcd store has no configured retention yet: give crew prune --older-than D and/or --keep N")}
+			return fl.PruneConfigured(opts.DryRun)
 		}
 		return fl.Prune(opts)
 	}

@@ -165,7 +165,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	}
 	if fl != nil {
 		defer fl.Close()
-		return o.runFleet(cmd, fl, args, dash, sigs, s)
+		return o.runFleet(cmd, fl, args, dash, logMax, sigs, s)
 	}
 	if cmd.Flags().Changed("lease-ttl") {
 		return &usageError{fmt.Errorf("--lease-ttl is for an etcd store (--store or CREW_STORE); a local run's slot is held by a lock that dies with its processes")}
@@ -228,7 +228,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 }
 
 // runFleet is crew start on an etcd store.
-func (o *startOptions) runFleet(cmd *cobra.Command, fl fleetStore, args []string, dash int, sigs chan os.Signal, s streams) error {
+func (o *startOptions) runFleet(cmd *cobra.Command, fl fleetStore, args []string, dash int, logMax int64, sigs chan os.Signal, s streams) error {
 	ttl, err := o.leaseTTLFor(cmd)
 	if err != nil {
 		return err
@@ -255,11 +255,13 @@ func (o *startOptions) runFleet(cmd *cobra.Command, fl fleetStore, args []string
 			WaitTimeout: o.wait.timeout,
 			OnWait:      view.update,
 			Timeout:     o.timeout,
+			LogMax:      logMax,
 			Parent:      parentRun(),
 		},
 		Grace:   o.grace,
 		Stdin:   stdin,
 		Detach:  o.detach,
+		Tag:     o.tag,
 		Stdout:  s.Out,
 		Stderr:  s.Err,
 		Env:     os.Environ(),

@@ -447,8 +447,20 @@ func (o *statusOptions) printWaiting(s streams, q *dispatch.QueueView) error {
 func (o *statusOptions) runFleet(fl fleetStore, args []string, s streams) error {
 	task := ""
 	if len(args) == 1 {
-		if record.LooksLikeRunID(args[0]) {
-			v, err := fl.Run(record.RunID(args[0]))
+		id := record.RunID(args[0])
+		if record.IsShortID(args[0]) {
+			// A run's short id, or else a task's name.
+			got, err := fl.Resolve(args[0])
+			var ambiguous *dispatch.AmbiguousError
+			if errors.As(err, &ambiguous) {
+				return err
+			}
+			if err == nil && got.HasShort(args[0]) {
+				id = got
+			}
+		}
+		if record.LooksLikeRunID(string(id)) {
+			v, err := fl.Run(id)
 			if err != nil {
 				return err
 			}
@@ -457,9 +469,6 @@ func (o *statusOptions) runFleet(fl fleetStore, args []string, s streams) error 
 			}
 			printRun(s.Out, screenFor(s.Out, o.getenv), v, time.Now())
 			return nil
-		}
-		if record.IsShortID(args[0]) {
-			return notOnFleet("crew status SHORT-ID")
 		}
 		if err := record.ValidateTask(args[0]); err != nil {
 			return &usageError{err}

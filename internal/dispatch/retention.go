@@ -22,6 +22,16 @@ func SetRetainFor(d time.Duration) ConfigChange { return func(c *record.Config) 
 // SetLogMax sets the default log cap; 0 removes it.
 func SetLogMax(n int64) ConfigChange { return func(c *record.Config) { c.LogMax = n } }
 
+// CheckChanges validates config changes the way crew init does, for
+// every backend.
+func CheckChanges(changes ...ConfigChange) error {
+	var probe record.Config
+	for _, c := range changes {
+		c(&probe)
+	}
+	return checkChange(probe)
+}
+
 func checkChange(c record.Config) error {
 	switch {
 	case c.Retain < 0:
@@ -112,6 +122,9 @@ type RetentionView struct {
 	RetainFor        string `json:"retainFor"`
 	RetainForSeconds int64  `json:"retainForSeconds"`
 }
+
+// RetentionOf is cfg's retention as status shows it, for every backend.
+func RetentionOf(cfg record.Config) RetentionView { return retentionView(cfg) }
 
 func retentionView(cfg record.Config) RetentionView {
 	v := RetentionView{Retain: cfg.Retain}

@@ -358,6 +358,7 @@ func (s *starter) reserve(ctx context.Context, v *view, u admission.Usage, verdi
 		Command: s.req.Command, Dir: s.req.Dir, Host: s.f.Host, CreatedAt: now, SupervisorPID: os.Getpid(),
 		Forced: verdict.Forced, Pool: s.req.Pool, Parent: s.req.Parent,
 		SlotsInUse: u.InUse, MaximumInProgress: v.cfg.MaximumInProgress, Timeout: record.Duration(s.req.Timeout),
+		LogMax: s.logMax(v.cfg),
 	}
 	if s.ticket != nil {
 		rec.QueuedAt = &s.ticket.CreatedAt
@@ -560,4 +561,15 @@ func (f *Fleet) stopAsked(id record.RunID) error {
 		return nil
 	}
 	return &supervise.SignalledError{Signal: syscall.Signal(req.Signo), By: req.Who()}
+}
+
+// logMax is the run's log cap: crew start --log-max, else the config's.
+func (s *starter) logMax(cfg record.Config) int64 {
+	switch {
+	case s.req.LogMax == dispatch.LogMaxNone:
+		return 0
+	case s.req.LogMax > 0:
+		return s.req.LogMax
+	}
+	return cfg.LogMax
 }

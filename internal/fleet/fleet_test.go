@@ -426,3 +426,37 @@ func TestStopFromAnotherHost(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, record.Stopped, rec.State)
 }
+
+func TestFinishingPrunesLazilyUnderTheConfiguredRetention(t *testing.T) {
+	f := open(t)
+	_, err := f.Init(4, true, nil, dispatch.SetRetain(2))
+	require.NoError(t, err)
+	var ids []record.RunID
+	for range 4 {
+		id, err := f.Start(startReq("t", "true"), MinLeaseTTL)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	h, err := f.History(dispatch.HistoryQuery{})
+	require.NoError(t, err)
+	require.Len(t, h.Runs, 2, "each finish removes what the retention lets go")
+	assert.Equal(t, ids[3], h.Runs[0].RunID)
+	assert.Equal(t, ids[2], h.Runs[1].RunID)
+	_, err = f.Run(ids[0])
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+func TestResolveShortIDs(t *testing.T) {
+	f := open(t)
+	id, err := f.Start(startReq("short", "true"), MinLeaseTTL)
+	require.NoError(t, err)
+	got, err := f.Resolve(id.Short())
+	require.NoError(t, err)
+	assert.Equal(t, id, got)
+	got, err = f.Resolve("short")
+	require.NoError(t, err)
+	assert.Equal(t, id, got, "a task names its newest run")
+	_, err = f.Resolve("deadbeef")
+	var nf *dispatch.NotFoundError
+	require.ErrorAs(t, err, &nf, "neither a run's short id nor a task")
+}

@@ -19,12 +19,15 @@ import (
 // Init writes the fleet's config: the same meaning as crew init on a state
 // root. The write is a compare-and-swap on the config key's revision, so
 // two concurrent inits never lose one's change.
-func (f *Fleet) Init(maxInProgress int, setMax bool, pools []dispatch.PoolChange) (*dispatch.InitResult, error) {
+func (f *Fleet) Init(maxInProgress int, setMax bool, pools []dispatch.PoolChange, changes ...dispatch.ConfigChange) (*dispatch.InitResult, error) {
 	if err := dispatch.CheckInit(maxInProgress, setMax, pools); err != nil {
 		return nil, err
 	}
+	if err := dispatch.CheckChanges(changes...); err != nil {
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
-		res, done, err := f.initOnce(maxInProgress, setMax, pools)
+		res, done, err := f.initOnce(maxInProgress, setMax, pools, changes)
 		if err != nil || done {
 			return res, err
 		}
@@ -34,7 +37,7 @@ func (f *Fleet) Init(maxInProgress int, setMax bool, pools []dispatch.PoolChange
 	}
 }
 
-func (f *Fleet) initOnce(maxInProgress int, setMax bool, pools []dispatch.PoolChange) (*dispatch.InitResult, bool, error) {
+func (f *Fleet) initOnce(maxInProgress int, setMax bool, pools []dispatch.PoolChange, changes []dispatch.ConfigChange) (*dispatch.InitResult, bool, error) {
 	ctx, cancel := f.ctx()
 	defer cancel()
 	key := f.k.config()
@@ -63,8 +66,11 @@ func (f *Fleet) initOnce(maxInProgress int, setMax bool, pools []dispatch.PoolCh
 		cfg.MaximumInProgress = maxInProgress
 	}
 	cfg.Pools = dispatch.ApplyPools(cfg.Pools, pools)
+	for _, c := range changes {
+		c(&cfg)
+	}
 	res.New, res.Pools, res.Config = cfg.MaximumInProgress, cfg.Pools, cfg
-	if res.Existed && !setMax && len(pools) == 0 {
+	if res.Existed && !setMax && len(pools) == 0 && len(changes) == 0 {
 		return res, true, nil
 	}
 	b, err := cfg.Encode()
@@ -94,6 +100,7 @@ func (f *Fleet) Status(taskFilter string) (*dispatch.Snapshot, error) {
 		MaximumInProgress: v.cfg.MaximumInProgress, SlotsInUse: u.InUse,
 		Active: []dispatch.RunView{}, Finished: []dispatch.RunView{}, Problems: []dispatch.Problem{},
 		Queue: []dispatch.QueueView{}, Pools: []dispatch.PoolView{},
+		Retention: dispatch.RetentionOf(v.cfg), LogMax: v.cfg.LogMax,
 	}
 	if v.cfgErr != nil {
 		snap.MaximumInProgress = 0
@@ -274,6 +281,7 @@ func (f *Fleet) Prune(opts recovery.PruneOptions) (*recovery.PruneReport, error)
 				pr.Bytes = int64(len(prev[0].Value))
 				if r, err := decodeRun(prev[0].Value); err == nil {
 					pr.Task = r.Task
+					f.removeLog(r.RunID, r.Host)
 				}
 			}
 		}
@@ -395,4 +403,69 @@ func (f *Fleet) quarantine(a activeRun) error {
 	_, err = f.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(a.key), "=", a.modRev)).
 		Then(clientv3.OpPut(f.quarantineKey(a.key), string(get.Kvs[0].Value)), clientv3.OpDelete(a.key)).Commit()
 	return f.wrap("quarantine "+a.key, err)
+}
+
+// lazyPruneMax bounds the finished runs one finishing run removes under
+// the configured retention: the cost of a finish stays flat, and crew
+// prune does the rest.
+const lazyPruneMax = 8
+
+// pruneLazily removes up to lazyPruneMax of the oldest finished runs that
+// the configured retention (crew init --retain, --retain-for) lets go, from the finish-order index's oldest
+// end: two range reads and a transaction per removed run, whatever the
+// history's size.
+func (f *Fleet) pruneLazily() {
+	ctx, cancel := f.ctx()
+	defer cancel()
+	got, err := f.cli.Get(ctx, f.k.config())
+	if err != nil || len(got.Kvs) == 0 {
+		return
+	}
+	cfg, err := record.DecodeConfig(got.Kvs[0].Value)
+	if err != nil {
+		return
+	}
+	p := recovery.PolicyOf(cfg)
+	if p.KeepsEverything() {
+		return
+	}
+	count, err := f.cli.Get(ctx, f.k.finishedPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return
+	}
+	resp, err := f.cli.Get(ctx, f.k.finishedPrefix(), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(lazyPruneMax))
+	if err != nil {
+		return
+	}
+	now := f.now()
+	for i, kv := range resp.Kvs {
+		key := string(kv.Key)
+		when, id, _ := strings.Cut(strings.TrimPrefix(key, f.k.finishedPrefix()), "/")
+		at, err := time.Parse("20060102T150405.000000000Z", when)
+		newer := count.Count - int64(i) - 1 // finished after this one
+		if err != nil || (p.KeepNewest >= 0 && newer < int64(p.KeepNewest)) || (p.OlderThan >= 0 && now.Sub(at) < p.OlderThan) {
+			return // oldest first: the rest are kept too
+		}
+		if _, err := f.cli.Txn(ctx).Then(clientv3.OpDelete(f.k.done(record.RunID(id))), clientv3.OpDelete(key)).Commit(); err != nil {
+			return
+		}
+		var e finishEntry
+		_ = json.Unmarshal(kv.Value, &e)
+		f.removeLog(record.RunID(id), e.Host)
+	}
+}
+
+// PruneConfigured is crew prune without flags: the configured retention.
+func (f *Fleet) PruneConfigured(dryRun bool) (*recovery.PruneReport, error) {
+	ctx, cancel := f.ctx()
+	v, err := f.read(ctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if v.cfgErr != nil {
+		return nil, v.cfgErr
+	}
+	return f.Prune(recovery.PruneOptions{Policy: recovery.PolicyOf(v.cfg), DryRun: dryRun})
 }

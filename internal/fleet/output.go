@@ -11,6 +11,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
 // output copies the command's stdout and stderr to crew's own streams
@@ -19,8 +20,10 @@ import (
 // copy to that stream stops, the command's output is not lost, and the
 // command is not stopped by a full pipe.
 type output struct {
-	log   *os.File
+	log   logSink
 	logMu sync.Mutex
+	// tags, with --tag, prefix the lines on crew's streams.
+	tags []supervise.TagWriter
 	// child are the write ends the command gets; parent's read ends are
 	// copied by one goroutine each.
 	child [2]*os.File
@@ -32,22 +35,46 @@ type output struct {
 // newOutput creates the run's log in this host's local state root and the
 // two pipes. Without a local root (none could be found), output goes to
 // crew's streams only.
-func newOutput(logs *runstore.Store, id record.RunID, stdout, stderr io.Writer, warn func(string)) (*output, error) {
+func newOutput(logs *runstore.Store, rec *record.Run, stdout, stderr io.Writer, tag string, warn func(string)) (*output, error) {
+	id := rec.RunID
 	o := &output{warn: warn}
 	if logs != nil {
 		if err := logs.Ensure(); err != nil {
 			return nil, fmt.Errorf("the local state root for run %s's log: %w", id, err)
 		}
-		f, warning, err := logs.CreateLog(id)
+		var warning string
+		var err error
+		if rec.LogMax > 0 {
+			var w *runstore.LogWriter
+			w, warning, err = logs.CreateCappedLog(id, rec.LogMax)
+			if err == nil {
+				o.log = cappedLog{w}
+			}
+		} else {
+			var f *os.File
+			f, warning, err = logs.CreateLog(id)
+			if err == nil {
+				o.log = plainLog{f}
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
 		if warning != "" {
 			warn(warning)
 		}
-		o.log = f
 	}
-	for i, w := range []io.Writer{stdout, stderr} {
+	streams := []io.Writer{stdout, stderr}
+	if tag != "" {
+		for i, w := range streams {
+			if w != nil {
+				t := supervise.NewTagWriter(w, tag)
+				o.tags = append(o.tags, t)
+				streams[i] = t
+			}
+		}
+	}
+	for i, w := range streams {
 		r, cw, err := os.Pipe()
 		if err != nil {
 			o.closeChild()
@@ -90,7 +117,7 @@ func (o *output) toLog(b []byte) {
 	o.logMu.Lock()
 	defer o.logMu.Unlock()
 	if _, err := o.log.Write(b); err != nil && !errors.Is(err, os.ErrClosed) {
-		o.log.Close()
+		_ = o.log.finish()
 		o.log = nil
 		o.warn(fmt.Sprintf("writing the run's log failed (%v); its output is no longer logged", err))
 	}
@@ -110,11 +137,39 @@ func (o *output) closeChild() {
 // gone) and makes the log durable.
 func (o *output) finish() {
 	o.wg.Wait()
+	for _, t := range o.tags {
+		_ = t.Flush()
+	}
 	o.logMu.Lock()
 	defer o.logMu.Unlock()
 	if o.log != nil {
-		_ = o.log.Sync()
-		o.log.Close()
+		if err := o.log.finish(); err != nil {
+			o.warn(fmt.Sprintf("finishing the run's log failed: %v", err))
+		}
 		o.log = nil
 	}
 }
+
+// logSink is the run's log: a plain file, or a capped log (--log-max).
+type logSink interface {
+	io.Writer
+	// finish makes the log durable and closes it (a capped log is put
+	// together into one file first).
+	finish() error
+}
+
+type plainLog struct{ f *os.File }
+
+func (l plainLog) Write(b []byte) (int, error) { return l.f.Write(b) }
+func (l plainLog) finish() error {
+	err := l.f.Sync()
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+type cappedLog struct{ w *runstore.LogWriter }
+
+func (l cappedLog) Write(b []byte) (int, error) { return l.w.Write(b) }
+func (l cappedLog) finish() error               { return l.w.Close() }

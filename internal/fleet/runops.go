@@ -4,6 +4,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,7 +32,10 @@ func (f *Fleet) Resolve(arg string) (record.RunID, error) {
 		return id, nil
 	}
 	if record.IsShortID(arg) {
-		return "", &dispatch.UsageError{Err: fmt.Errorf("%s: short run ids are not available with an etcd store yet; give the whole run id or the task", arg)}
+		if id, err := f.resolveShort(arg); err == nil || !errors.As(err, new(*dispatch.NotFoundError)) {
+			return id, err
+		}
+		// No run has that short id: it may be a task's name.
 	}
 	if err := record.ValidateTask(arg); err != nil {
 		return "", &dispatch.UsageError{Err: err}
@@ -321,4 +325,57 @@ func (f *Fleet) LogHere(id record.RunID) error {
 		return &RemoteLogError{RunID: id, Host: v.Host, Path: path}
 	}
 	return nil
+}
+
+// maxCandidates is how many runs an ambiguous short id lists.
+const maxCandidates = 10
+
+// resolveShort finds the run whose id's random part begins with short,
+// among the active, waiting and finished runs.
+func (f *Fleet) resolveShort(short string) (record.RunID, error) {
+	ctx, cancel := f.ctx()
+	v, err := f.read(ctx)
+	cancel()
+	if err != nil {
+		return "", err
+	}
+	var cands []dispatch.Candidate
+	seen := map[record.RunID]bool{}
+	add := func(id record.RunID, task, state string) {
+		if !seen[id] && id.HasShort(short) {
+			seen[id] = true
+			cands = append(cands, dispatch.Candidate{ID: id, Task: task, State: state})
+		}
+	}
+	for _, a := range v.active {
+		if a.rec != nil {
+			add(a.id, a.rec.Task, string(a.rec.State))
+		}
+	}
+	for _, q := range v.queue {
+		add(q.t.RunID, q.t.Task, "waiting")
+	}
+	ctx, cancel = f.ctx()
+	resp, err := f.cli.Get(ctx, f.k.finishedPrefix(), clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return "", f.wrap("read the finished runs", err)
+	}
+	for _, kv := range resp.Kvs {
+		_, id, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), f.k.finishedPrefix()), "/")
+		var e finishEntry
+		_ = json.Unmarshal(kv.Value, &e)
+		add(record.RunID(id), e.Task, string(e.State))
+	}
+	switch len(cands) {
+	case 0:
+		return "", &dispatch.NotFoundError{Err: fmt.Errorf("no run %s in etcd store %s", short, f.Loc.URL)}
+	case 1:
+		return cands[0].ID, nil
+	}
+	e := &dispatch.AmbiguousError{Arg: short, Candidates: cands}
+	if len(cands) > maxCandidates {
+		e.Candidates, e.More = cands[:maxCandidates], len(cands)-maxCandidates
+	}
+	return "", e
 }

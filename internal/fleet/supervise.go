@@ -84,7 +84,11 @@ func (r *run) supervise() error {
 	s.lease.onRenew(extend)
 	extend(s.lease.deadline()) // renewals that came in while the guard started
 
-	r.out, err = newOutput(r.s.f.Logs, r.rec.RunID, s.req.Stdout, s.req.Stderr, s.req.Warn)
+	tag := ""
+	if s.req.Tag {
+		tag = r.rec.Task + "\t"
+	}
+	r.out, err = newOutput(r.s.f.Logs, r.rec, s.req.Stdout, s.req.Stderr, tag, s.req.Warn)
 	if err != nil {
 		_ = r.g.End()
 		return r.crewFailed(err)
@@ -335,6 +339,7 @@ func (r *run) finish(ws syscall.WaitStatus, leaseStop string, endErr error) erro
 	if err := r.writeFinal(); err != nil {
 		return err
 	}
+	r.s.f.pruneLazily()
 	if leaseStop != "" {
 		r.s.req.Warn(leaseStop)
 	}

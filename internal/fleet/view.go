@@ -165,11 +165,13 @@ type finishEntry struct {
 	Task     string       `json:"task"`
 	State    record.State `json:"state"`
 	ExitCode *int         `json:"exitCode"`
+	// Host ran the run and keeps its log.
+	Host string `json:"host,omitempty"`
 }
 
 // finalOps write final record r (encoded as b) and its index entry.
 func (f *Fleet) finalOps(r *record.Run, b []byte) []clientv3.Op {
-	e, _ := json.Marshal(finishEntry{Task: r.Task, State: r.State, ExitCode: r.ExitCode})
+	e, _ := json.Marshal(finishEntry{Task: r.Task, State: r.State, ExitCode: r.ExitCode, Host: r.Host})
 	return []clientv3.Op{clientv3.OpPut(f.k.done(r.RunID), string(b)), clientv3.OpPut(f.k.finished(r), string(e))}
 }
 
@@ -183,4 +185,12 @@ func (f *Fleet) holds(key string, b []byte) (int64, bool) {
 		return 0, false
 	}
 	return resp.Kvs[0].ModRevision, true
+}
+
+// removeLog removes the local log of a finished run that this host ran;
+// the log of a run another host ran is that host's.
+func (f *Fleet) removeLog(id record.RunID, host string) {
+	if f.Logs != nil && host == f.Host {
+		_ = f.Logs.RemoveFinished(id) // no local record: just its log
+	}
 }

@@ -22,6 +22,16 @@ type tagWriter struct {
 	buf     []byte
 }
 
+// TagWriter is a stream whose lines are prefixed with a tag (crew start
+// --tag) for another backend's supervisor; Flush ends a partial last line.
+type TagWriter interface {
+	io.Writer
+	Flush() error
+}
+
+// NewTagWriter prefixes every whole line written to w with tag.
+func NewTagWriter(w io.Writer, tag string) TagWriter { return newTagWriter(w, tag) }
+
 func newTagWriter(w io.Writer, tag string) *tagWriter {
 	return &tagWriter{w: w, tag: []byte(tag)}
 }
