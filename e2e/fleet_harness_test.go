@@ -171,8 +171,9 @@ func (f *fleet) initMax(n int, pools ...string) {
 // fleetRun is a run as `crew status --json` shows it, with its host.
 type fleetRun struct {
 	runJSON
-	Host string `json:"host"`
-	Pool string `json:"pool"`
+	Host     string            `json:"host"`
+	Pool     string            `json:"pool"`
+	Attempts []json.RawMessage `json:"attempts"`
 }
 
 type fleetStatus struct {

@@ -142,14 +142,16 @@ func fleetContract(t *testing.T, c *etcdCluster) {
 	assert.Equal(t, "tagged\ttagged-out\n", r.Stdout)
 	assert.Equal(t, "tagged-out\n", f.run("h1", "logs", "tagged").Stdout)
 
+	// --retries runs a failed command again under the same lease.
+	r = f.run("h1", startArgs("retried", []string{"sh", "-c", "echo try; exit 4"}, "--retries", "1", "--retry-delay", "0s")...)
+	wantCode(t, r, "crew start --retries 1", 4)
+	assert.Equal(t, "try\ntry\n", r.Stdout)
+	assert.Equal(t, 2, len(f.finalRecord(f.status().Finished[0].RunID, 10*time.Second).Attempts), "both attempts are in the record")
+
 	// Not available with an etcd store: exit 64, saying so.
-	for _, args := range [][]string{
-		startArgs("retried", []string{"true"}, "--retries", "1"),
-	} {
-		r := f.run("h1", args...)
-		wantCode(t, r, fmt.Sprintf("crew %v on etcd", args), 64)
-		assert.Contains(t, r.Stderr, "not available with an etcd store", "crew %v: the message says why", args)
-	}
+	r = f.run("h1", "init", "--group", "nobody")
+	wantCode(t, r, "crew init --group on etcd", 64)
+	assert.Contains(t, r.Stderr, "not available with an etcd store", "the message says why")
 	// The rest of the run-level commands work on etcd.
 	for _, args := range [][]string{{"history"}, {"wait", "contract"}, {"stop", "contract"}, {"prune", "--dry-run", "--keep", "5"}} {
 		r := f.run("h1", args...)

@@ -113,7 +113,7 @@ func (g *globalOptions) fleet() (fleetStore, error) {
 // notOnFleet refuses a command or flag the etcd backend does not have yet.
 func notOnFleet(what string) error {
 	return &usageError{fmt.Errorf("%s is not available with an etcd store yet (on etcd: crew init --max/--pool/--retain/--retain-for/--log-max, "+
-		"crew start [--wait] [--pool] [--force] [--timeout] [--detach] [--tag] [--log-max], crew status [TASK|RUN-ID], crew stop, crew wait, crew logs, crew history, crew prune, crew recover); see README, \"Running across machines\"", what)}
+		"crew start (every flag), crew status [TASK|RUN-ID], crew stop, crew wait, crew logs, crew history, crew prune, crew recover); see README, \"Running across machines\"", what)}
 }
 
 // leaseTTL is crew start's --lease-ttl, else CREW_LEASE_TTL, else 10s.
@@ -136,12 +136,5 @@ func (o *startOptions) leaseTTLFor(cmd *cobra.Command) (time.Duration, error) {
 }
 
 // fleetUnsupported names the first flag of crew start the etcd backend
-// does not have yet.
-func (o *startOptions) fleetUnsupported(cmd *cobra.Command) string {
-	for _, name := range []string{"retries", "retry-delay"} {
-		if cmd.Flags().Changed(name) {
-			return "crew start --" + name
-		}
-	}
-	return ""
-}
+// does not have (none, now that --retries works there too).
+func (o *startOptions) fleetUnsupported(cmd *cobra.Command) string { return "" }

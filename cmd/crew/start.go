@@ -256,6 +256,8 @@ func (o *startOptions) runFleet(cmd *cobra.Command, fl fleetStore, args []string
 			OnWait:      view.update,
 			Timeout:     o.timeout,
 			LogMax:      logMax,
+			Retries:     o.retries,
+			RetryDelay:  o.retryDelay,
 			Parent:      parentRun(),
 		},
 		Grace:   o.grace,

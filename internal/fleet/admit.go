@@ -358,7 +358,7 @@ func (s *starter) reserve(ctx context.Context, v *view, u admission.Usage, verdi
 		Command: s.req.Command, Dir: s.req.Dir, Host: s.f.Host, CreatedAt: now, SupervisorPID: os.Getpid(),
 		Forced: verdict.Forced, Pool: s.req.Pool, Parent: s.req.Parent,
 		SlotsInUse: u.InUse, MaximumInProgress: v.cfg.MaximumInProgress, Timeout: record.Duration(s.req.Timeout),
-		LogMax: s.logMax(v.cfg),
+		LogMax: s.logMax(v.cfg), Retries: s.req.Retries, RetryDelay: record.Duration(s.req.RetryDelay),
 	}
 	if s.ticket != nil {
 		rec.QueuedAt = &s.ticket.CreatedAt

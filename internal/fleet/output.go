@@ -25,11 +25,12 @@ type output struct {
 	// tags, with --tag, prefix the lines on crew's streams.
 	tags []supervise.TagWriter
 	// child are the write ends the command gets; parent's read ends are
-	// copied by one goroutine each.
-	child [2]*os.File
-	wg    sync.WaitGroup
-	warn  func(string)
-	once  sync.Once
+	// copied by one goroutine each, to streams (crew's, tagged if asked).
+	child   [2]*os.File
+	streams []io.Writer
+	wg      sync.WaitGroup
+	warn    func(string)
+	once    sync.Once
 }
 
 // newOutput creates the run's log in this host's local state root and the
@@ -74,17 +75,24 @@ func newOutput(logs *runstore.Store, rec *record.Run, stdout, stderr io.Writer, 
 			}
 		}
 	}
-	for i, w := range streams {
+	o.streams = streams
+	return o, nil
+}
+
+// attach makes the two pipes of one attempt of the command and starts
+// copying them; the write ends are in child until closeChild.
+func (o *output) attach() error {
+	for i, w := range o.streams {
 		r, cw, err := os.Pipe()
 		if err != nil {
 			o.closeChild()
-			return nil, fmt.Errorf("make the output pipes of run %s: %w", id, err)
+			return fmt.Errorf("make the output pipes: %w", err)
 		}
 		o.child[i] = cw
 		o.wg.Add(1)
 		go o.copy(r, w)
 	}
-	return o, nil
+	return nil
 }
 
 func (o *output) copy(r *os.File, w io.Writer) {
@@ -126,16 +134,22 @@ func (o *output) toLog(b []byte) {
 // closeChild closes the parent's copies of the write ends, once the
 // command has them.
 func (o *output) closeChild() {
-	for _, f := range o.child {
+	for i, f := range o.child {
 		if f != nil {
 			f.Close()
+			o.child[i] = nil
 		}
 	}
 }
 
+// drain waits until one attempt's output is copied: its whole process
+// group is gone.
+func (o *output) drain() { o.wg.Wait() }
+
 // finish waits until the output is drained (the command's whole group is
 // gone) and makes the log durable.
 func (o *output) finish() {
+	o.closeChild()
 	o.wg.Wait()
 	for _, t := range o.tags {
 		_ = t.Flush()
@@ -173,3 +187,7 @@ type cappedLog struct{ w *runstore.LogWriter }
 
 func (l cappedLog) Write(b []byte) (int, error) { return l.w.Write(b) }
 func (l cappedLog) finish() error               { return l.w.Close() }
+
+// note writes one line of crew's own into the log (where a retry's
+// attempt begins), not to crew's streams.
+func (o *output) note(line string) { o.toLog([]byte(line)) }

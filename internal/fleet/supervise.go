@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,8 +42,9 @@ type run struct {
 
 	// guardGone: the guard exited before the run ended (someone killed
 	// it): the command is killed, since nothing else would stop it with
-	// the lease.
-	guardGone atomic.Bool
+	// the lease. ending: the attempt is over and its guard told to end.
+	guardGone, ending atomic.Bool
+	gmu               sync.Mutex // guards g, which each attempt replaces
 
 	// Why the command is being stopped, if it is: a signal crew received,
 	// or the lease about to run out.
@@ -72,50 +74,86 @@ func (r *run) supervise() error {
 	if err != nil {
 		return r.crewFailed(fmt.Errorf("find crew's own executable for the lease guard: %w", err))
 	}
-	r.g, err = leaseguard.Start(leaseguard.Options{Exe: exe, Args: []string{GuardArg}, Deadline: s.lease.deadline(), Stderr: os.Stderr})
-	if err != nil {
-		return r.crewFailed(fmt.Errorf("start the lease guard: %w", err))
-	}
-	extend := func(d time.Duration) {
-		if err := r.g.Extend(d); errors.Is(err, leaseguard.ErrGone) {
-			r.guardGone.Store(true)
+	s.lease.onRenew(func(d time.Duration) {
+		if g := r.guard(); g != nil {
+			if err := g.Extend(d); errors.Is(err, leaseguard.ErrGone) && !r.ending.Load() {
+				r.guardGone.Store(true)
+			}
 		}
-	}
-	s.lease.onRenew(extend)
-	extend(s.lease.deadline()) // renewals that came in while the guard started
-
+	})
 	tag := ""
 	if s.req.Tag {
 		tag = r.rec.Task + "\t"
 	}
 	r.out, err = newOutput(r.s.f.Logs, r.rec, s.req.Stdout, s.req.Stderr, tag, s.req.Warn)
 	if err != nil {
-		_ = r.g.End()
 		return r.crewFailed(err)
 	}
+	for n := 1; ; n++ {
+		ws, leaseStop, err := r.attempt(exe, n)
+		if err != nil {
+			r.out.finish()
+			return err
+		}
+		e := r.endingOf(ws, leaseStop)
+		if e.state != record.Failed || leaseStop != "" || n >= r.rec.MaxAttempts() {
+			r.out.finish()
+			return r.finish(e, leaseStop)
+		}
+		if stopped := r.between(n, e); stopped != nil {
+			r.out.finish()
+			return r.finish(*stopped, "")
+		}
+	}
+}
+
+// guard is the current attempt's lease guard.
+func (r *run) guard() *leaseguard.Guard {
+	r.gmu.Lock()
+	defer r.gmu.Unlock()
+	return r.g
+}
+
+// attempt runs the command once under a lease guard of its own, and
+// returns how it ended.
+func (r *run) attempt(exe string, n int) (syscall.WaitStatus, string, error) {
+	s := r.s
+	g, err := leaseguard.Start(leaseguard.Options{Exe: exe, Args: []string{GuardArg}, Deadline: s.lease.deadline(), Stderr: os.Stderr})
+	if err != nil {
+		return 0, "", r.crewFailed(fmt.Errorf("start the lease guard: %w", err))
+	}
+	r.gmu.Lock()
+	r.g = g
+	r.gmu.Unlock()
+	r.ending.Store(false)
+	r.guardGone.Store(false)
+	_ = g.Extend(s.lease.deadline()) // renewals that came in while the guard started
 	if err := r.launch(); err != nil {
-		_ = r.g.End()
-		return r.launchFailed(err)
+		_ = g.End()
+		return 0, "", r.launchFailed(err)
 	}
 	// The guard must have been alive when the command joined its group,
 	// or nothing would kill the command with the lease.
-	if err := r.g.Confirm(); err != nil {
+	if err := g.Confirm(); err != nil {
 		_ = r.cmd.Process.Kill()
 		_ = r.cmd.Wait()
-		_ = r.g.End()
-		r.out.finish()
-		return r.crewFailed(fmt.Errorf("the lease guard did not confirm the command's group (%v); killed the command", err))
+		_ = g.End()
+		return 0, "", r.crewFailed(fmt.Errorf("the lease guard did not confirm the command's group (%v); killed the command", err))
 	}
-	r.recordRunning()
+	r.recordRunning(n)
 	if r.onRunning != nil {
 		r.onRunning()
+		r.onRunning = nil
 	}
-	ws, stopReason := r.wait()
+	ws, leaseStop := r.wait()
 	// Whatever the command left in its group goes with it: no process
 	// of the run may outlive the lease that its slot is.
-	endErr := r.g.End()
-	r.out.finish()
-	return r.finish(ws, stopReason, endErr)
+	r.ending.Store(true)
+	if err := g.End(); err != nil {
+		s.req.Warn(fmt.Sprintf("the lease guard of run %s: %v", r.rec.RunID, err))
+	}
+	r.out.drain()
+	return ws, leaseStop, nil
 }
 
 // launch starts the command in the guard's process group.
@@ -125,12 +163,15 @@ func (r *run) launch() error {
 	c.Dir = rec.Dir
 	c.Env = append(withoutCrewVars(req.Env),
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, "CREW_STORE="+r.s.f.Loc.URL)
+	if err := r.out.attach(); err != nil {
+		return err
+	}
 	c.Stdin, c.Stdout, c.Stderr = req.Stdin, r.out.child[0], r.out.child[1]
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: r.g.Pgid()}
 	err := c.Start()
 	r.out.closeChild()
 	if err != nil {
-		r.out.finish()
+		r.out.drain()
 		return err
 	}
 	r.cmd = c
@@ -179,13 +220,20 @@ func (r *run) write(ops ...clientv3.Op) error {
 
 // recordRunning records that the command started. If etcd does not take
 // it, the command runs on: the final record says what happened.
-func (r *run) recordRunning() {
+func (r *run) recordRunning(n int) {
 	now := r.s.f.now()
 	r.rec.State = record.Running
-	r.rec.StartedAt = &now
 	r.rec.TaskPID = r.cmd.Process.Pid
 	r.rec.PGID = r.g.Pgid()
-	r.rec.AddEvent(now, "started: pid %d in process group %d (led by its lease guard, pid %d)", r.rec.TaskPID, r.rec.PGID, r.g.PID())
+	if r.rec.Retries > 0 {
+		r.rec.Attempts = append(r.rec.Attempts, record.Attempt{Number: n, StartedAt: now, PID: r.rec.TaskPID})
+	}
+	if n == 1 {
+		r.rec.StartedAt = &now
+		r.rec.AddEvent(now, "started: pid %d in process group %d (led by its lease guard, pid %d)", r.rec.TaskPID, r.rec.PGID, r.g.PID())
+	} else {
+		r.rec.AddEvent(now, "attempt %d of %d started: pid %d in process group %d", n, r.rec.MaxAttempts(), r.rec.TaskPID, r.rec.PGID)
+	}
 	if err := r.write(); err != nil {
 		r.s.req.Warn(fmt.Sprintf("could not record that run %s started (%v); it runs on", r.rec.RunID, err))
 	}
@@ -294,48 +342,113 @@ func (r *run) signalGroup(sig syscall.Signal) {
 	}
 }
 
-// finish makes the record final and frees the slot: the final record is
-// in etcd before the lease (the owner key) is revoked.
-func (r *run) finish(ws syscall.WaitStatus, leaseStop string, endErr error) error {
-	now := r.s.f.now()
-	code, state, reason := 0, record.Succeeded, ""
-	var result error
+// ending is how one attempt ended.
+type ending struct {
+	state    record.State
+	code     int
+	signal   string
+	reason   string
+	timedOut bool
+}
+
+// endingOf says how the attempt that exited with ws ended.
+func (r *run) endingOf(ws syscall.WaitStatus, leaseStop string) ending {
+	e := ending{state: record.Succeeded}
 	switch {
 	case ws.Signaled():
-		code = 128 + int(ws.Signal())
-		r.rec.Signal = supervise.SignalName(ws.Signal())
-		state, reason = record.Failed, "killed by "+r.rec.Signal
-		if r.stopSig != 0 && leaseStop == "" {
-			state, reason = record.Stopped, "stopped: crew received "+supervise.SignalName(r.stopSig)
+		e.code, e.signal = 128+int(ws.Signal()), supervise.SignalName(ws.Signal())
+		e.state, e.reason = record.Failed, "killed by "+e.signal
+		if r.stopSig != 0 && leaseStop == "" && !r.timedOut {
+			e.state, e.reason = record.Stopped, "stopped: crew received "+supervise.SignalName(r.stopSig)
 		}
-		result = &supervise.ExitError{RunID: r.rec.RunID, Code: code}
 	default:
-		code = ws.ExitStatus()
-		if code != 0 {
-			state, reason = record.Failed, fmt.Sprintf("exited with status %d", code)
-			if r.stopSig != 0 && leaseStop == "" {
-				state, reason = record.Stopped, fmt.Sprintf("stopped: crew received %s; exited with status %d", supervise.SignalName(r.stopSig), code)
+		e.code = ws.ExitStatus()
+		if e.code != 0 {
+			e.state, e.reason = record.Failed, fmt.Sprintf("exited with status %d", e.code)
+			if r.stopSig != 0 && leaseStop == "" && !r.timedOut {
+				e.state, e.reason = record.Stopped, fmt.Sprintf("stopped: crew received %s; exited with status %d", supervise.SignalName(r.stopSig), e.code)
 			}
-			result = &supervise.ExitError{RunID: r.rec.RunID, Code: code}
 		}
 	}
 	if r.timedOut && leaseStop == "" {
-		code, state = 124, record.Failed
-		reason = fmt.Sprintf("timed out after %s: crew sent SIGTERM to process group %d", duration.Format(time.Duration(r.rec.Timeout)), r.g.Pgid())
-		r.rec.TimedOut = true
-		result = &supervise.ExitError{RunID: r.rec.RunID, Code: code}
+		e.code, e.state, e.timedOut = 124, record.Failed, true
+		e.reason = fmt.Sprintf("timed out after %s: crew sent SIGTERM to process group %d", duration.Format(time.Duration(r.rec.Timeout)), r.g.Pgid())
 	}
-	if r.stopReq != nil && leaseStop == "" && code != 0 {
-		state, reason = record.Stopped, r.stopReq.Describe(r.g.Pgid())
+	if r.stopReq != nil && leaseStop == "" && e.code != 0 {
+		e.state, e.reason = record.Stopped, r.stopReq.Describe(r.g.Pgid())
 	}
-	if leaseStop != "" && code != 0 {
+	if leaseStop != "" && e.code != 0 {
 		// The lease, not the command, ended the run.
-		state, reason = record.Failed, leaseStop
+		e.state, e.reason = record.Failed, leaseStop
 	}
-	if endErr != nil {
-		r.s.req.Warn(fmt.Sprintf("the lease guard of run %s: %v", r.rec.RunID, endErr))
+	return e
+}
+
+// endAttempt records how the latest attempt ended, in a run with retries.
+func (r *run) endAttempt(e ending) {
+	a := r.rec.Attempt()
+	if a == nil || a.EndedAt != nil {
+		return
 	}
-	r.rec.Finish(state, now, &code, reason)
+	now, code := r.s.f.now(), e.code
+	a.EndedAt, a.ExitCode, a.Signal, a.TimedOut, a.Reason = &now, &code, e.signal, e.timedOut, e.reason
+}
+
+// between ends failed attempt n and waits --retry-delay before the next:
+// the run keeps its slot (its lease) all along. A stop meanwhile (crew
+// stop, a signal crew received) ends the run as stopped: that ending is
+// returned.
+func (r *run) between(n int, e ending) *ending {
+	delay := time.Duration(r.rec.RetryDelay)
+	r.endAttempt(e)
+	r.rec.TaskPID, r.rec.PGID = 0, 0
+	r.rec.AddEvent(r.s.f.now(), "attempt %d of %d: %s; next attempt in %s", n, r.rec.MaxAttempts(), e.reason, duration.Format(delay))
+	if err := r.write(); err != nil {
+		r.s.req.Warn(fmt.Sprintf("could not record attempt %d of run %s (%v); it goes on", n, r.rec.RunID, err))
+	}
+	after := fmt.Sprintf("exit %d", e.code)
+	switch {
+	case e.timedOut:
+		after = fmt.Sprintf("timing out (%s)", duration.Format(time.Duration(r.rec.Timeout)))
+	case e.signal != "":
+		after = e.signal
+	}
+	line := fmt.Sprintf("attempt %d of %d after %s", n+1, r.rec.MaxAttempts(), after)
+	if delay > 0 {
+		line += ", in " + duration.Format(delay)
+	}
+	r.s.req.Note(line)
+	r.stopSig, r.stopReq, r.timedOut, r.escalated = 0, nil, false, false
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stops := r.s.f.stopWatch(ctx, r.rec.RunID)
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	how := fmt.Sprintf("while waiting to retry (attempt %d of %d: %s); no command was running", n, r.rec.MaxAttempts(), e.reason)
+	select {
+	case <-t.C:
+		r.out.note(fmt.Sprintf("crew: attempt %d of %d\n", n+1, r.rec.MaxAttempts()))
+		return nil
+	case sig := <-r.s.req.Signals:
+		s, _ := sig.(syscall.Signal)
+		return &ending{state: record.Stopped, code: 128 + int(s), signal: supervise.SignalName(s),
+			reason: fmt.Sprintf("crew received %s %s", supervise.SignalName(s), how)}
+	case req := <-stops:
+		s := syscall.Signal(req.Signo)
+		return &ending{state: record.Stopped, code: 128 + int(s), signal: supervise.SignalName(s),
+			reason: fmt.Sprintf("stopped by %s %s", req.Who(), how)}
+	case <-r.s.lease.expired:
+		return &ending{state: record.Failed, code: 125, reason: fmt.Sprintf("the run's lease expired while waiting to retry (attempt %d of %d: %s)", n, r.rec.MaxAttempts(), e.reason)}
+	}
+}
+
+// finish makes the record final and frees the slot: the final record is
+// in etcd before the lease (the owner key) is revoked.
+func (r *run) finish(e ending, leaseStop string) error {
+	r.endAttempt(e)
+	r.rec.Signal, r.rec.TimedOut = e.signal, e.timedOut
+	code := e.code
+	r.rec.Finish(e.state, r.s.f.now(), &code, e.reason)
 	if err := r.writeFinal(); err != nil {
 		return err
 	}
@@ -343,7 +456,10 @@ func (r *run) finish(ws syscall.WaitStatus, leaseStop string, endErr error) erro
 	if leaseStop != "" {
 		r.s.req.Warn(leaseStop)
 	}
-	return result
+	if code != 0 {
+		return &supervise.ExitError{RunID: r.rec.RunID, Code: code}
+	}
+	return nil
 }
 
 // finalWriteFor bounds how long a supervisor that cannot reach etcd keeps
