@@ -94,35 +94,7 @@ func (f *fleet) command(host string, extraEnv []string, args ...string) *exec.Cm
 // spawn starts crew on host in the background; the test's cleanup kills
 // it (our own child) if it still runs. Any goroutine may call it.
 func (f *fleet) spawn(host string, extraEnv []string, args ...string) (*proc, error) {
-	cmd := f.command(host, extraEnv, args...)
-	p := &proc{cmd: cmd, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.errb
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start crew %v: %w", args, err)
-	}
-	go func() {
-		err := cmd.Wait()
-		p.res = result{Stdout: p.out.String(), Stderr: p.errb.String()}
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			p.res.Code = ee.ExitCode()
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				p.res.Code = 128 + int(ws.Signal())
-			}
-		}
-		close(p.done)
-	}()
-	f.t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			// Continue it first, in case the test stopped it.
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p, nil
+	return startProc(f.t, f.command(host, extraEnv, args...), args)
 }
 
 // start is spawn from the test's goroutine.

@@ -260,7 +260,13 @@ func (e *env) start(extraEnv []string, args ...string) *proc {
 
 // tryStart is start for any goroutine: it never fails the test itself.
 func (e *env) tryStart(extraEnv []string, args ...string) (*proc, error) {
-	cmd := e.command(extraEnv, args...)
+	return startProc(e.t, e.command(extraEnv, args...), args)
+}
+
+// startProc starts cmd (crew with args) in the background; the test's
+// cleanup kills it (our own child) if it still runs. Any goroutine may
+// call it.
+func startProc(t *testing.T, cmd *exec.Cmd, args []string) (*proc, error) {
 	p := &proc{cmd: cmd, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.errb
 	if err := cmd.Start(); err != nil {
@@ -278,11 +284,13 @@ func (e *env) tryStart(extraEnv []string, args ...string) (*proc, error) {
 		}
 		close(p.done)
 	}()
-	e.t.Cleanup(func() {
+	t.Cleanup(func() {
 		select {
 		case <-p.done:
 		default:
 			// Our own child: os.Process signals it and nobody else.
+			// Continued first, in case the test stopped it.
+			_ = cmd.Process.Signal(syscall.SIGCONT)
 			_ = cmd.Process.Kill()
 			<-p.done
 		}

@@ -134,7 +134,3 @@ func (o *startOptions) leaseTTLFor(cmd *cobra.Command) (time.Duration, error) {
 	}
 	return ttl, nil
 }
-
-// fleetUnsupported names the first flag of crew start the etcd backend
-// does not have (none, now that --retries works there too).
-func (o *startOptions) fleetUnsupported(cmd *cobra.Command) string { return "" }

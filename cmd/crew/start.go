@@ -14,6 +14,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 type startOptions struct {
@@ -156,24 +157,11 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	surviveBrokenPipes()
 
-	if what := o.fleetUnsupported(cmd); what != "" && o.storeURL() != "" {
-		return notOnFleet(what)
-	}
-	fl, err := o.fleet()
+	start, recordRefusal, done, err := o.store(cmd)
 	if err != nil {
 		return err
 	}
-	if fl != nil {
-		defer fl.Close()
-		return o.runFleet(cmd, fl, args, dash, logMax, sigs, s)
-	}
-	if cmd.Flags().Changed("lease-ttl") {
-		return &usageError{fmt.Errorf("--lease-ttl is for an etcd store (--store or CREW_STORE); a local run's slot is held by a lock that dies with its processes")}
-	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return err
-	}
+	defer done()
 	wd, err := os.Getwd()
 	if err != nil {
 		return fmt.Errorf("find the working directory: %w", err)
@@ -184,7 +172,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if o.detach {
 		stdin = nil
 	}
-	runID, err := d.Start(dispatch.StartRequest{
+	runID, err := start(dispatch.StartRequest{
 		AdmitRequest: dispatch.AdmitRequest{
 			Task:        args[0],
 			Command:     args[dash:],
@@ -216,7 +204,9 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	var refused *dispatch.RefusedError
 	if errors.As(err, &refused) {
 		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
-		d.RecordRefusal(args[0], refused, exitCodeFor(err))
+		if recordRefusal != nil {
+			recordRefusal(args[0], refused, exitCodeFor(err))
+		}
 	}
 	if o.detach && err == nil {
 		if o.json {
@@ -227,59 +217,28 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	return aboutTask(args[0], err)
 }
 
-// runFleet is crew start on an etcd store.
-func (o *startOptions) runFleet(cmd *cobra.Command, fl fleetStore, args []string, dash int, logMax int64, sigs chan os.Signal, s streams) error {
-	ttl, err := o.leaseTTLFor(cmd)
+// store is where crew start admits the run: the etcd store (with its lease
+// TTL; refusals are not logged there) or the local state root.
+func (o *startOptions) store(cmd *cobra.Command) (start func(dispatch.StartRequest) (record.RunID, error),
+	recordRefusal func(string, *dispatch.RefusedError, int), done func(), err error) {
+	fl, err := o.fleet()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return fmt.Errorf("find the working directory: %w", err)
-	}
-	view := newWaitView(s.Err, args[0], o.quiet)
-	defer view.close()
-	stdin := s.In
-	if o.detach {
-		stdin = nil
-	}
-	runID, err := fl.Start(dispatch.StartRequest{
-		AdmitRequest: dispatch.AdmitRequest{
-			Task:        args[0],
-			Command:     args[dash:],
-			Dir:         wd,
-			Pool:        o.pool,
-			Force:       o.force,
-			LockTimeout: o.lockTimeout,
-			Wait:        o.wait.set,
-			WaitTimeout: o.wait.timeout,
-			OnWait:      view.update,
-			Timeout:     o.timeout,
-			LogMax:      logMax,
-			Retries:     o.retries,
-			RetryDelay:  o.retryDelay,
-			Parent:      parentRun(),
-		},
-		Grace:   o.grace,
-		Stdin:   stdin,
-		Detach:  o.detach,
-		Tag:     o.tag,
-		Stdout:  s.Out,
-		Stderr:  s.Err,
-		Env:     os.Environ(),
-		Signals: sigs,
-		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termSafe(w)) },
-		Note:    view.note,
-	}, ttl)
-	var refused *dispatch.RefusedError
-	if errors.As(err, &refused) {
-		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
-	}
-	if o.detach && err == nil {
-		if o.json {
-			return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})
+	if fl != nil {
+		ttl, err := o.leaseTTLFor(cmd)
+		if err != nil {
+			fl.Close()
+			return nil, nil, nil, err
 		}
-		fmt.Fprintln(s.Out, runID)
+		return func(r dispatch.StartRequest) (record.RunID, error) { return fl.Start(r, ttl) }, nil, func() { fl.Close() }, nil
 	}
-	return aboutTask(args[0], err)
+	if cmd.Flags().Changed("lease-ttl") {
+		return nil, nil, nil, &usageError{fmt.Errorf("--lease-ttl is for an etcd store (--store or CREW_STORE); a local run's slot is held by a lock that dies with its processes")}
+	}
+	d, err := o.dispatcher()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return d.Start, d.RecordRefusal, func() {}, nil
 }

@@ -206,7 +206,7 @@ func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time)
 		}
 		state := activeState(r)
 		rows = append(rows, []cell{{text: r.RunID.Short()}, {text: quoteTask(r.Task)}, {text: state, color: stateColor(state)},
-			{text: shortDuration(now.Sub(since))}, {text: dashIfEmpty(r.Pool)}, {text: pidOrDash(r.TaskPID)}, {text: shellQuote(r.Command)}})
+			{text: shortDuration(now.Sub(since))}, {text: dashIfEmpty(r.Pool)}, {text: termSafe(r.Host)}, {text: pidOrDash(r.TaskPID)}, {text: shellQuote(r.Command)}})
 		switch {
 		case r.Orphaned:
 			notes = append(notes, fmt.Sprintf("%s: orphaned: its supervisor (pid %d) is gone; the command still runs and holds its slot", r.RunID.Short(), r.SupervisorPID))
@@ -225,12 +225,19 @@ func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time)
 		}
 	}
 	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24}, {title: "STATE"}, {title: "FOR"},
-		{title: "POOL", min: 6}, {title: "PID", right: true}, {title: "COMMAND", flex: true}}
-	if !pools {
-		cols = append(cols[:4], cols[5:]...)
+		{title: "POOL", min: 6}, {title: "HOST", min: 4, max: 24}, {title: "PID", right: true}, {title: "COMMAND", flex: true}}
+	drop := func(c int) {
+		cols = append(cols[:c], cols[c+1:]...)
 		for i := range rows {
-			rows[i] = append(rows[i][:4], rows[i][5:]...)
+			rows[i] = append(rows[i][:c], rows[i][c+1:]...)
 		}
+	}
+	// On an etcd store runs are on many hosts (and a pid is a pid there).
+	if !strings.HasPrefix(snap.Root, "etcd://") {
+		drop(5)
+	}
+	if !pools {
+		drop(4)
 	}
 	sc.table(w, cols, rows)
 	for _, n := range notes {
