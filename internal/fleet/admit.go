@@ -64,6 +64,13 @@ func (n holderNote) String() string {
 	return fmt.Sprintf("crew process %d on host %s since %s", n.PID, n.Host, n.Since.Local().Format(time.DateTime))
 }
 
+// holderNote is the write that says who holds the admission lock, for a
+// start that times out waiting for it; it rides on the first read.
+func (s *starter) holderNote() clientv3.Op {
+	note, _ := json.Marshal(holderNote{Host: s.f.Host, PID: os.Getpid(), Since: s.f.now()})
+	return clientv3.OpPut(s.f.k.admissionHolder(), string(note), clientv3.WithLease(s.lease.id))
+}
+
 // lock takes the admission mutex within req.LockTimeout.
 func (s *starter) lock(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.req.LockTimeout)
@@ -71,15 +78,6 @@ func (s *starter) lock(ctx context.Context) error {
 	err := s.mu.Lock(ctx)
 	switch {
 	case err == nil:
-		note, _ := json.Marshal(holderNote{Host: s.f.Host, PID: os.Getpid(), Since: s.f.now()})
-		pctx, pcancel := s.f.ctx()
-		defer pcancel()
-		_, err = s.f.cli.Txn(pctx).If(s.mu.IsOwner()).
-			Then(clientv3.OpPut(s.f.k.admissionHolder(), string(note), clientv3.WithLease(s.lease.id))).Commit()
-		if err != nil {
-			s.unlock()
-			return s.f.wrap("take the admission lock", err)
-		}
 		return nil
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
 		return &LockTimeoutError{URL: s.f.Loc.URL, Waited: s.req.LockTimeout, Holder: s.f.lockHolder()}
@@ -264,7 +262,7 @@ func (s *starter) attempt(ctx context.Context) (*reserved, *attemptResult, error
 	defer s.unlock()
 	rctx, cancel := s.f.ctx()
 	defer cancel()
-	v, err := s.f.read(rctx)
+	v, err := s.f.read(rctx, s.holderNote())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/crew-dev/crew/internal/admission"
@@ -54,18 +55,22 @@ const maxValueBytes = 1 << 20
 
 // read takes a snapshot of the config, the active set with its owners,
 // and the queue.
-func (f *Fleet) read(ctx context.Context) (*view, error) {
-	resp, err := f.cli.Txn(ctx).Then(
+func (f *Fleet) read(ctx context.Context, writes ...clientv3.Op) (*view, error) {
+	// Writes that go with the read (the admission lock's holder note)
+	// share its round trip; they come first, the four reads after.
+	ops := append(writes,
 		clientv3.OpGet(f.k.config()),
 		clientv3.OpGet(f.k.activePrefix(), clientv3.WithPrefix()),
 		clientv3.OpGet(f.k.ownerPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(f.k.queuePrefix(), clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-	).Commit()
+	)
+	txn, err := f.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, f.wrap("read the active set", err)
 	}
-	v := &view{rev: resp.Header.Revision, cfg: record.DefaultConfig()}
+	resp := struct{ Responses []*etcdserverpb.ResponseOp }{txn.Responses[len(writes):]}
+	v := &view{rev: txn.Header.Revision, cfg: record.DefaultConfig()}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		v.cfgExists = true
 		if cfg, err := record.DecodeConfig(kvs[0].Value); err != nil {
