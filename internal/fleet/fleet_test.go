@@ -460,3 +460,35 @@ func TestResolveShortIDs(t *testing.T) {
 	var nf *dispatch.NotFoundError
 	require.ErrorAs(t, err, &nf, "neither a run's short id nor a task")
 }
+
+// A start that cannot get the admission lock in time says who holds it.
+func TestLockTimeoutNamesTheHolder(t *testing.T) {
+	f := open(t)
+	holder, err := f.grant(5 * time.Second)
+	require.NoError(t, err)
+	defer holder.release()
+	sess, err := concurrency.NewSession(f.cli, concurrency.WithLease(holder.id))
+	require.NoError(t, err)
+	h := &starter{f: f, req: startReq("x", "true"), lease: holder, sess: sess, mu: concurrency.NewMutex(sess, f.k.admissionLock())}
+	require.NoError(t, h.lock(context.Background()))
+	_, err = f.read(context.Background(), h.holderNote())
+	require.NoError(t, err)
+
+	req := startReq("y", "true")
+	req.LockTimeout = 300 * time.Millisecond
+	_, err = f.Start(req, MinLeaseTTL)
+	var timeout *LockTimeoutError
+	require.ErrorAs(t, err, &timeout)
+	assert.Contains(t, err.Error(), "timed out after 300ms waiting for the admission lock of etcd store "+f.Loc.URL)
+	assert.Contains(t, err.Error(), fmt.Sprintf("held by crew process %d on host h1", os.Getpid()))
+	h.unlock()
+}
+
+func TestStopRefusesSIGSTOP(t *testing.T) {
+	f := open(t)
+	r := putActive(t, f, "a", record.Running)
+	_, err := f.Stop(r.RunID, dispatch.StopOptions{Signal: syscall.SIGSTOP, Grace: time.Second})
+	var usage *dispatch.UsageError
+	require.ErrorAs(t, err, &usage)
+	assert.Contains(t, err.Error(), "crew stop --signal SIGSTOP is refused on an etcd store: it would freeze the run's lease guard too")
+}
