@@ -9,6 +9,8 @@ package e2e
 // guard, so the case below ends the command itself before recovering.
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +86,74 @@ var sharedCases = []struct {
 		assert.Zero(t, again.changes(), "recover converges: %+v", again.Items)
 		r := f.run("h3", startArgs("next", []string{"true"})...)
 		wantCode(t, r, "a start once the run is finalized", 0)
+	}},
+	{"StopAndWait", func(t *testing.T, f *fleet) {
+		f.initMax(2)
+		p, ob := f.victim("h1", "stoppable", nil)
+		w := f.start("h3", nil, "wait", ob.runID)
+		r := f.run("h2", "stop", "--grace", "2s", ob.runID)
+		wantCode(t, r, "crew stop from another invocation", 0)
+		wantCode(t, p.wait(t, 20*time.Second), "the stopped crew start", 143)
+		wantCode(t, w.wait(t, 20*time.Second), "crew wait of the stopped run", 143)
+		rec := f.finalRecord(ob.runID, 10*time.Second)
+		assert.Equal(t, "stopped", rec.State)
+		assert.Contains(t, rec.Reason, "stopped by crew stop")
+		r = f.run("h2", "stop", ob.runID)
+		wantCode(t, r, "crew stop of a finished run", 0)
+		assert.Contains(t, r.Stderr, "had already finished")
+	}},
+	{"TimeoutAndRetries", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		r := f.run("h1", startArgs("slow", []string{"sleep", "30"}, "--timeout", "300ms", "--grace", "1s", "--retries", "1", "--retry-delay", "0s")...)
+		wantCode(t, r, "crew start --timeout --retries", 124)
+		rec := f.finalRecord(f.status().Finished[0].RunID, 10*time.Second)
+		assert.Equal(t, "failed", rec.State)
+		assert.Len(t, rec.Attempts, 2, "both attempts timed out and are recorded")
+		assert.Contains(t, rec.Reason, "timed out after 300ms")
+	}},
+	{"DetachWaitLogs", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		r := f.run("h1", startArgs("bg", []string{"sh", "-c", "echo from-bg; exit 3"}, "--detach")...)
+		wantCode(t, r, "crew start --detach", 0)
+		id := strings.TrimSpace(r.Stdout)
+		wantCode(t, f.run("h2", "wait", id), "crew wait of the detached run", 3)
+		r = f.run("h1", "logs", id)
+		wantCode(t, r, "crew logs on the host that ran it", 0)
+		assert.Equal(t, "from-bg\n", r.Stdout)
+	}},
+	{"HistoryAndPrune", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		for _, c := range []string{"exit 0", "exit 2", "exit 0"} {
+			f.run("h1", startArgs("hist", []string{"sh", "-c", c})...)
+		}
+		var h struct {
+			Runs []fleetRun `json:"runs"`
+		}
+		r := f.run("h2", "history", "--json", "hist")
+		wantCode(t, r, "crew history", 0)
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &h))
+		require.Len(t, h.Runs, 3)
+		assert.Equal(t, 0, *h.Runs[0].ExitCode, "newest finish first")
+		assert.Equal(t, 2, *h.Runs[1].ExitCode)
+		r = f.run("h2", "history", "--json", "--failed")
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &h))
+		require.Len(t, h.Runs, 1)
+		r = f.run("h3", "prune", "--keep", "1")
+		wantCode(t, r, "crew prune --keep 1", 0)
+		assert.Contains(t, r.Stdout, "removed 2 finished run(s)")
+		r = f.run("h2", "history", "--json")
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &h))
+		assert.Len(t, h.Runs, 1)
+	}},
+	{"Pools", func(t *testing.T, f *fleet) {
+		f.initMax(3, "deploy=1")
+		f.victim("h1", "deploy-a", nil, "--pool", "deploy")
+		r := f.run("h2", startArgs("deploy-b", []string{"true"}, "--pool", "deploy")...)
+		wantCode(t, r, "a second start in a full pool", 75)
+		assert.Contains(t, r.Stderr, `pool "deploy" is full`)
+		r = f.run("h2", startArgs("x", []string{"true"}, "--pool", "nope")...)
+		wantCode(t, r, "a start in an unknown pool", 64)
+		assert.Contains(t, r.Stderr, `unknown pool "nope"`)
 	}},
 }
 
