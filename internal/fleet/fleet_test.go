@@ -3,8 +3,10 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -26,6 +28,7 @@ import (
 	"github.com/crew-dev/crew/internal/leaseguard"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/supervise"
 )
 
@@ -65,7 +68,7 @@ func freePort() (string, error) {
 func startEtcd(dir string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
-	cfg.LogLevel = "error"
+	cfg.LogLevel = "fatal" // "error" still prints etcd's complaints about its own shutdown
 	client, err := freePort()
 	if err != nil {
 		return nil, err
@@ -491,4 +494,30 @@ func TestStopRefusesSIGSTOP(t *testing.T) {
 	var usage *dispatch.UsageError
 	require.ErrorAs(t, err, &usage)
 	assert.Contains(t, err.Error(), "crew stop --signal SIGSTOP is refused on an etcd store: it would freeze the run's lease guard too")
+}
+
+// The run's log is kept on this host, capped as on a state root, and
+// --tag prefixes crew's copy of the output only.
+func TestOutputIsLoggedCappedAndTagged(t *testing.T) {
+	f := open(t)
+	f.Logs = runstore.New(t.TempDir())
+	var out bytes.Buffer
+	req := startReq("chatty", "sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done")
+	req.Stdout, req.Stderr, req.Tag, req.LogMax = &out, io.Discard, true, record.MinLogMax
+	id, err := f.Start(req, MinLeaseTTL)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(out.String(), "chatty\tline-0\n"), "crew's copy is tagged")
+	assert.Contains(t, out.String(), "chatty\tline-19999\n", "and complete")
+
+	var log bytes.Buffer
+	r := f.Logs.NewLogReader(id, record.MinLogMax)
+	_, err = r.Copy(&log)
+	require.NoError(t, r.Close())
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(log.String(), "line-0\n"), "the log is untagged, from the first line")
+	assert.True(t, strings.HasSuffix(log.String(), "line-19999\n"), "and keeps the newest output")
+	assert.Less(t, log.Len(), 2*int(record.MinLogMax), "the cap holds: %d bytes", log.Len())
+	v, err := f.Run(id)
+	require.NoError(t, err)
+	assert.Equal(t, int64(record.MinLogMax), v.LogMax)
 }
