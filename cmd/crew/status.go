@@ -137,12 +137,21 @@ func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string,
 	if len(snap.Queue) > 0 {
 		fmt.Fprintf(w, "\nQueue (in admission order):\n")
 		var rows [][]cell
+		fleet := strings.HasPrefix(snap.Root, "etcd://")
 		for _, q := range snap.Queue {
-			rows = append(rows, []cell{{text: fmt.Sprint(q.Position)}, {text: q.RunID.Short()}, {text: quoteTask(q.Task)},
-				{text: dashIfEmpty(q.Pool)}, {text: string(q.WaitingFor)}, {text: shortDuration(now.Sub(q.Since))}})
+			row := []cell{{text: fmt.Sprint(q.Position)}, {text: q.RunID.Short()}, {text: quoteTask(q.Task)},
+				{text: dashIfEmpty(q.Pool)}, {text: string(q.WaitingFor)}, {text: shortDuration(now.Sub(q.Since))}}
+			if fleet {
+				row = append(row, cell{text: termSafe(q.Host)})
+			}
+			rows = append(rows, row)
 		}
-		sc.table(w, []column{{title: "#", right: true}, {title: "ID"}, {title: "TASK", min: 12, max: 24},
-			{title: "POOL", min: 6}, {title: "WAITING FOR"}, {title: "WAITED"}}, rows)
+		cols := []column{{title: "#", right: true}, {title: "ID"}, {title: "TASK", min: 12, max: 24},
+			{title: "POOL", min: 6}, {title: "WAITING FOR"}, {title: "WAITED"}}
+		if fleet {
+			cols = append(cols, column{title: "HOST", min: 4, max: 24})
+		}
+		sc.table(w, cols, rows)
 	}
 	if task != "" {
 		printTaskStory(w, snap, task)

@@ -94,6 +94,9 @@ type QueueView struct {
 	Since      time.Time        `json:"since"`
 	Pool       string           `json:"pool"`
 	WaitingFor admission.Reason `json:"waitingFor"`
+	// Host is where the waiting crew start runs (on an etcd store, one
+	// of many), if known.
+	Host string `json:"host,omitempty"`
 }
 
 // PoolView is one pool's cap and usage.

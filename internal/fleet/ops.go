@@ -122,7 +122,7 @@ func (f *Fleet) Status(taskFilter string) (*dispatch.Snapshot, error) {
 			continue
 		}
 		snap.Queue = append(snap.Queue, dispatch.QueueView{Position: i + 1, Task: q.t.Task, RunID: q.t.RunID,
-			Since: q.t.CreatedAt, Pool: q.t.Pool, WaitingFor: plan[i].Reason})
+			Since: q.t.CreatedAt, Pool: q.t.Pool, WaitingFor: plan[i].Reason, Host: q.t.Host})
 	}
 	for _, name := range v.cfg.PoolNames() {
 		snap.Pools = append(snap.Pools, dispatch.PoolView{Name: name, MaximumInProgress: v.cfg.Pools[name], InUse: u.PoolUse[name]})
