@@ -154,18 +154,7 @@ type fleetStatus struct {
 	SlotsInUse        int        `json:"slotsInUse"`
 	Active            []fleetRun `json:"active"`
 	Finished          []fleetRun `json:"finished"`
-	Queue             []struct {
-		Position   int    `json:"position"`
-		Task       string `json:"task"`
-		RunID      string `json:"runId"`
-		Pool       string `json:"pool"`
-		WaitingFor string `json:"waitingFor"`
-	} `json:"queue"`
-	Pools []struct {
-		Name              string `json:"name"`
-		MaximumInProgress int    `json:"maximumInProgress"`
-		InUse             int    `json:"inUse"`
-	} `json:"pools"`
+	queueJSON                    // queue and pools, as the queue tests read them
 }
 
 func (f *fleet) status() fleetStatus {

@@ -44,7 +44,7 @@ func (s *starter) detach(res *reserved) error {
 	c := exec.Command(exe, SuperviseArg, string(id), strconv.FormatInt(int64(s.lease.id), 16), strconv.FormatInt(res.rev, 10),
 		s.req.Grace.String())
 	c.Dir = res.rec.Dir
-	c.Env = append(withoutCrewVars(s.req.Env), "CREW_STORE="+s.f.Loc.URL, "CREW_HOST="+s.f.Host)
+	c.Env = append(supervise.WithoutCrewVars(s.req.Env), "CREW_STORE="+s.f.Loc.URL, "CREW_HOST="+s.f.Host)
 	if s.f.Logs != nil {
 		c.Env = append(c.Env, "CREW_ROOT="+s.f.Logs.Root())
 	}
@@ -157,7 +157,7 @@ func (f *Fleet) SuperviseDetached(id record.RunID, leaseID string, rev int64, gr
 		Grace:        grace, Stdin: devnull, Stdout: nil, Stderr: nil, Env: os.Environ(),
 		Signals: signals, Warn: func(string) {},
 	}}
-	s.req.Env = withoutCrewVars(s.req.Env)
+	s.req.Env = supervise.WithoutCrewVars(s.req.Env)
 	r := &run{s: s, rec: rec, rev: rev, onRunning: func() { tell("running") }, onLaunchFailed: func(le *supervise.LaunchError) {
 		kind := "noexec"
 		if le.NotFound {

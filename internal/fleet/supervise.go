@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -161,7 +160,7 @@ func (r *run) launch() error {
 	rec, req := r.rec, r.s.req
 	c := exec.Command(rec.Command[0], rec.Command[1:]...)
 	c.Dir = rec.Dir
-	c.Env = append(withoutCrewVars(req.Env),
+	c.Env = append(supervise.WithoutCrewVars(req.Env),
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, "CREW_STORE="+r.s.f.Loc.URL)
 	if err := r.out.attach(); err != nil {
 		return err
@@ -176,17 +175,6 @@ func (r *run) launch() error {
 	}
 	r.cmd = c
 	return nil
-}
-
-func withoutCrewVars(env []string) []string {
-	out := make([]string, 0, len(env)+3)
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if name != "CREW_RUN_ID" && name != "CREW_TASK" && name != "CREW_ROOT" && name != "CREW_STORE" {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // write puts the run's record, fenced by the revision this process last

@@ -19,7 +19,7 @@ import (
 // terminal's foreground group.
 func (s *supervisor) launch(out *output) error {
 	st, rec := s.Store, s.rec
-	env := append(withoutCrewVars(s.Env),
+	env := append(WithoutCrewVars(s.Env),
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, "CREW_ROOT="+st.Root())
 	sys, stdin := &syscall.SysProcAttr{Setpgid: true}, s.Stdin
 	if s.pty != nil {
@@ -48,15 +48,17 @@ func (s *supervisor) launch(out *output) error {
 	return nil
 }
 
-// withoutCrewVars is env without the CREW_RUN_ID, CREW_TASK and CREW_ROOT
-// of an outer run (a nested crew start): crew adds its own, and with two
-// of one name a program may well see the first (getenv does), so a nested
-// run's command would be told it was its parent.
-func withoutCrewVars(env []string) []string {
+// WithoutCrewVars is env without the CREW_RUN_ID, CREW_TASK, CREW_ROOT and
+// CREW_STORE of an outer run (a nested crew start): crew adds its own, and
+// with two of one name a program may well see the first (getenv does), so
+// a nested run's command would be told it was its parent. Every backend's
+// supervisor uses it.
+func WithoutCrewVars(env []string) []string {
 	out := make([]string, 0, len(env)+3)
 	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if name != "CREW_RUN_ID" && name != "CREW_TASK" && name != "CREW_ROOT" {
+		switch name, _, _ := strings.Cut(kv, "="); name {
+		case "CREW_RUN_ID", "CREW_TASK", "CREW_ROOT", "CREW_STORE":
+		default:
 			out = append(out, kv)
 		}
 	}
