@@ -84,6 +84,7 @@ soak:
 fuzz:
 	$(GO) test ./internal/record/ -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 20s
 	$(GO) test ./internal/record/ -run '^$$' -fuzz FuzzDecodeConfig -fuzztime 20s
+	$(GO) test ./internal/record/ -run '^$$' -fuzz FuzzAppendJSONString -fuzztime 20s
 
 # Go benchmarks, then the whole-process comparison with flock, sem, tsp and nq
 # (bench/README.md; results in docs/benchmarks.md). Smoke run: make bench BENCHFLAGS=-quick

@@ -46,6 +46,9 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Encode of a decoded record: %v", err)
 		}
+		if want := marshalIndent(t, rec); !bytes.Equal(b, want) {
+			t.Fatalf("Encode differs from json.MarshalIndent:\n got %s\nwant %s", b, want)
+		}
 		rec2, err := DecodeRun(b)
 		if err != nil {
 			t.Fatalf("re-decode: %v\n%s", err, b)

@@ -118,11 +118,12 @@ func (r *Run) finalEvent() string {
 
 // Encode renders the record as it is stored.
 func (r *Run) Encode() ([]byte, error) {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("encode run %s: %w", r.RunID, err)
+	w := jsonWriter{b: make([]byte, 0, 1024)}
+	r.appendJSON(&w)
+	if w.err != nil {
+		return nil, fmt.Errorf("encode run %s: %w", r.RunID, w.err)
 	}
-	return append(b, '\n'), nil
+	return append(w.b, '\n'), nil
 }
 
 // DecodeRun parses and validates a stored record in one pass. Anything
