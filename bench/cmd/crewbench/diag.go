@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -19,7 +20,8 @@ import (
 type diagFacts struct {
 	fileMed, dirMed time.Duration // fsync latency on the work directory's filesystem
 	floors          map[string]*series
-	fsyncs          int // fsync calls per start, from strace
+	fsyncs          int    // fsync calls per start, from strace
+	noop            string // the Go no-op timed in the floors
 }
 
 func (h *harness) scenarioDiagnostics() error {
@@ -71,8 +73,18 @@ func (h *harness) diagFloors(d *diagFacts) error {
 			run: h.execRunner(h.env, ok, h.crew, "--root", filepath.Join(shm, "root"), "start", "t", "--", "true")})
 	}
 	cs = append(cs,
-		contender{name: "crew help", what: "crew help (Go runtime + cobra, no state root)", run: h.execRunner(h.env, ok, h.crew, "help")},
-		contender{name: "Go no-op", what: "crewbench noop (a Go binary that exits)", run: h.execRunner(h.env, ok, h.self, "noop")})
+		contender{name: "crew help", what: "crew help (Go runtime + cobra, no state root)", run: h.execRunner(h.env, ok, h.crew, "help")})
+	noop, supervisor, err := h.buildFloors()
+	if err != nil {
+		h.progress("diag: floor programs not built (%v); the crewbench binary stands in for the no-op", err)
+		noop = ""
+		cs = append(cs, contender{name: "Go no-op", what: "crewbench noop (the harness binary, exiting at once)", run: h.execRunner(h.env, ok, h.self, "noop")})
+	} else {
+		cs = append(cs,
+			contender{name: "Go + cobra + fork/exec", what: "floor-cobra start t -- true (cobra parses, starts `true` in its own group, waits)", run: h.execRunner(h.env, ok, supervisor, "start", "t", "--", "true")},
+			contender{name: "Go no-op", what: "floor-noop (`func main() {}`)", run: h.execRunner(h.env, ok, noop)})
+	}
+	d.noop = cmp.Or(noop, h.self)
 	if p := h.peers["flock"]; p.bin != "" {
 		cs = append(cs, contender{name: "flock", what: "flock FILE true", run: h.execRunner(h.env, ok, p.bin, h.path("tmp", "diag.flock"), "true")})
 	}
@@ -87,9 +99,27 @@ func (h *harness) diagFloors(d *diagFacts) error {
 	}
 	h.rep.heading(3, "Floors, alternating")
 	h.rep.table([]string{"contender", "command", "runs", "median", "p10–p90", "CPU median"}, rows)
-	h.rep.para(fmt.Sprintf("Linkage (ELF program interpreter): crew %s; crewbench (the Go no-op) %s. A dynamically linked Go binary pays for the dynamic loader and libc set-up at every start.",
-		linkage(h.crew), linkage(h.self)))
+	h.rep.para(fmt.Sprintf("Linkage (ELF program interpreter): crew %s; the Go no-op %s. A dynamically linked Go binary pays for the dynamic loader and libc set-up at every start. The two floor programs (`bench/cmd/floor-noop`, `bench/cmd/floor-cobra`) are built as crew is: `CGO_ENABLED=0 go build -trimpath`.",
+		linkage(h.crew), linkage(d.noop)))
 	return nil
+}
+
+// buildFloors builds the floor programs of the harness's module (the
+// working directory is inside it: make bench runs the harness from bench/)
+// the way crew's Makefile builds crew.
+func (h *harness) buildFloors() (noop, supervisor string, err error) {
+	noop, supervisor = h.path("floor-noop"), h.path("floor-cobra")
+	for out, pkg := range map[string]string{noop: "github.com/crew-dev/crew/bench/cmd/floor-noop", supervisor: "github.com/crew-dev/crew/bench/cmd/floor-cobra"} {
+		if _, err := os.Stat(out); err == nil {
+			continue // built for an earlier scenario
+		}
+		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+		cmd.Env = withEnv(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("go build %s: %w: %s", pkg, err, strings.TrimSpace(string(b)))
+		}
+	}
+	return noop, supervisor, nil
 }
 
 // diagDrift: does a start cost more as the minutes of churn pile up?
@@ -215,7 +245,11 @@ func (h *harness) diagReading(d *diagFacts) {
 	}
 	if c, g := d.floors["crew help"], d.floors["Go no-op"]; c != nil && g != nil {
 		lines = append(lines, fmt.Sprintf("- Process floor: a Go binary that does nothing (%s) takes %s; `crew help` (runtime + cobra command tree, no state root; %s) %s.",
-			linkage(h.self), ms(g.median()), linkage(h.crew), ms(c.median())))
+			linkage(d.noop), ms(g.median()), linkage(h.crew), ms(c.median())))
+	}
+	if t, s, f := d.floors["crew (tmpfs root)"], d.floors["Go + cobra + fork/exec"], d.floors["flock"]; t != nil && s != nil && f != nil {
+		lines = append(lines, fmt.Sprintf("- Supervisor floor: a static Go program with cobra that only parses `start t -- true`, starts `true` in its own process group and waits takes %s, %.2f× flock (%s). crew on tmpfs takes %s more than that floor: crew's own work (admission, records, lock files, log and output capture, the final record) and the size of its binary (more code to fault in at start and to unmap at exit).",
+			ms(s.median()), ratio(s.median(), f.median()), ms(f.median()), ms(t.median()-s.median())))
 	}
 	if t, f := d.floors["crew (tmpfs root)"], d.floors["flock"]; t != nil && f != nil {
 		lines = append(lines, fmt.Sprintf("- Even with fsync free (tmpfs), crew ÷ flock = %s ÷ %s = **%.2f**.", ms(t.median()), ms(f.median()), ratio(t.median(), f.median())))

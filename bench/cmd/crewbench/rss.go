@@ -65,6 +65,11 @@ func (h *harness) rssTools() ([]rssTool, error) {
 		return nil, err
 	}
 	tools := []rssTool{{name: "crew", what: "crew --root R start t -- sleep 1", args: []string{h.crew, "--root", root, "start", "t", "--", "sleep", "1"}, env: h.env}}
+	if _, floor, err := h.buildFloors(); err == nil {
+		tools = append(tools, rssTool{name: "Go + cobra + fork/exec", what: "floor-cobra start t -- sleep 1 (the supervisor floor of the diagnostics: no records, no output capture)", args: []string{floor, "start", "t", "--", "sleep", "1"}, env: h.env})
+	} else {
+		h.progress("rss: floor programs not built: %v", err)
+	}
 	if p := h.peers["flock"]; p.bin != "" {
 		tools = append(tools, rssTool{name: "flock", what: "flock FILE sleep 1", args: []string{p.bin, h.path("tmp", "rss.flock"), "sleep", "1"}, env: h.env})
 	}
