@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -67,20 +68,71 @@ func writeDead(root string, s *crewSample, n int) error {
 }
 
 func writeDeadRun(root string, s *crewSample, id, task string, at time.Time) error {
-	b, err := s.active.instance(id, task, at)
-	if err != nil {
-		return fmt.Errorf("write dead run: %w", err)
-	}
-	if err := os.WriteFile(activePath(root, id), b, 0o600); err != nil {
-		return fmt.Errorf("write dead run: %w", err)
-	}
 	for _, c := range s.companions {
 		p := filepath.Join(root, strings.ReplaceAll(c.rel, idMark, id))
 		if err := os.WriteFile(p, c.data, 0o600); err != nil {
 			return fmt.Errorf("write dead run: %w", err)
 		}
 	}
+	b, err := s.active.instance(id, task, at)
+	if err != nil {
+		return fmt.Errorf("write dead run: %w", err)
+	}
+	if b, err = withOwnLocks(b, root, id); err != nil {
+		return fmt.Errorf("write dead run: %w", err)
+	}
+	if err := os.WriteFile(activePath(root, id), b, 0o600); err != nil {
+		return fmt.Errorf("write dead run: %w", err)
+	}
 	return nil
+}
+
+// withOwnLocks points a dead record's "locks" at the lock files written
+// for it, as a real run's record names its own: the template's are the
+// sampled run's, long removed, and crew (rightly) takes a record whose lock
+// file is not the one it names as possibly alive while anything holds a
+// lock on the named inode, which a later file may reuse. Without this,
+// recover found some fabricated runs "orphaned" whenever it held the lock
+// of another dead run whose file had the sampled inode number. A record
+// without "locks" (a template from a crew that wrote none) stays as it is.
+func withOwnLocks(b []byte, root, id string) ([]byte, error) {
+	tp, err := parseTemplate(b, "dead run")
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := tp.obj.get("locks"); !ok {
+		return b, nil
+	}
+	owner, err := fileIDOf(filepath.Join(root, "owners", id+".lock"))
+	if err != nil {
+		return nil, err
+	}
+	sup, err := fileIDOf(filepath.Join(root, "owners", id+".supervisor.lock"))
+	if err != nil {
+		return nil, err
+	}
+	o, err := tp.obj.with("locks", map[string]any{"owner": owner, "supervisor": sup})
+	if err != nil {
+		return nil, err
+	}
+	return o.encode()
+}
+
+type fileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+}
+
+func fileIDOf(path string) (fileID, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, fmt.Errorf("%s: no device and inode", path)
+	}
+	return fileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
 }
 
 // parallelDo runs f(0..n-1) on w goroutines and returns the first error.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -51,5 +52,50 @@ func TestWriteDead(t *testing.T) {
 	id := strings.TrimSuffix(filepath.Base(recs[0]), ".json")
 	if b, err := os.ReadFile(filepath.Join(root, "logs", id+".log")); err != nil || string(b) != "out" {
 		t.Fatalf("log of %s: %q, %v", id, b, err)
+	}
+}
+
+// A dead run's record names its own lock files (device and inode), as a
+// real run's does: crew treats a record whose lock file is not the one it
+// names as possibly alive.
+func TestWriteDeadNamesItsOwnLocks(t *testing.T) {
+	root := t.TempDir()
+	tp, err := parseTemplate([]byte("{\n  \"runId\": \"x\",\n  \"task\": \"t\",\n  \"createdAt\": null,\n  \"startedAt\": null,\n  \"finishedAt\": null,\n  \"locks\": {\n    \"owner\": {\n      \"dev\": 1,\n      \"ino\": 2\n    },\n    \"supervisor\": {\n      \"dev\": 1,\n      \"ino\": 3\n    }\n  }\n}\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &crewSample{active: tp, companions: []companion{{rel: filepath.Join("owners", idMark+".lock")}, {rel: filepath.Join("owners", idMark+".supervisor.lock")}}}
+	if err := writeDead(root, s, 2); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := filepath.Glob(filepath.Join(activeDir(root), "r-*.json"))
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2", len(recs))
+	}
+	for _, rec := range recs {
+		id := strings.TrimSuffix(filepath.Base(rec), ".json")
+		b, err := os.ReadFile(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Locks struct{ Owner, Supervisor fileID } `json:"locks"`
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]fileID{"owner": got.Locks.Owner, "supervisor": got.Locks.Supervisor} {
+			file := id + ".lock"
+			if name == "supervisor" {
+				file = id + ".supervisor.lock"
+			}
+			fid, err := fileIDOf(filepath.Join(root, "owners", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want != fid {
+				t.Errorf("%s: record names %s lock %+v, the file is %+v", id, name, want, fid)
+			}
+		}
 	}
 }
