@@ -58,6 +58,8 @@ func TestFleet(t *testing.T) {
 	t.Run("FIFO", func(t *testing.T) { fleetFIFO(t, c) })
 	t.Run("SupervisorKilled", func(t *testing.T) { fleetSupervisorKilled(t, c) })
 	t.Run("SupervisorStopped", func(t *testing.T) { fleetSupervisorStopped(t, c) })
+	t.Run("WaiterStopped", func(t *testing.T) { fleetWaiterStopped(t, c) })
+	t.Run("DetachedSupervisorDies", func(t *testing.T) { fleetDetachedSupervisorDies(t, c) })
 	t.Run("ObserverCatchesFrozenGuard", func(t *testing.T) { fleetObserverCatchesFrozenGuard(t, c) })
 	t.Run("Partition", func(t *testing.T) { fleetPartition(t, c) })
 	t.Run("LeaderLoss", func(t *testing.T) { fleetLeaderLoss(t, c) })
@@ -659,6 +661,94 @@ func fleetSupervisorStopped(t *testing.T, c *etcdCluster) {
 	assert.NotEmpty(t, rec.Reason, "the record says why")
 	most, when := f.obs.maxConcurrent()
 	assert.Equal(t, 1, most, "over-admitted: %s", when)
+}
+
+// fleetWaiterStopped: a waiting start whose lease expires (here: stopped
+// for longer than its TTL) has lost its place in line, since its ticket
+// went with the lease. Continued, it says so and exits 125 without
+// running its command, and the line goes on without it.
+func fleetWaiterStopped(t *testing.T, c *etcdCluster) {
+	f := newEtcdFleet(t, c)
+	f.initMax(1)
+	const ttl = 2 * time.Second
+	gate, open := f.gate("holder")
+	hcmd, hob := f.obs.gated("holder", gate)
+	holder := f.start("h1", nil, startArgs("holder", hcmd)...)
+	hob.waitStarted(t, 20*time.Second)
+
+	wcmd, wob := f.obs.sleeper("waiter", 50*time.Millisecond)
+	w := f.start("h2", nil, startArgs("waiter", wcmd, "--wait=60s", "--lease-ttl", ttl.String())...)
+	inQueue := func() bool {
+		for _, q := range f.status().Queue {
+			if q.Task == "waiter" {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 15*time.Second, "the waiter's ticket in the queue", inQueue)
+
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGSTOP)) // our own child
+	continued := false
+	defer func() {
+		if !continued {
+			_ = w.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	eventually(t, ttl+10*time.Second, "the stopped waiter's ticket to go with its lease", func() bool { return !inQueue() })
+	continued = true
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGCONT))
+	r := w.wait(t, 30*time.Second)
+	wantCode(t, r, "the continued waiter", 125)
+	assert.Contains(t, r.Stderr, "crew: waiter: lost the place in the queue of etcd store ")
+	assert.Contains(t, r.Stderr, "this start's lease expired (no contact with etcd for longer than its TTL of 2s)")
+	assert.False(t, wob.hasStarted(), "the waiter's command ran")
+
+	open()
+	wantCode(t, holder.wait(t, 20*time.Second), "holder", 0)
+	ncmd, nob := f.obs.sleeper("next", 50*time.Millisecond)
+	wantCode(t, f.run("h3", startArgs("next", ncmd)...), "a start after the holder, with the queue empty", 0)
+	nob.waitDone(t, 5*time.Second)
+}
+
+// fleetDetachedSupervisorDies: the detached supervisor dies (SIGKILL at a
+// failpoint) after it took over the run's lease and before the command
+// started. crew start --detach says so and exits 125; the command never
+// runs; the slot frees with the lease; the run is finalized (by the next
+// admission or crew recover) as interrupted, saying the command may have
+// started.
+func fleetDetachedSupervisorDies(t *testing.T, c *etcdCluster) {
+	f := newEtcdFleet(t, c)
+	f.initMax(1)
+	const ttl = 2 * time.Second
+	cmd, ob := f.obs.sleeper("orphan", 50*time.Millisecond)
+	began := time.Now()
+	d := f.start("h1", []string{"CREW_FAILPOINT=detach-handover:kill"}, startArgs("orphan", cmd, "--detach", "--lease-ttl", ttl.String())...)
+	r := d.wait(t, 30*time.Second)
+	wantCode(t, r, "crew start --detach whose supervisor died", 125)
+	assert.Contains(t, r.Stderr, "crew: orphan: ")
+	assert.Contains(t, r.Stderr, "detached supervisor exited before the command started; the run's slot frees with its lease, and `crew recover` finalizes it")
+	var id string
+	for _, run := range append(f.status().Active, f.status().Finished...) {
+		if run.Task == "orphan" {
+			id = run.RunID
+		}
+	}
+	require.NotEmpty(t, id, "the orphaned run's record")
+
+	ncmd, nob := f.obs.sleeper("next", 50*time.Millisecond)
+	wantCode(t, f.run("h2", startArgs("next", ncmd, "--wait=20s")...), "a start after the orphaned run's lease", 0)
+	nob.waitDone(t, 5*time.Second)
+	t.Logf("h2 admitted %s after the detached start began (lease TTL %s)", nob.startAt.Sub(began).Round(time.Millisecond), ttl)
+	assert.False(t, ob.hasStarted(), "the orphaned run's command ran")
+
+	f.recover("h3")
+	rec := f.finalRecord(id, 5*time.Second)
+	assert.Equal(t, "interrupted", rec.State)
+	assert.Contains(t, rec.Reason, "h1")
+	assert.Contains(t, rec.Reason, "lost its lease before it recorded the command's start")
+	again := f.recover("h2")
+	assert.Zero(t, again.changes(), "a second recover has nothing to do: %+v", again.Items)
 }
 
 // fleetObserverCatchesFrozenGuard checks the checker: with the lease

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/leaseguard"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/supervise"
@@ -132,6 +133,7 @@ func (f *Fleet) SuperviseDetached(id record.RunID, leaseID string, rev int64, gr
 		return err
 	}
 	defer l.release()
+	failpoint.Hit("detach-handover") // tests: die holding the run, before its command starts
 	ctx, cancel := f.ctx()
 	resp, err := f.cli.Get(ctx, f.k.active(id))
 	cancel()
