@@ -17,6 +17,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/supervise"
 )
@@ -163,6 +164,12 @@ func (f *Fleet) Start(req dispatch.StartRequest, ttl time.Duration) (record.RunI
 	for _, w := range res.warnings {
 		req.Warn(w)
 	}
+	if len(got) == 1 {
+		// The signal came as the run was reserved: the watcher took it,
+		// so no supervisor will hear it. The run is recorded as stopped
+		// and its command never started, as on a local state root.
+		return res.rec.RunID, s.stoppedBeforeLaunch(res, <-got)
+	}
 	if req.Detach {
 		return res.rec.RunID, s.detach(res)
 	}
@@ -199,6 +206,9 @@ func (s *starter) admit(ctx context.Context) (*reserved, error) {
 		}
 		if err == nil {
 			unavailableSince = time.Time{}
+		}
+		if res != nil {
+			failpoint.Hit("reserved")
 		}
 		if err != nil || res != nil {
 			if res != nil && s.req.OnWait != nil && s.ticket != nil {
