@@ -545,6 +545,26 @@ func (f *fleet) victim(host, task string, extraEnv []string, flags ...string) (*
 	return p, ob
 }
 
+// nextAfterDeath starts an observed command on h2 (waiting for a slot)
+// once h1's run met a fault at faultAt, and checks the guarantee both
+// fault tests rest on: h1's command (ob) died within the lease's TTL of the
+// fault, and before h2's command started.
+func (f *fleet) nextAfterDeath(ob *obsRun, faultAt time.Time, fault string, ttl, within time.Duration) (*proc, *obsRun) {
+	t := f.t
+	t.Helper()
+	ncmd, nob := f.obs.sleeper("other", 100*time.Millisecond)
+	other := f.start("h2", nil, startArgs("other", ncmd, "--wait=30s")...)
+	nob.waitStarted(t, within)
+	require.True(t, ob.isDone(), "h1's command still runs while h2's does: over-admitted")
+	died := ob.endAt.Sub(faultAt)
+	margin := nob.startAt.Sub(ob.endAt)
+	t.Logf("h1's command dead %s after %s; h2's command started %s later (%s after the fault; TTL %s)",
+		died.Round(time.Millisecond), fault, margin.Round(time.Millisecond), nob.startAt.Sub(faultAt).Round(time.Millisecond), ttl)
+	assert.Less(t, died, ttl, "the command must be dead before the lease can have expired")
+	assert.Positive(t, margin, "h1's command must be dead before h2's admission")
+	return other, nob
+}
+
 // fleetSupervisorKilled: guarantee 5. SIGKILL the supervisor: the guard
 // kills the command at once, the slot frees within about the lease's TTL,
 // another host is admitted, and the old run is finalized as interrupted,
@@ -633,16 +653,7 @@ func fleetSupervisorStopped(t *testing.T, c *etcdCluster) {
 			_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
-	ncmd, nob := f.obs.sleeper("other", 100*time.Millisecond)
-	other := f.start("h2", nil, startArgs("other", ncmd, "--wait=30s")...)
-	nob.waitStarted(t, 20*time.Second)
-	require.True(t, ob.isDone(), "h1's command still runs while h2's does: over-admitted")
-	died := ob.endAt.Sub(stoppedAt)
-	margin := nob.startAt.Sub(ob.endAt)
-	t.Logf("h1's command dead %s after its supervisor stopped; h2's command started %s later (%s after the stop; TTL %s)",
-		died.Round(time.Millisecond), margin.Round(time.Millisecond), nob.startAt.Sub(stoppedAt).Round(time.Millisecond), ttl)
-	assert.Less(t, died, ttl, "the command must be dead before the lease can have expired")
-	assert.Positive(t, margin, "h1's command must be dead before h2's admission")
+	other, nob := f.nextAfterDeath(ob, stoppedAt, "its supervisor stopped", ttl, 20*time.Second)
 	if rec, ok := f.record(nob.runID); ok {
 		t.Logf("h2's run was created %s after h1's command died", rec.CreatedAt.Sub(ob.endAt).Round(time.Millisecond))
 		assert.True(t, ob.endAt.Before(rec.CreatedAt), "h1's command died (%s) after h2's admission (%s)", ob.endAt, rec.CreatedAt)
@@ -849,16 +860,7 @@ func fleetPartition(t *testing.T, c *etcdCluster) {
 			proxy.heal()
 		}
 	}()
-	ncmd, nob := f.obs.sleeper("other", 100*time.Millisecond)
-	other := f.start("h2", nil, startArgs("other", ncmd, "--wait=30s")...)
-	nob.waitStarted(t, 25*time.Second)
-	require.True(t, ob.isDone(), "h1's command still runs while h2's does: over-admitted")
-	died := ob.endAt.Sub(cutAt)
-	margin := nob.startAt.Sub(ob.endAt)
-	t.Logf("h1's command dead %s after the partition; h2's command started %s later (%s after the cut; TTL %s)",
-		died.Round(time.Millisecond), margin.Round(time.Millisecond), nob.startAt.Sub(cutAt).Round(time.Millisecond), ttl)
-	assert.Less(t, died, ttl, "the command must be dead before the lease can have expired")
-	assert.Positive(t, margin, "h1's command must be dead before h2's admission")
+	other, _ := f.nextAfterDeath(ob, cutAt, "the partition", ttl, 25*time.Second)
 	wantCode(t, other.wait(t, 20*time.Second), "h2's start", 0)
 
 	healed = true

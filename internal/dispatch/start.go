@@ -96,6 +96,19 @@ func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
 // a signal that arrives once the run is reserved is returned so the run
 // is recorded as stopped instead of launched.
 func (d *Dispatcher) admitInterruptibly(req StartRequest) (*Reservation, syscall.Signal, error) {
+	var res *Reservation
+	var err error
+	sig := WatchStopSignals(req.Signals, func(ctx context.Context) { res, err = d.Admit(ctx, req.AdmitRequest) })
+	return res, sig, err
+}
+
+// WatchStopSignals runs admit with a context that the first stop signal
+// from signals cancels, and returns that signal (0: none came before admit
+// returned). The signal is returned even when admit reserved a run first:
+// the watcher took it, so the caller records that run as stopped before
+// launch rather than hand it to a supervisor that will never hear it.
+// Every store's crew start admits this way.
+func WatchStopSignals(signals <-chan os.Signal, admit func(ctx context.Context)) syscall.Signal {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var got atomic.Int32
@@ -104,7 +117,7 @@ func (d *Dispatcher) admitInterruptibly(req StartRequest) (*Reservation, syscall
 	go func() {
 		defer close(watcherDone)
 		select {
-		case s := <-req.Signals:
+		case s := <-signals:
 			if ss, ok := s.(syscall.Signal); ok {
 				got.Store(int32(ss))
 			} else {
@@ -114,10 +127,10 @@ func (d *Dispatcher) admitInterruptibly(req StartRequest) (*Reservation, syscall
 		case <-done:
 		}
 	}()
-	res, err := d.Admit(ctx, req.AdmitRequest)
+	admit(ctx)
 	close(done)
 	<-watcherDone
-	return res, syscall.Signal(got.Load()), err
+	return syscall.Signal(got.Load())
 }
 
 // RecordRefusal appends a refused start to the state root's refusal log,

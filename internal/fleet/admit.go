@@ -129,29 +129,14 @@ func (f *Fleet) Start(req dispatch.StartRequest, ttl time.Duration) (record.RunI
 
 	// A stop signal while waiting for the lock or in line abandons the
 	// start; once admitted, the supervisor takes the signals.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := make(chan os.Signal, 1)
-	stopWatch := make(chan struct{})
-	watching := make(chan struct{})
-	go func() {
-		defer close(watching)
-		select {
-		case sig := <-req.Signals:
-			got <- sig
-			cancel()
-		case <-stopWatch:
-		}
-	}()
-	res, err := s.admit(ctx)
-	close(stopWatch)
-	<-watching
+	var res *reserved
+	sig := dispatch.WatchStopSignals(req.Signals, func(ctx context.Context) { res, err = s.admit(ctx) })
 	if s.ticket != nil && res == nil {
 		s.f.dropStop(s.ticket.RunID) // a crew stop that told it to leave
 	}
 	if err != nil {
-		if len(got) == 1 {
-			return "", signalled(<-got, "")
+		if sig != 0 {
+			return "", signalled(sig, "")
 		}
 		var refused *dispatch.RefusedError
 		if errors.As(err, &refused) {
@@ -164,11 +149,11 @@ func (f *Fleet) Start(req dispatch.StartRequest, ttl time.Duration) (record.RunI
 	for _, w := range res.warnings {
 		req.Warn(w)
 	}
-	if len(got) == 1 {
+	if sig != 0 {
 		// The signal came as the run was reserved: the watcher took it,
 		// so no supervisor will hear it. The run is recorded as stopped
 		// and its command never started, as on a local state root.
-		return res.rec.RunID, s.stoppedBeforeLaunch(res, <-got)
+		return res.rec.RunID, s.stoppedBeforeLaunch(res, sig)
 	}
 	if req.Detach {
 		return res.rec.RunID, s.detach(res)

@@ -574,20 +574,16 @@ func (r *run) launchFailed(err error) error {
 // crewFailed records a run that crew could not launch for its own reasons.
 // stoppedBeforeLaunch records a reserved run whose start was told to stop
 // before its command started.
-func (s *starter) stoppedBeforeLaunch(res *reserved, sig os.Signal) error {
+func (s *starter) stoppedBeforeLaunch(res *reserved, sig syscall.Signal) error {
 	r := &run{s: s, rec: res.rec, rev: res.rev}
-	ss, _ := sig.(syscall.Signal)
-	if ss == 0 {
-		ss = syscall.SIGTERM
-	}
-	name := supervise.SignalName(ss)
+	name := supervise.SignalName(sig)
 	r.rec.Signal = name
 	r.rec.Finish(record.Stopped, s.f.now(), nil, fmt.Sprintf("crew received %s before the command started; it was never run", name))
 	if err := r.writeFinal(); err != nil {
 		return err
 	}
 	s.f.pruneLazily()
-	return &supervise.SignalledError{Signal: ss, RunID: r.rec.RunID}
+	return &supervise.SignalledError{Signal: sig, RunID: r.rec.RunID}
 }
 
 func (r *run) crewFailed(err error) error {
