@@ -545,6 +545,30 @@ func (f *fleet) victim(host, task string, extraEnv []string, flags ...string) (*
 	return p, ob
 }
 
+// runNext runs an observed start of task "next" on host to its end, which
+// must be exit 0, and returns what the observer saw of it.
+func (f *fleet) runNext(host, what string, flags ...string) *obsRun {
+	f.t.Helper()
+	cmd, ob := f.obs.sleeper("next", 50*time.Millisecond)
+	wantCode(f.t, f.run(host, startArgs("next", cmd, flags...)...), what, 0)
+	ob.waitDone(f.t, 5*time.Second)
+	return ob
+}
+
+// runIDOf is the run id of task's run among the active and newest
+// finished runs ("" if none).
+func (f *fleet) runIDOf(task string) string {
+	f.t.Helper()
+	s := f.status()
+	id := ""
+	for _, r := range append(s.Active, s.Finished...) {
+		if r.Task == task {
+			id = r.RunID
+		}
+	}
+	return id
+}
+
 // nextAfterDeath starts an observed command on h2 (waiting for a slot)
 // once h1's run met a fault at faultAt, and checks the guarantee both
 // fault tests rest on: h1's command (ob) died within the lease's TTL of the
@@ -718,9 +742,7 @@ func fleetWaiterStopped(t *testing.T, c *etcdCluster) {
 
 	open()
 	wantCode(t, holder.wait(t, 20*time.Second), "holder", 0)
-	ncmd, nob := f.obs.sleeper("next", 50*time.Millisecond)
-	wantCode(t, f.run("h3", startArgs("next", ncmd)...), "a start after the holder, with the queue empty", 0)
-	nob.waitDone(t, 5*time.Second)
+	f.runNext("h3", "a start after the holder, with the queue empty")
 }
 
 // fleetDetachedSupervisorDies: the detached supervisor dies (SIGKILL at a
@@ -740,17 +762,10 @@ func fleetDetachedSupervisorDies(t *testing.T, c *etcdCluster) {
 	wantCode(t, r, "crew start --detach whose supervisor died", 125)
 	assert.Contains(t, r.Stderr, "crew: orphan: ")
 	assert.Contains(t, r.Stderr, "detached supervisor exited before the command started; the run's slot frees with its lease, and `crew recover` finalizes it")
-	var id string
-	for _, run := range append(f.status().Active, f.status().Finished...) {
-		if run.Task == "orphan" {
-			id = run.RunID
-		}
-	}
+	id := f.runIDOf("orphan")
 	require.NotEmpty(t, id, "the orphaned run's record")
 
-	ncmd, nob := f.obs.sleeper("next", 50*time.Millisecond)
-	wantCode(t, f.run("h2", startArgs("next", ncmd, "--wait=20s")...), "a start after the orphaned run's lease", 0)
-	nob.waitDone(t, 5*time.Second)
+	nob := f.runNext("h2", "a start after the orphaned run's lease", "--wait=20s")
 	t.Logf("h2 admitted %s after the detached start began (lease TTL %s)", nob.startAt.Sub(began).Round(time.Millisecond), ttl)
 	assert.False(t, ob.hasStarted(), "the orphaned run's command ran")
 
@@ -786,20 +801,13 @@ func fleetSignalledAsReserved(t *testing.T, c *etcdCluster) {
 	wantCode(t, r, "a start signalled as its run was reserved", 143)
 	assert.False(t, ob.hasStarted(), "the command ran although crew was told to stop before it started")
 
-	var id string
-	for _, run := range f.status().Finished {
-		if run.Task == "early" {
-			id = run.RunID
-		}
-	}
+	id := f.runIDOf("early")
 	require.NotEmpty(t, id, "the signalled run's final record")
 	rec := f.finalRecord(id, 5*time.Second)
 	assert.Equal(t, "stopped", rec.State)
 	assert.Equal(t, "SIGTERM", rec.Signal)
 	assert.Contains(t, rec.Reason, "crew received SIGTERM before the command started; it was never run")
-	ncmd, nob := f.obs.sleeper("next", 50*time.Millisecond)
-	wantCode(t, f.run("h2", startArgs("next", ncmd)...), "the next start, the slot free at once", 0)
-	nob.waitDone(t, 5*time.Second)
+	f.runNext("h2", "the next start, the slot free at once")
 }
 
 // fleetObserverCatchesFrozenGuard checks the checker: with the lease
