@@ -10,7 +10,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +25,36 @@ var sharedCases = []struct {
 	name string
 	run  func(t *testing.T, f *fleet)
 }{
+	// SIGTERM reaches crew start while its run is being reserved (held at
+	// the reserved failpoint). Admission's signal watcher takes it, so the
+	// run must be recorded as stopped, its command never started, and crew
+	// exit 143: not launched with the signal lost.
+	{"SignalledAsReserved", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		gate := filepath.Join(t.TempDir(), "reserved")
+		cmd, ob := f.obs.sleeper("early", 50*time.Millisecond)
+		p := f.start("h1", []string{"CREW_FAILPOINT=reserved:wait:" + gate}, startArgs("early", cmd)...)
+		eventually(t, 20*time.Second, "the start to hold its reservation", func() bool {
+			_, err := os.Stat(gate + ".reached")
+			return err == nil
+		})
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM)) // our own child
+		// The failpoint holds admission; the signal reaches crew's watcher
+		// within microseconds, and the reservation goes on only after this.
+		time.Sleep(300 * time.Millisecond)
+		require.NoError(t, os.WriteFile(gate, nil, 0o600))
+		r := p.wait(t, 20*time.Second)
+		wantCode(t, r, "a start signalled as its run was reserved", 143)
+		assert.False(t, ob.hasStarted(), "the command ran although crew was told to stop before it started")
+
+		id := f.runIDOf("early")
+		require.NotEmpty(t, id, "the signalled run's final record")
+		rec := f.finalRecord(id, 5*time.Second)
+		assert.Equal(t, "stopped", rec.State)
+		assert.Equal(t, "SIGTERM", rec.Signal)
+		assert.Contains(t, rec.Reason, "crew received SIGTERM before the command started; it was never run")
+		f.runNext("h2", "the next start, the slot free at once")
+	}},
 	{"ExitCodePassthrough", func(t *testing.T, f *fleet) {
 		f.initMax(1)
 		r := f.run("h1", startArgs("seven", []string{"sh", "-c", "exit 7"})...)
