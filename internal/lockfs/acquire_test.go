@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/crew-dev/crew/internal/helperproc"
 )
 
 const acquireName = "dispatch-admission.lock"
@@ -62,8 +64,19 @@ func awaitAcquire(t *testing.T, ch <-chan acquireResult, within time.Duration) a
 	return acquireResult{}
 }
 
-func TestAcquireFreeCreatesTheFileAndKeepsIt(t *testing.T) {
+// newAcquireDir is a lock directory with the lock file Acquire takes
+// (crew creates it with CreateTemp and Publish, tested below).
+func newAcquireDir(t *testing.T) lockDir {
+	t.Helper()
 	d := newLockDir(t)
+	if err := os.WriteFile(d.at(acquireName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestAcquireFreeKeepsTheFile(t *testing.T) {
+	d := newAcquireDir(t)
 	r := awaitAcquire(t, acquireAsync(context.Background(), d, time.Second), 5*time.Second)
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -71,18 +84,17 @@ func TestAcquireFreeCreatesTheFileAndKeepsIt(t *testing.T) {
 	if r.waits != 0 {
 		t.Errorf("onWait ran %d times for a free lock, want 0", r.waits)
 	}
-	fi, err := os.Stat(d.at(acquireName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if perm := fi.Mode().Perm(); perm != 0o600 {
-		t.Errorf("lock file mode = %v, want 0600", perm)
-	}
 	if !mustProbe(t, d, acquireName) {
 		t.Error("Probe = false while Acquire's lock is held")
 	}
+	if r.lock.File() != nil {
+		t.Error("a lock taken through gofrs/flock offers a descriptor to hand on")
+	}
 	if err := r.lock.Release(); err != nil {
 		t.Fatal(err)
+	}
+	if mustProbe(t, d, acquireName) {
+		t.Error("Probe = true after Release")
 	}
 	if _, err := os.Stat(d.at(acquireName)); err != nil {
 		t.Fatalf("Release removed the lock file: %v", err)
@@ -102,8 +114,83 @@ func TestAcquireFreeCreatesTheFileAndKeepsIt(t *testing.T) {
 	}
 }
 
-func TestAcquireTimesOut(t *testing.T) {
+// Acquire never creates a lock file: a missing one is ErrGone, and stays
+// missing.
+func TestAcquireMissingFileIsErrGone(t *testing.T) {
 	d := newLockDir(t)
+	if l, err := Acquire(context.Background(), d.root, acquireName, time.Second, nil); !errors.Is(err, ErrGone) {
+		if l != nil {
+			_ = l.Release()
+		}
+		t.Fatalf("Acquire of a missing file = %v, want ErrGone", err)
+	}
+	if _, err := os.Lstat(d.at(acquireName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Acquire created the lock file: %v", err)
+	}
+}
+
+// A waiter blocked on a lock file whose holder removes it before letting
+// go gets the removed inode: it must say so (ErrGone), not believe it
+// holds the lock at the name, which a newcomer may be holding by then.
+func TestAcquireWaiterOfARemovedFileIsErrGone(t *testing.T) {
+	d := newAcquireDir(t)
+	h := holdAcquire(t, d)
+	ch := acquireAsync(context.Background(), d, time.Minute)
+	helperproc.BlockedOn(t, d.at(acquireName), os.Getpid())
+	h.Send("remove")
+	h.Expect("removed")
+	h.Send("release")
+	h.Expect("released")
+	if r := awaitAcquire(t, ch, 10*time.Second); !errors.Is(r.err, ErrGone) {
+		t.Fatalf("Acquire after its file was removed under it = %v, %v; want ErrGone", r.lock, r.err)
+	}
+}
+
+// CreateTemp and Publish: the file appears at its name already locked by
+// its creator (a taker sees it busy, never free), once; a second Publish
+// is ErrExist and leaves the first alone.
+func TestCreateTempPublish(t *testing.T) {
+	d := newLockDir(t)
+	l, err := CreateTemp(d.root, acquireName, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, d.path); len(names) != 1 || !strings.HasPrefix(names[0], "."+acquireName) {
+		t.Fatalf("after CreateTemp the directory holds %v, want one temporary file", names)
+	}
+	if err := l.Publish(acquireName); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, d.path); len(names) != 1 || names[0] != acquireName {
+		t.Fatalf("after Publish the directory holds %v, want %s alone", names, acquireName)
+	}
+	if fi, err := os.Stat(d.at(acquireName)); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("published lock file = %v, %v; want mode 0640", fi, err)
+	}
+	other := startHelper(t, "take", d.at(acquireName))
+	other.Expect("busy")
+	other.Finish()
+	if same, err := l.StillAtName(); err != nil || !same {
+		t.Errorf("StillAtName after Publish = %v, %v", same, err)
+	}
+	second, err := CreateTemp(d.root, acquireName, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Publish(acquireName); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("second Publish = %v, want ErrExist", err)
+	}
+	if err := second.RemoveAndRelease(); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, d.path); len(names) != 1 || names[0] != acquireName {
+		t.Fatalf("after a refused Publish the directory holds %v, want %s alone", names, acquireName)
+	}
+	_ = l.Release()
+}
+
+func TestAcquireTimesOut(t *testing.T) {
+	d := newAcquireDir(t)
 	holdAcquire(t, d)
 
 	const timeout = 250 * time.Millisecond
@@ -120,7 +207,7 @@ func TestAcquireTimesOut(t *testing.T) {
 }
 
 func TestAcquireZeroTimeoutFailsWhenBusy(t *testing.T) {
-	d := newLockDir(t)
+	d := newAcquireDir(t)
 	holdAcquire(t, d)
 	r := awaitAcquire(t, acquireAsync(context.Background(), d, 0), 5*time.Second)
 	if !errors.Is(r.err, ErrTimeout) {
@@ -131,7 +218,7 @@ func TestAcquireZeroTimeoutFailsWhenBusy(t *testing.T) {
 // A holder killed with SIGKILL releases at once: even a zero timeout (no
 // waiting at all) gets the lock right after the holder is reaped.
 func TestAcquireRightAfterHolderSIGKILL(t *testing.T) {
-	d := newLockDir(t)
+	d := newAcquireDir(t)
 	h := holdAcquire(t, d)
 	h.Kill()
 	r := awaitAcquire(t, acquireAsync(context.Background(), d, 0), 5*time.Second)
@@ -146,7 +233,7 @@ func TestAcquireRightAfterHolderSIGKILL(t *testing.T) {
 // A waiter that is still within its timeout gets the lock when the holder
 // releases it; until then it is excluded.
 func TestAcquireWaitsForRelease(t *testing.T) {
-	d := newLockDir(t)
+	d := newAcquireDir(t)
 	h := holdAcquire(t, d)
 	ch := acquireAsync(context.Background(), d, time.Minute)
 	select {
@@ -177,7 +264,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 // The reverse direction: while this process holds the lock, another
 // process waits, and gets it when we release.
 func TestAcquireExcludesOtherProcess(t *testing.T) {
-	d := newLockDir(t)
+	d := newAcquireDir(t)
 	l, err := Acquire(context.Background(), d.root, acquireName, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +280,7 @@ func TestAcquireExcludesOtherProcess(t *testing.T) {
 }
 
 func TestAcquireTimeoutInOtherProcess(t *testing.T) {
-	d := newLockDir(t)
+	d := newAcquireDir(t)
 	l, err := Acquire(context.Background(), d.root, acquireName, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +295,7 @@ func TestAcquireTimeoutInOtherProcess(t *testing.T) {
 }
 
 func TestAcquireContextCanceled(t *testing.T) {
-	d := newLockDir(t)
+	d := newAcquireDir(t)
 	h := holdAcquire(t, d)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := acquireAsync(ctx, d, time.Minute)
@@ -255,7 +342,7 @@ func staysFree(t *testing.T, d lockDir) bool {
 // its wait, and if the lock comes to it later it must let it go at once,
 // not sit on it for the rest of the process's life.
 func TestAcquireTimedOutWaiterNeverKeepsTheLock(t *testing.T) {
-	d := newLockDir(t)
+	d := newAcquireDir(t)
 	h := holdAcquire(t, d)
 	for range 3 {
 		r := awaitAcquire(t, acquireAsync(context.Background(), d, 50*time.Millisecond), 10*time.Second)
@@ -275,10 +362,7 @@ func TestAcquireTimedOutWaiterNeverKeepsTheLock(t *testing.T) {
 func TestAcquireMissingDir(t *testing.T) {
 	d := newLockDir(t)
 	_, err := Acquire(context.Background(), d.root, "missing/"+acquireName, time.Second, nil)
-	if err == nil {
-		t.Fatal("Acquire in a missing directory succeeded")
-	}
-	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "missing/"+acquireName) {
-		t.Errorf("error %q: want ErrNotExist naming the lock", err)
+	if !errors.Is(err, ErrGone) {
+		t.Fatalf("Acquire in a missing directory = %v, want ErrGone", err)
 	}
 }

@@ -620,7 +620,7 @@ func TestLockFilesRefuseLinksAndFIFOs(t *testing.T) {
 // use StillAtName, which is part of what is under test.
 func stillAtPath(t *testing.T, l *Lock, path string) bool {
 	t.Helper()
-	held, err := l.File().Stat()
+	held, err := l.Stat()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -673,4 +673,10 @@ func TestTakeNeverLocksARemovedFile(t *testing.T) {
 
 func TestCreateNeverLocksARemovedFile(t *testing.T) {
 	churn(t, "churn-take", Create)
+}
+
+func TestAcquireNeverLocksARemovedFile(t *testing.T) {
+	churn(t, "churn-create", func(r *os.Root, name string) (*Lock, error) {
+		return Acquire(t.Context(), r, name, 0, nil)
+	})
 }

@@ -8,42 +8,93 @@ import (
 	"time"
 )
 
-// LockFile: shared locks of two open file descriptions coexist; an
+// LockData: shared locks of two open file descriptions coexist; an
 // exclusive one waits for them, boundedly, and gets the file once they
 // are gone.
-func TestLockFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "data")
+func TestLockData(t *testing.T) {
+	dir, r := lockDirRoot(t)
+	path := filepath.Join(dir, "data")
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	open := func() *os.File {
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		return f
+	data, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	a, b, c := open(), open(), open()
-	if err := LockFile(a, false, 0); err != nil {
+	defer data.Close()
+	lock := func(exclusive bool, timeout time.Duration) (*Lock, error) {
+		l, err := LockData(r, "data", data, exclusive, timeout)
+		if l != nil {
+			t.Cleanup(func() { _ = l.Release() })
+		}
+		return l, err
+	}
+	a, err := lock(false, 0)
+	if err != nil {
 		t.Fatalf("shared lock = %v", err)
 	}
-	if err := LockFile(b, false, 0); err != nil {
+	b, err := lock(false, 0)
+	if err != nil {
 		t.Fatalf("second shared lock = %v", err)
 	}
-	if err := LockFile(c, true, 20*time.Millisecond); !errors.Is(err, ErrTimeout) {
+	if _, err := lock(true, 20*time.Millisecond); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("exclusive lock while shared ones are held = %v, want ErrTimeout", err)
 	}
-	a.Close()
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		b.Close()
-	}()
-	if err := LockFile(c, true, 10*time.Second); err != nil {
+	_ = a.Release()
+	_ = b.Release()
+	if _, err := lock(true, 0); err != nil {
 		t.Fatalf("exclusive lock once the shared ones went = %v", err)
 	}
-	d := open()
-	if err := LockFile(d, false, 0); !errors.Is(err, ErrTimeout) {
+	if _, err := lock(false, 0); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("shared lock while an exclusive one is held = %v, want ErrTimeout", err)
 	}
+}
+
+// LockData proves that what it locked is the caller's file: a descriptor
+// of a file that is no longer at the name is ErrGone, and nothing stays
+// locked.
+func TestLockDataReplacedFile(t *testing.T) {
+	dir, r := lockDirRoot(t)
+	path := filepath.Join(dir, "data")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := os.WriteFile(path+".new", []byte("new"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := LockData(r, "data", old, true, 0); !errors.Is(err, ErrGone) {
+		if l != nil {
+			_ = l.Release()
+		}
+		t.Fatalf("LockData of a replaced file = %v, want ErrGone", err)
+	}
+	cur, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	l, err := LockData(r, "data", cur, true, 0)
+	if err != nil {
+		t.Fatalf("LockData of the file at the name after a refused one = %v; was something left locked?", err)
+	}
+	_ = l.Release()
+}
+
+func lockDirRoot(t *testing.T) (string, *os.Root) {
+	t.Helper()
+	dir := t.TempDir()
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return dir, r
 }

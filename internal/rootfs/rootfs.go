@@ -166,8 +166,8 @@ func setPerm(f *os.File, perm os.FileMode) error {
 	return nil
 }
 
-// links is a file's hard link count.
-func links(fi os.FileInfo) uint64 {
+// Links is a file's hard link count (1 where the system does not say).
+func Links(fi os.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return uint64(st.Nlink)
 	}
@@ -184,7 +184,7 @@ func check(dir *os.Root, name string, f *os.File, before os.FileInfo) error {
 	if !fi.Mode().IsRegular() {
 		return &NotRegularError{Name: name, Mode: fi.Mode()}
 	}
-	switch n := links(fi); {
+	switch n := Links(fi); {
 	case n == 0:
 		// Renamed over, or removed, since the open: not a planted link.
 		return &ReplacedError{Name: name}
@@ -270,11 +270,11 @@ func OpenFIFO(dir *os.Root, name string, flag int) (*os.File, error) {
 		return nil, err
 	}
 	fi, err := f.Stat()
-	if err != nil || fi.Mode().Type() != fs.ModeNamedPipe || !os.SameFile(fi, before) || links(fi) == 0 {
+	if err != nil || fi.Mode().Type() != fs.ModeNamedPipe || !os.SameFile(fi, before) || Links(fi) == 0 {
 		_ = f.Close()
 		return nil, &ReplacedError{Name: name} // or removed: its waiter left
 	}
-	if n := links(fi); n != 1 {
+	if n := Links(fi); n != 1 {
 		// A FIFO linked from elsewhere (a system daemon's control FIFO):
 		// ringing it would write into someone else's channel.
 		_ = f.Close()

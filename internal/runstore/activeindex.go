@@ -27,7 +27,8 @@ import (
 // It is a cache, never a source of truth. An entry is used only for a run
 // whose record is in the active set and whose owner and supervisor locks
 // the kernel shows held (anything else is read from its record as always);
-// a missing, torn or foreign index costs only speed. It is not fsynced: a
+// a missing, torn or foreign index costs only speed. Appends are not
+// fsynced (its rewrites are atomic, through renameio): a
 // line lost in a crash means that run's record is read instead. Lines of
 // runs that left the active set are dropped when admission rewrites it.
 
@@ -209,5 +210,5 @@ func (a *Admission) compactIndex(index map[record.RunID]*activeEntryLine, active
 		return
 	}
 	defer dir.Close()
-	_ = writeFileMode(dir, activeIndexName, buf.Bytes(), volatile, a.s.filePerm())
+	_ = writeFileMode(dir, activeIndexName, buf.Bytes(), atomic, a.s.filePerm())
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"io/fs"
+
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/rootfs"
@@ -35,16 +37,17 @@ func (h Holder) String() string {
 
 // LockTimeoutError reports that the admission lock stayed busy too long.
 type LockTimeoutError struct {
-	Path    string
-	Waited  time.Duration
-	Holder  Holder
-	HoldErr error // why the holder note could not be read, if it could not
+	Path     string // the state root
+	LockFile string // the admission lock file
+	Waited   time.Duration
+	Holder   Holder
+	HoldErr  error // why the holder note could not be read, if it could not
 }
 
 func (e *LockTimeoutError) Error() string {
-	return fmt.Sprintf("timed out after %s waiting for the admission lock on the state root %s, held by %s; "+
+	return fmt.Sprintf("timed out after %s waiting for the admission lock on the state root %s, held by %s (lock file %s); "+
 		"if that process is stuck, stop it (the lock is released when it exits), or raise --lock-timeout",
-		e.Waited, e.Path, e.Holder)
+		e.Waited, e.Path, e.Holder, e.LockFile)
 }
 
 // Admission is the held admission lock: the machine-wide critical section
@@ -53,69 +56,164 @@ func (e *LockTimeoutError) Error() string {
 // of Admission, so they cannot be made without it.
 type Admission struct {
 	s    *Store
-	lock *lockfs.DirLock // nil when the admission-lock failpoint skips it
+	lock *lockfs.Lock    // .locks/dispatch-admission.lock; nil when the admission-lock failpoint skips it
+	root *lockfs.DirLock // the state root directory, shared (see LockAdmission)
 }
 
-// maxRootSwaps bounds how often LockAdmission starts over because the
-// directory it locked is no longer the state root at its path.
-const maxRootSwaps = 10
+// maxStartOvers bounds how often LockAdmission starts over because what it
+// locked is no longer the admission lock of the state root at its path.
+const maxStartOvers = 10
+
+// errStartOver: what was locked is no longer what the state root's path
+// names; look again.
+var errStartOver = errors.New("the admission lock was replaced while being locked")
 
 // LockAdmission takes the admission lock, waiting up to timeout.
 //
-// The admission lock is a flock on the state root directory itself, not on
-// a file inside it: a lock file can be deleted (or its directory removed)
-// while a process holds it, and the next process would then lock a fresh
-// file and be inside at the same time. A directory cannot be removed while
-// it holds anything. Once the lock is held, the directory is checked to
-// still be the one at the state root's path (a root moved aside and made
-// anew is a different state root: crew starts over on the new one), and a
-// note naming this process is written so that a waiter who times out can
-// say who is in the way.
+// The admission lock is an exclusive flock of .locks/dispatch-admission.lock,
+// a lock file of its own (no task name can ever name it) that crew creates
+// once and never removes or replaces. Once it is held, crew proves that the
+// state root's path still names the locked file (same device and inode,
+// one link, no symbolic link on the way) and starts over otherwise, so a
+// waiter that wakes up on a lock file someone removed or replaced never
+// believes it is inside.
+//
+// Inside, crew also holds the state root directory itself with a shared
+// flock. It never keeps two crews apart (shared locks coexist), but a
+// process that needs nobody inside takes it exclusively: the one that
+// creates the lock file (anew, if someone removed .locks/ while a process
+// was inside: it waits until that process has left), and every crew release
+// before this one, whose admission lock was an exclusive flock of the state
+// root directory. So old and new crew may share a root during an upgrade.
+//
+// A note naming this process is written beside the lock, so that a waiter
+// who times out can say who is in the way.
 func (s *Store) LockAdmission(ctx context.Context, timeout time.Duration) (*Admission, error) {
 	if failpoint.Skip("admission-lock") {
 		return &Admission{s: s}, nil // test builds only: prove the race tests can fail
 	}
 	start := time.Now()
-	for swaps := 0; ; swaps++ {
+	for overs := 0; ; overs++ {
 		if err := s.Ensure(); err != nil {
 			return nil, err
 		}
-		root, err := s.openRoot()
-		if err != nil {
-			return nil, err
-		}
-		remaining := max(timeout-time.Since(start), 0)
-		l, err := lockfs.AcquireDir(ctx, root, remaining, func() { failpoint.Hit("admission-contended") })
+		a, err := s.lockAdmission(ctx, max(timeout-time.Since(start), 0))
 		switch {
-		case errors.Is(err, lockfs.ErrTimeout):
-			h, herr := s.readHolder()
-			return nil, &LockTimeoutError{Path: s.path, Waited: time.Since(start).Round(time.Millisecond), Holder: h, HoldErr: herr}
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("waiting for the admission lock on %s: %w", s.path, ctx.Err())
-		case err != nil:
-			return nil, fmt.Errorf("admission lock on %s: %w", s.path, unwrapPath(err))
-		}
-		if s.lockedRootAtPath(l) {
-			a := &Admission{s: s, lock: l}
+		case err == nil:
 			if err := s.writeHolder(); err != nil {
 				a.Release()
 				return nil, err
 			}
 			return a, nil
-		}
-		_ = l.Release()
-		s.reopen()
-		if swaps == maxRootSwaps {
-			return nil, fmt.Errorf("the state root %s keeps being replaced while crew locks it", s.path)
+		case errors.Is(err, errStartOver):
+			s.reopen()
+			if overs == maxStartOvers {
+				return nil, fmt.Errorf("the admission lock %s keeps being replaced while crew locks it", s.admissionLockPath())
+			}
+		case errors.Is(err, lockfs.ErrTimeout):
+			h, herr := s.readHolder()
+			return nil, &LockTimeoutError{Path: s.path, LockFile: s.admissionLockPath(), Waited: time.Since(start).Round(time.Millisecond), Holder: h, HoldErr: herr}
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("waiting for the admission lock %s: %w", s.admissionLockPath(), ctx.Err())
+		default:
+			return nil, fmt.Errorf("admission lock %s: %w", s.admissionLockPath(), unwrapPath(err))
 		}
 	}
 }
 
-// lockedRootAtPath reports whether the locked directory is the one at the
-// state root's path now.
-func (s *Store) lockedRootAtPath(l *lockfs.DirLock) bool {
-	held, err := l.File().Stat()
+// admissionLockPath is the admission lock file's path, for messages.
+func (s *Store) admissionLockPath() string { return s.display(locksDir, admissionLockName) }
+
+// lockAdmission is one try: the lock file, then the state root directory.
+func (s *Store) lockAdmission(ctx context.Context, timeout time.Duration) (*Admission, error) {
+	deadline := time.Now().Add(timeout)
+	locks, err := s.dir(locksDir)
 	if err != nil {
+		return nil, err
+	}
+	defer locks.Close()
+	l, err := lockfs.Acquire(ctx, locks, admissionLockName, timeout, func() { failpoint.Hit("admission-contended") })
+	if errors.Is(err, lockfs.ErrGone) {
+		if _, lerr := locks.Lstat(admissionLockName); !errors.Is(lerr, fs.ErrNotExist) {
+			return nil, errStartOver // replaced while we waited: lock what is there now
+		}
+		l, err = s.createAdmissionLock(ctx, locks, time.Until(deadline))
+	}
+	var notRegular *rootfs.NotRegularError
+	var linked *rootfs.LinkedError
+	if errors.As(err, &notRegular) || errors.As(err, &linked) {
+		// Something crew did not make stands at the lock's name: move it
+		// aside, and make the lock file anew.
+		why := fmt.Sprintf("%v; crew keeps its admission lock there, so it moved this aside", err)
+		if _, qerr := s.quarantine(locksDir, admissionLockName, why, "crew (taking the admission lock)"); qerr != nil {
+			return nil, errors.Join(err, qerr)
+		}
+		return nil, errStartOver
+	}
+	if err != nil {
+		return nil, err
+	}
+	root, err := lockfs.AcquireDir(ctx, s.path, true, time.Until(deadline))
+	if err != nil {
+		_ = l.Release()
+		return nil, err
+	}
+	a := &Admission{s: s, lock: l, root: root}
+	if !s.isStateRoot(root) {
+		a.Release()
+		return nil, errStartOver // the state root was moved aside and made anew
+	}
+	if same, err := l.StillAtName(); err != nil || !same {
+		a.Release()
+		return nil, errStartOver
+	}
+	return a, nil
+}
+
+// createAdmissionLock makes the admission lock file, which does not exist:
+// a fresh file, locked under a temporary name, appears at its name only
+// once nobody is inside admission (the state root directory is held
+// exclusively for that instant: see LockAdmission), already locked by its
+// creator. errStartOver if another process made it first.
+func (s *Store) createAdmissionLock(ctx context.Context, locks *os.Root, timeout time.Duration) (*lockfs.Lock, error) {
+	deadline := time.Now().Add(timeout)
+	l, err := lockfs.CreateTemp(locks, admissionLockName, s.filePerm())
+	if err != nil {
+		return nil, err
+	}
+	fence, err := lockfs.AcquireDir(ctx, s.path, false, time.Until(deadline))
+	if err != nil {
+		_ = l.RemoveAndRelease()
+		return nil, err
+	}
+	defer fence.Release()
+	if !s.isStateRoot(fence) {
+		_ = l.RemoveAndRelease()
+		return nil, errStartOver
+	}
+	if err := l.Publish(admissionLockName); err != nil {
+		_ = l.RemoveAndRelease()
+		if errors.Is(err, fs.ErrExist) || errors.Is(err, fs.ErrNotExist) {
+			return nil, errStartOver // made by another; or our file swept away
+		}
+		return nil, fmt.Errorf("create %s: %w", s.admissionLockPath(), unwrapPath(err))
+	}
+	return l, nil
+}
+
+// isStateRoot reports whether the locked directory is the state root this
+// store has open, and still the one at the state root's path.
+func (s *Store) isStateRoot(l *lockfs.DirLock) bool {
+	held, err := l.Stat()
+	if err != nil {
+		return false
+	}
+	root, err := s.openRoot()
+	if err != nil {
+		return false
+	}
+	opened, err := root.Stat(".")
+	if err != nil || !os.SameFile(held, opened) {
 		return false
 	}
 	now, err := os.Stat(s.path)
@@ -135,6 +233,10 @@ func (s *Store) reopen() {
 
 // Release leaves the critical section.
 func (a *Admission) Release() {
+	if a.root != nil {
+		_ = a.root.Release()
+		a.root = nil
+	}
 	if a.lock != nil {
 		_ = a.lock.Release()
 		a.lock = nil

@@ -10,14 +10,17 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/crew-dev/crew/internal/lockfs"
 )
 
-// admissionLockPath is what the admission lock locks: the state root
-// directory itself.
-func (s *Store) admissionLockPath() string { return s.path }
-func (s *Store) holderPath() string        { return s.osPath(locksDir, holderName) }
+func (s *Store) holderPath() string { return s.osPath(locksDir, holderName) }
+
+// admissionLockFile makes sure the admission lock file exists (crew makes
+// it at the first admission) and returns its path.
+func admissionLockFile(t *testing.T, s *Store) string {
+	t.Helper()
+	lockAdmission(t, s).Release()
+	return s.admissionLockPath()
+}
 
 // holdAdmission starts a helper process that takes the admission lock of
 // the state root.
@@ -129,8 +132,8 @@ func TestLockAdmissionTimesOutNamingHolder(t *testing.T) {
 	if te.Waited < timeout-10*time.Millisecond || te.Waited > r.took+time.Millisecond {
 		t.Errorf("Waited = %s, want about %s", te.Waited, timeout)
 	}
-	if te.Path != s.admissionLockPath() {
-		t.Errorf("Path = %q, want %q", te.Path, s.admissionLockPath())
+	if te.Path != s.Root() || te.LockFile != s.admissionLockPath() {
+		t.Errorf("Path, LockFile = %q, %q; want %q, %q", te.Path, te.LockFile, s.Root(), s.admissionLockPath())
 	}
 	if te.Holder.PID != h.Pid() || te.HoldErr != nil {
 		t.Errorf("Holder = %+v (err %v), want pid %d", te.Holder, te.HoldErr, h.Pid())
@@ -235,7 +238,7 @@ func TestLockAdmissionContextCanceled(t *testing.T) {
 	holdAdmission(t, s.Root())
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := lockAsync(ctx, s, time.Minute)
-	time.Sleep(50 * time.Millisecond)
+	blockedOn(t, s.admissionLockPath(), os.Getpid())
 	cancel()
 	r := awaitLock(t, ch, 5*time.Second)
 	if !errors.Is(r.err, context.Canceled) {
@@ -253,7 +256,11 @@ func TestLockAdmissionContextCanceled(t *testing.T) {
 func TestLockAdmissionMissingHolderNote(t *testing.T) {
 	s := newStore(t)
 	// A process holds the lock without having written a note.
-	h := startHelper(t, "hold-flock", s.admissionLockPath())
+	lock := admissionLockFile(t, s)
+	if err := os.Remove(s.holderPath()); err != nil {
+		t.Fatal(err)
+	}
+	h := startHelper(t, "hold-flock", lock)
 	h.Expect("locked")
 	r := awaitLock(t, lockAsync(context.Background(), s, 100*time.Millisecond), 5*time.Second)
 	var te *LockTimeoutError
@@ -286,8 +293,12 @@ func TestLockAdmissionUnreadableHolderNote(t *testing.T) {
 	for name, plant := range tests {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
+			lock := admissionLockFile(t, s)
+			if err := os.Remove(s.holderPath()); err != nil {
+				t.Fatal(err)
+			}
 			plant(t, s.holderPath())
-			h := startHelper(t, "hold-flock", s.admissionLockPath())
+			h := startHelper(t, "hold-flock", lock)
 			h.Expect("locked")
 			r := awaitLock(t, lockAsync(context.Background(), s, 50*time.Millisecond), 5*time.Second)
 			var te *LockTimeoutError
@@ -479,9 +490,9 @@ func TestHolderString(t *testing.T) {
 }
 
 // The state root moved aside and made anew while a waiter is blocked on
-// the old directory: when the old holder lets go, the waiter holds a lock
-// on a directory that is no longer the state root, while a newer process
-// holds the new one. It must see that and start over (and wait for the
+// the old one's lock: when the old holder lets go, the waiter holds a lock
+// in a directory that is no longer the state root, while a newer process
+// holds the new one's. It must see that and start over (and wait for the
 // new holder), never believe it is inside.
 func TestLockAdmissionStartsOverWhenTheRootIsReplaced(t *testing.T) {
 	s := newStore(t)
@@ -493,42 +504,38 @@ func TestLockAdmissionStartsOverWhenTheRootIsReplaced(t *testing.T) {
 	blockedOn(t, s.admissionLockPath(), os.Getpid())
 
 	// Someone moves the state root aside; a newer process makes it again
-	// and takes its lock (here: this process, through its own descriptor).
+	// and takes its admission lock.
 	if err := os.Rename(s.Root(), s.Root()+".old"); err != nil {
 		t.Fatal(err)
 	}
-	newer := New(s.Root())
-	defer newer.Close()
-	if err := newer.Ensure(); err != nil {
-		t.Fatal(err)
-	}
-	newRoot := mustOpenRoot(t, s.Root())
-	held, err := lockfs.AcquireDir(context.Background(), newRoot, time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	newer := holdAdmission(t, s.Root())
 
-	// The old holder lets go: the waiter now has the old, moved directory.
+	// The old holder lets go: the waiter now has the old, moved root's lock.
 	old.Send("release")
 	old.Expect("released")
+	blockedOn(t, s.admissionLockPath(), os.Getpid()) // the new root's: it started over
 	select {
 	case r := <-ch:
 		if r.adm != nil {
 			r.adm.Release()
 		}
 		t.Fatalf("LockAdmission returned (%v) holding the moved-away root while another process holds the new one", r.err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 
 	// When the newer holder lets go, the waiter gets the root at the path.
-	_ = held.Release()
+	newer.Send("release")
+	newer.Expect("released")
 	r := awaitLock(t, ch, 10*time.Second)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	defer r.adm.Release()
-	if !waiter.lockedRootAtPath(r.adm.lock) {
+	if !waiter.isStateRoot(r.adm.root) {
 		t.Fatalf("the waiter holds a lock on a directory that is not the state root at %s", s.Root())
+	}
+	if same, err := r.adm.lock.StillAtName(); err != nil || !same {
+		t.Fatalf("the waiter holds a lock file that is not %s (%v)", s.admissionLockPath(), err)
 	}
 }
 

@@ -384,7 +384,7 @@ func (x *DoneIndex) Save() {
 		return
 	}
 	defer dir.Close()
-	if writeFileMode(dir, indexName, b.Bytes(), volatile, x.s.filePerm()) == nil {
+	if writeFileMode(dir, indexName, b.Bytes(), atomic, x.s.filePerm()) == nil {
 		x.dirty = false
 	}
 }

@@ -8,58 +8,40 @@ import (
 	"math/rand/v2"
 	"os"
 
+	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
-
-	"github.com/crew-dev/crew/internal/rootfs"
 )
 
 // durability says how far a write goes before it returns.
 type durability int
 
 const (
-	// volatile: atomic (readers never see a torn file) but nothing is
-	// fsynced; for files that mean nothing after a crash.
-	volatile durability = iota
 	// atomic: the file is fsynced and renamed into place; after a power
 	// loss the name may still hold the old content, never a torn file.
-	atomic
+	atomic durability = iota
 	// durable: atomic, and the directory is fsynced so the rename itself
 	// survives a power loss.
 	durable
 )
 
-// writeFile replaces name in dir with data. The temporary file is created
-// beside it as .<name><random> (listings skip dot-files; recovery sweeps
-// them), exclusively, so a planted file or link is never written through.
-//
-// google/renameio does the same for paths, but cannot work through an
-// *os.Root, which is what keeps every write inside the state root.
-func writeFile(dir *os.Root, name string, data []byte, how durability) error {
-	return writeFileMode(dir, name, data, how, FilePerm)
-}
-
-// writeFileMode is writeFile for a file of mode perm.
+// writeFileMode replaces name in dir with data, a file of mode perm
+// (exactly, whatever the umask), through github.com/google/renameio/v2:
+// WithRoot creates the temporary file beside name, inside dir's root, as
+// .<name><digits> (exclusively, so a planted file or link is never
+// written through; listings skip dot-files, recovery sweeps them),
+// fsyncs it and renames it over name. durable adds what renameio leaves to
+// its caller: the directory's fsync, so the rename itself survives a power
+// loss.
 func writeFileMode(dir *os.Root, name string, data []byte, how durability, perm os.FileMode) error {
-	tmp, err := tempName(name)
+	pf, err := renameio.NewPendingFile(name, renameio.WithRoot(dir), renameio.WithStaticPermissions(perm))
 	if err != nil {
 		return err
 	}
-	f, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
+	defer pf.Cleanup() // removes the temporary file unless it was renamed
+	if _, err := pf.Write(data); err != nil {
 		return err
 	}
-	_, werr := f.Write(data)
-	var serr error
-	if how >= atomic && werr == nil {
-		serr = f.Sync()
-	}
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = dir.Remove(tmp)
-		return err
-	}
-	if err := dir.Rename(tmp, name); err != nil {
-		_ = dir.Remove(tmp)
+	if err := pf.CloseAtomicallyReplace(); err != nil {
 		return err
 	}
 	if how == durable {
@@ -68,10 +50,18 @@ func writeFileMode(dir *os.Root, name string, data []byte, how durability, perm 
 	return nil
 }
 
-func tempName(name string) (string, error) {
+// pendingFile starts an atomic replace of name in dir the way writeFileMode
+// makes one, for a writer that needs the temporary file's descriptor.
+func (s *Store) pendingFile(dir *os.Root, name string) (*renameio.PendingFile, error) {
+	return renameio.NewPendingFile(name, renameio.WithRoot(dir), renameio.WithStaticPermissions(s.filePerm()))
+}
+
+// tempName is a fresh temporary name beside name, for a file that is
+// linked into place (never over another) rather than renamed.
+func tempName(name string) string {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
-	return "." + name + hex.EncodeToString(b[:]), nil
+	return "." + name + hex.EncodeToString(b[:])
 }
 
 // replaceFile is writeFile for the Store: the file gets the state root's

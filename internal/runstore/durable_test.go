@@ -23,7 +23,12 @@ func openTestRoot(t testing.TB) (string, *os.Root) {
 	return dir, r
 }
 
-var durabilities = map[string]durability{"volatile": volatile, "atomic": atomic, "durable": durable}
+var durabilities = map[string]durability{"atomic": atomic, "durable": durable}
+
+// writeFile is writeFileMode for a file of crew's private mode.
+func writeFile(dir *os.Root, name string, data []byte, how durability) error {
+	return writeFileMode(dir, name, data, how, FilePerm)
+}
 
 func TestWriteFileCreatesAndReplaces(t *testing.T) {
 	for name, how := range durabilities {
@@ -240,23 +245,32 @@ func TestWriteFileReadOnlyDirKeepsOldContent(t *testing.T) {
 	assertOnlyFiles(t, dir, "rec.json")
 }
 
-// Temporary files are dot-files beside the target (so listings skip them
-// and recovery finds them), and carry the target's name (so recovery can
-// tell whose they are).
+// Temporary files (renameio's for a replace, tempName's for a link) are
+// dot-files beside the target (so listings skip them and recovery finds
+// them), and carry the target's name (so recovery can tell whose they are).
 func TestTempName(t *testing.T) {
-	a, err := tempName(string(testID) + ".json")
+	_, r := openTestRoot(t)
+	name := string(testID) + ".json"
+	pf, err := (&Store{}).pendingFile(r, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := tempName(string(testID) + ".json")
-	if a == b {
-		t.Errorf("two temporary names are equal: %q", a)
+	defer pf.Cleanup()
+	a := filepath.Base(pf.Name())
+	b := tempName(name)
+	for _, tmp := range []string{a, b} {
+		if !IsTempName(tmp) || !strings.HasPrefix(tmp, "."+name) || len(tmp) == len(name)+1 {
+			t.Errorf("temporary name %q, want .<name><random> in the same directory", tmp)
+		}
+		if id, ok := idFromTempName(tmp); !ok || id != testID {
+			t.Errorf("idFromTempName(%q) = %q, %v", tmp, id, ok)
+		}
 	}
-	if !IsTempName(a) || !strings.HasPrefix(a, "."+string(testID)+".json") || strings.Contains(a, "/") {
-		t.Errorf("tempName = %q, want .<name><random> in the same directory", a)
+	if b == tempName(name) {
+		t.Errorf("two temporary names are equal: %q", b)
 	}
-	if id, ok := idFromTempName(a); !ok || id != testID {
-		t.Errorf("idFromTempName(%q) = %q, %v", a, id, ok)
+	if _, err := r.Lstat(a); err != nil {
+		t.Errorf("renameio's temporary file is not in the target's directory: %v", err)
 	}
 	for _, name := range []string{".crew.json0123", ".x", "." + string(testID)[:10]} {
 		if id, ok := idFromTempName(name); ok {

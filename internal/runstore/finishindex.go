@@ -10,9 +10,9 @@ import (
 	"math"
 	"math/bits"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/crew-dev/crew/internal/failpoint"
@@ -351,13 +351,17 @@ func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compa
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		if err := lockfs.LockFile(f, false, indexLockWait); err != nil {
+		lk, err := lockfs.LockData(dir, finishedIdxName, f, false, indexLockWait)
+		if errors.Is(err, lockfs.ErrGone) {
+			// Replaced by a compaction or rebuild (append to the new one),
+			// or a second link for an instant, as above.
+			_ = f.Close()
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil {
 			_ = f.Close()
 			return false, false
-		}
-		if same, err := atName(dir, finishedIdxName, f); err != nil || !same {
-			_ = f.Close() // replaced by a compaction or rebuild: append to the new one
-			continue
 		}
 		lines = lines[:0]
 		now := time.Now()
@@ -375,9 +379,11 @@ func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compa
 			// this entry: out of use it goes, while our shared lock keeps
 			// anyone from replacing it meanwhile.
 			rerr := removeFile(dir, finishedIdxName)
+			_ = lk.Release()
 			_ = f.Close()
 			return rerr == nil, false
 		}
+		_ = lk.Release()
 		_ = f.Close()
 		return true, serr == nil && crossesCompactSize(end-int64(len(lines)), end)
 	}
@@ -388,22 +394,6 @@ func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compa
 // crosses a power of two at or above indexCompactFrom.
 func crossesCompactSize(before, after int64) bool {
 	return after >= indexCompactFrom && bits.Len64(uint64(before)) != bits.Len64(uint64(after))
-}
-
-// atName reports whether f is the file at name in dir now.
-func atName(dir *os.Root, name string, f *os.File) (bool, error) {
-	held, err := f.Stat()
-	if err != nil {
-		return false, err
-	}
-	now, err := dir.Lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return os.SameFile(held, now), nil
 }
 
 // dropIndex takes an index that cannot be used out of the way: removed if
@@ -418,7 +408,7 @@ func (s *Store) dropIndex(dir *os.Root, why error) error {
 		return nil
 	case err != nil:
 		return err
-	case fi.Mode().IsRegular() && links(fi) == 1:
+	case fi.Mode().IsRegular() && rootfs.Links(fi) == 1:
 		return removeFile(dir, finishedIdxName)
 	}
 	_, err = s.quarantine(runsDir, finishedIdxName, fmt.Sprintf("%v; crew keeps its index of finished runs there, so it moved this aside", why), "crew")
@@ -435,14 +425,18 @@ func (s *Store) createIndex() {
 		return
 	}
 	defer dir.Close()
-	tmp, err := tempName(finishedIdxName)
+	tmp := tempName(finishedIdxName)
+	f, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, s.filePerm())
 	if err != nil {
 		return
 	}
-	if err := writeFileMode(dir, tmp, []byte(finishedIdxHeader), volatile, s.filePerm()); err != nil {
-		return
+	_, err = f.Write([]byte(finishedIdxHeader))
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	err = dir.Link(tmp, finishedIdxName)
+	if err == nil {
+		err = dir.Link(tmp, finishedIdxName) // never over another index
+	}
 	_ = dir.Remove(tmp)
 	if err != nil {
 		return // someone else made one
@@ -640,27 +634,22 @@ func (s *Store) liveEntries(entries []finishedEntry) []finishedEntry {
 // under old's exclusive lock, it carries over what was appended to old
 // after size, checks that old is still the index, and renames.
 func (s *Store) replaceIndex(dir *os.Root, old *os.File, size int64, content []byte) error {
-	tmp, err := tempName(finishedIdxName)
+	t, err := s.pendingFile(dir, finishedIdxName)
 	if err != nil {
 		return err
 	}
-	t, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, s.filePerm())
-	if err != nil {
-		return err
-	}
-	defer func() {
-		_ = t.Close()
-		_ = dir.Remove(tmp) // gone already once renamed
-	}()
+	defer t.Cleanup() // the temporary file, unless renamed
 	if _, err := t.Write(content); err != nil {
 		return err
 	}
-	if err := lockfs.LockFile(old, true, indexLockWait); err != nil {
-		return err
-	}
-	if same, err := atName(dir, finishedIdxName, old); err != nil || !same {
+	lk, err := lockfs.LockData(dir, finishedIdxName, old, true, indexLockWait)
+	if errors.Is(err, lockfs.ErrGone) {
 		return errors.New("the index was replaced meanwhile")
 	}
+	if err != nil {
+		return err
+	}
+	defer lk.Release() // after the rename below
 	fi, err := old.Stat()
 	if err != nil {
 		return err
@@ -681,7 +670,7 @@ func (s *Store) replaceIndex(dir *os.Root, old *os.File, size int64, content []b
 			return err
 		}
 	}
-	return dir.Rename(tmp, finishedIdxName)
+	return t.CloseAtomicallyReplace()
 }
 
 // rebuildFrom is how many missing runs make CheckIndex rebuild the index
@@ -845,21 +834,19 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 		return 0, err
 	}
 	defer dir.Close()
-	tmp, err := tempName(finishedIdxName)
-	if err != nil {
-		return 0, err
-	}
-	t, err := rootfs.Open(dir, tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, s.filePerm())
+	t, err := s.pendingFile(dir, finishedIdxName)
 	if err != nil {
 		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
 	}
-	defer func() {
-		_ = t.Close()
-		_ = dir.Remove(tmp)
-	}()
-	if err := lockfs.LockFile(t, true, 0); err != nil {
+	defer t.Cleanup() // the temporary file, unless renamed
+	// Locked before it has its name, and until the runs that finish
+	// meanwhile are in it (below): an appender that opens the new index
+	// waits for them.
+	tl, err := lockfs.LockData(dir, filepath.Base(t.Name()), t.File, true, 0)
+	if err != nil {
 		return 0, err
 	}
+	defer tl.Release()
 	if _, err := t.Write(content); err != nil {
 		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
 	}
@@ -868,7 +855,11 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 	// quarantine.
 	if old, err := rootfs.Open(dir, finishedIdxName, os.O_RDONLY, 0); err == nil {
 		defer old.Close()
-		if err := lockfs.LockFile(old, true, indexLockWait); err != nil {
+		ol, err := lockfs.LockData(dir, finishedIdxName, old, true, indexLockWait)
+		switch {
+		case err == nil:
+			defer ol.Release()
+		case !errors.Is(err, lockfs.ErrGone): // gone or replaced: nothing to wait for
 			return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -876,7 +867,7 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 			return 0, err
 		}
 	}
-	if err := dir.Rename(tmp, finishedIdxName); err != nil {
+	if err := t.CloseAtomicallyReplace(); err != nil {
 		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
 	}
 	again, err := s.finishedIDs()
@@ -897,11 +888,33 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 	for _, rec := range late {
 		lines = entryOf(rec, now).encode(lines)
 	}
-	if _, err := t.Write(lines); err != nil {
+	if err := appendLocked(dir, tl, lines); err != nil {
 		_ = removeFile(dir, finishedIdxName)
 		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
 	}
 	return len(recs) + len(late), nil
+}
+
+// appendLocked appends lines to the index, whose lock l this process
+// holds (so nobody has replaced it since).
+func appendLocked(dir *os.Root, l *lockfs.Lock, lines []byte) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	f, err := rootfs.Open(dir, finishedIdxName, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	locked, err := l.Stat()
+	if err != nil {
+		return err
+	}
+	if fi, err := f.Stat(); err != nil || !os.SameFile(fi, locked) {
+		return errors.New("the index was replaced under its lock")
+	}
+	_, err = f.Write(lines)
+	return err
 }
 
 // finishedIDs lists the run ids of every finished record, in no order.
@@ -986,12 +999,4 @@ func cutRecordName(name string) (record.RunID, bool) {
 		return "", false
 	}
 	return record.RunID(name[:record.RunIDLen]), true
-}
-
-// links is a file's hard link count.
-func links(fi os.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Nlink)
-	}
-	return 1
 }

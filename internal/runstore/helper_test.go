@@ -337,38 +337,8 @@ func holdLock(t testing.TB, s *Store, rel, name string) func() {
 }
 
 // blockedOn waits until process pid is blocked in flock on the file at
-// path, as /proc/locks shows it ("->" lines are waiters). It skips the
-// test where /proc/locks does not exist.
-func blockedOn(t *testing.T, path string, pid int) {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ino := fi.Sys().(*syscall.Stat_t).Ino
-	deadline := time.Now().Add(helperproc.LineTimeout)
-	for {
-		b, err := os.ReadFile("/proc/locks")
-		if err != nil {
-			t.Skipf("cannot see blocked lock waiters here: %v", err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 7 || f[1] != "->" {
-				continue
-			}
-			// 1: -> FLOCK ADVISORY WRITE <pid> <maj>:<min>:<ino> 0 EOF
-			devIno := f[6]
-			if f[5] == fmt.Sprint(pid) && devIno[strings.LastIndexByte(devIno, ':')+1:] == fmt.Sprint(ino) {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d is not blocked on %s after %s", pid, path, helperproc.LineTimeout)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// path.
+func blockedOn(t *testing.T, path string, pid int) { helperproc.BlockedOn(t, path, pid) }
 
 // mkfifo makes a FIFO nobody writes to. Should code under test block on it
 // anyway, the cleanup opens it for reading and writing, which releases any

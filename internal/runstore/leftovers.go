@@ -58,7 +58,7 @@ func (s *Store) Leftovers() ([]Leftover, error) {
 	out = append(out, tickets...)
 	out = append(out, s.logLeftovers()...)
 	out = append(out, s.stopLeftovers()...)
-	dirs := []string{".", runsDir, activeDir, quarantineDir, queueDir, ownersDir}
+	dirs := []string{".", locksDir, runsDir, activeDir, quarantineDir, queueDir, ownersDir}
 	shards, _ := s.doneShards()
 	for _, sh := range shards {
 		dirs = append(dirs, doneDir+"/"+sh)

@@ -89,11 +89,11 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 
 // lockIDs identifies the files of a run's locks, for its record.
 func lockIDs(owner, sup *lockfs.Lock) (*record.LockIDs, error) {
-	ofi, err := owner.File().Stat()
+	ofi, err := owner.Stat()
 	if err != nil {
 		return nil, err
 	}
-	sfi, err := sup.File().Stat()
+	sfi, err := sup.Stat()
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (s *Store) Fence(id record.RunID, want *record.LockIDs) (*RunLocks, error) 
 			l.Release()
 			return nil, ErrRunDone
 		}
-		owner, err = s.createLock(dir, ownerLockName(id))
+		owner, err = s.publishLock(dir, ownerLockName(id))
 		if err != nil {
 			l.Release()
 			if errors.Is(err, fs.ErrExist) {
@@ -160,7 +160,7 @@ func (s *Store) Fence(id record.RunID, want *record.LockIDs) (*RunLocks, error) 
 	}
 	l.owner = owner
 	if want != nil {
-		fi, err := owner.File().Stat()
+		fi, err := owner.Stat()
 		if err == nil && fileID(fi) != want.Owner {
 			switch held, kerr := heldInKernel(want.Owner); {
 			case kerr != nil:
@@ -369,9 +369,25 @@ func probe(dir *os.Root, name string) (record.Liveness, error) {
 	return record.Dead, nil
 }
 
-// createLock creates and locks a new lock file with the state root's file
-// mode: in a root shared with a group, every member must be able to probe
-// (read) and fence (write) it.
+// publishLock makes a new lock file appear at name already locked by this
+// process (lockfs.CreateTemp, Publish), with the state root's file mode;
+// fs.ErrExist if name exists. For a lock this process keeps to itself.
+func (s *Store) publishLock(dir *os.Root, name string) (*lockfs.Lock, error) {
+	l, err := lockfs.CreateTemp(dir, name, s.filePerm())
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Publish(name); err != nil {
+		_ = l.RemoveAndRelease()
+		return nil, err
+	}
+	return l, nil
+}
+
+// createLock creates and locks a new lock file on a descriptor a child
+// process can inherit (a run's owner and supervisor locks), with the state
+// root's file mode: in a root shared with a group, every member must be
+// able to probe (read) and fence (write) it.
 func (s *Store) createLock(dir *os.Root, name string) (*lockfs.Lock, error) {
 	l, err := lockfs.Create(dir, name)
 	if err != nil {

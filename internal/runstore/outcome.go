@@ -136,6 +136,9 @@ func (l *RunLocks) SaveOutcome(rec *record.Run, cause error) error {
 		return err
 	}
 	f := l.owner.File()
+	if f == nil {
+		return fmt.Errorf("run %s: only its supervisor keeps its outcome", l.id)
+	}
 	if _, err := f.WriteAt(line, 0); err != nil {
 		return fmt.Errorf("keep the outcome of run %s in %s: %w", l.id, l.OwnerPath(), bareErr(err))
 	}
@@ -156,7 +159,7 @@ func (l *RunLocks) Outcome() (*Outcome, error) {
 		return nil, nil
 	}
 	buf := make([]byte, 2*outcomeSpace) // bounded: the file is the command's too
-	n, err := l.owner.File().ReadAt(buf, 0)
+	n, err := l.owner.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("read the outcome of run %s in %s: %w", l.id, l.OwnerPath(), bareErr(err))
 	}

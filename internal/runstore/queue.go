@@ -114,8 +114,9 @@ type Waiter struct {
 // Enqueue puts t in the queue. The caller holds the admission lock, which
 // is what makes arrival order total. The lock and the bell exist before
 // the ticket does, so a visible ticket is always valid and wakeable. The
-// ticket is not fsynced: it is void without its waiter, and a crash that
-// could lose the write takes the waiter with it.
+// ticket is written atomically, but its directory is not fsynced: it is
+// void without its waiter, and a crash that could lose the rename takes
+// the waiter with it.
 func (a *Admission) Enqueue(t *record.Ticket) (*Waiter, error) {
 	s := a.s
 	dir, err := s.dir(queueDir)
@@ -123,7 +124,7 @@ func (a *Admission) Enqueue(t *record.Ticket) (*Waiter, error) {
 		return nil, fmt.Errorf("join the queue: %w", err)
 	}
 	defer dir.Close()
-	lock, err := s.createLock(dir, ticketLockName(t.RunID))
+	lock, err := s.publishLock(dir, ticketLockName(t.RunID))
 	if err != nil {
 		return nil, fmt.Errorf("join the queue in %s: %w", s.display(queueDir), unwrapPath(err))
 	}
@@ -142,7 +143,7 @@ func (a *Admission) Enqueue(t *record.Ticket) (*Waiter, error) {
 	w := &Waiter{s: s, id: t.RunID, lock: lock, bell: bell, rung: make(chan struct{}, 1)}
 	b, err := t.Encode()
 	if err == nil {
-		err = s.replaceFile(queueDir, dir, ticketName(t.RunID), b, volatile)
+		err = s.replaceFile(queueDir, dir, ticketName(t.RunID), b, atomic)
 	}
 	if err != nil {
 		w.Remove()

@@ -9,7 +9,7 @@
 // Layout of a state root:
 //
 //	crew.json                          config (optional)
-//	.                                  the root directory itself is the admission lock
+//	.locks/dispatch-admission.lock     the admission lock (admission.go); never removed
 //	.locks/dispatch-admission.holder   who holds it (pid, host, since)
 //	runs/active/<run-id>.json          records of runs that may hold a slot
 //	runs/done/<yyyy-mm-ddThh>/<run-id>.json  finished runs, by creation hour (UTC)
@@ -62,9 +62,11 @@ const (
 var layoutDirs = []string{locksDir, "runs", activeDir, doneDir, ownersDir, logsDir, queueDir}
 
 const (
-	configName   = "crew.json"
-	holderName   = "dispatch-admission.holder"
-	refusalsName = "refusals.log"
+	configName = "crew.json"
+	holderName = "dispatch-admission.holder"
+	// admissionLockName is the admission lock, in .locks/.
+	admissionLockName = "dispatch-admission.lock"
+	refusalsName      = "refusals.log"
 )
 
 // Store is one state root. Its methods are safe for concurrent use.
