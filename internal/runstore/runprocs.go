@@ -111,12 +111,11 @@ func (w *StopWatch) Pending() *record.StopRequest {
 	if err != nil || (w.seen != nil && os.SameFile(fi, w.seen)) {
 		return nil
 	}
-	data, err := rootfs.ReadFile(w.dir, stopRequestName(w.id), 64<<10)
-	if err != nil {
+	req, read, err := readStopRequest(w.dir, w.id)
+	if read == nil {
 		return nil
 	}
-	w.seen = fi
-	req, err := record.DecodeStopRequest(data)
+	w.seen = read // the file read, whatever the name held at the Lstat
 	if err != nil || req.Ack != nil {
 		return nil
 	}
