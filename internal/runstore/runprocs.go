@@ -147,15 +147,3 @@ func (w *StopWatch) Close() {
 	}
 	_ = w.dir.Close()
 }
-
-// HasStopRequest reports whether a stop request for id exists: one
-// fstatat, for a waiter's slow poll.
-func (s *Store) HasStopRequest(id record.RunID) bool {
-	dir, err := s.dir(ownersDir)
-	if err != nil {
-		return false
-	}
-	defer dir.Close()
-	_, err = dir.Lstat(stopRequestName(id))
-	return err == nil
-}
