@@ -17,6 +17,7 @@ const (
 	exitWaitTimeout   = 124 // crew wait: timed out
 	exitSlotsBusy     = 75  // not admitted: all slots busy (EX_TEMPFAIL)
 	exitTaskActive    = 76  // not admitted: the task already has an active run
+	exitNoPerm        = 77  // crew stop: another user's run or waiting start (EX_NOPERM)
 	exitNested        = 78  // not admitted: it would wait for its own ancestor runs (EX_CONFIG)
 	exitCrewFailure   = 125 // crew itself failed: state root, lock timeout, config, resources, full disk
 	exitNotExecutable = 126 // the command exists but cannot be executed
@@ -81,6 +82,7 @@ func exitCodeFor(err error) int {
 		failed   *itemsFailedError
 		status   *exitStatus
 		nested   *dispatch.NestedDeadlockError
+		noPerm   *dispatch.NotPermittedError
 	)
 	switch {
 	case err == nil:
@@ -93,6 +95,8 @@ func exitCodeFor(err error) int {
 		return chosen.code
 	case errors.As(err, &nested):
 		return exitNested
+	case errors.As(err, &noPerm):
+		return exitNoPerm
 	case errors.As(err, &refused):
 		if refused.Kind == dispatch.TaskActive {
 			return exitTaskActive

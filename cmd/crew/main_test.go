@@ -132,6 +132,7 @@ func TestExitCodeFor(t *testing.T) {
 		{"signalled INT", &supervise.SignalledError{Signal: syscall.SIGINT}, 130},
 		{"signalled TERM", &supervise.SignalledError{Signal: syscall.SIGTERM}, 143},
 		{"signalled HUP", &supervise.SignalledError{Signal: syscall.SIGHUP}, 129},
+		{"not permitted", wrap(&dispatch.NotPermittedError{Err: errors.New("another user's run")}), 77},
 		{"internal", &supervise.InternalError{Err: errors.New("disk full")}, 125},
 		{"lock timeout", &runstore.LockTimeoutError{}, 125},
 		{"config", &runstore.ConfigError{Path: "crew.json", Err: errors.New("bad")}, 125},

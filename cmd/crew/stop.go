@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -36,6 +37,9 @@ crew stop asks through the state root. An orphan (supervisor gone), or a run
 whose supervisor does not answer within 2s, is stopped through the processes
 the kernel shows holding the run's owner lock (Linux; elsewhere crew stop
 refuses and says why). A waiting start is told to leave the queue.
+
+Only the run's own user (or root) may stop it, in a state root shared with
+a group too: anyone else is refused with exit 77, and nothing is signalled.
 `,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRuns(g),
@@ -87,12 +91,12 @@ func (o *stopOptions) run(arg string, s streams) error {
 		if err == nil {
 			fmt.Fprintf(s.Err, "crew: %s: told the waiting start %s to leave the queue\n", task, id)
 		}
-		return err
+		return withTask(task, err)
 	}
 	before, _ := d.Run(id)
 	rec, err := d.Stop(id, dispatch.StopOptions{Signal: sig, Grace: o.grace})
 	if err != nil {
-		return err
+		return withTask(task, err)
 	}
 	if before != nil && !before.State.Active() {
 		fmt.Fprintf(s.Err, "crew: %s: run %s had already finished (%s)\n", quoteTask(rec.Task), id, termSafe(string(rec.State)))
@@ -107,4 +111,14 @@ func (o *stopOptions) run(arg string, s streams) error {
 		return writeJSON(s.Out, map[string]any{"version": 1, "run": v})
 	}
 	return nil
+}
+
+// withTask names the task in a refusal to stop another user's run, as crew
+// stop's other lines do; other errors say what they say.
+func withTask(task string, err error) error {
+	var noPerm *dispatch.NotPermittedError
+	if errors.As(err, &noPerm) {
+		return fmt.Errorf("%s: %w", task, err)
+	}
+	return err
 }

@@ -99,3 +99,11 @@ func (e *RefusedError) Error() string {
 	}
 	return b.String()
 }
+
+// NotPermittedError is a stop that would take another user's rights: the
+// run or waiting start belongs to a user other than the one asking, who is
+// not root. Nothing was signalled or changed.
+type NotPermittedError struct{ Err error }
+
+func (e *NotPermittedError) Error() string { return e.Err.Error() }
+func (e *NotPermittedError) Unwrap() error { return e.Err }

@@ -245,7 +245,7 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Wait
 			poll.Stop()
 			return nil
 		case <-poll.C:
-			if d.Store.HasStopRequest(w.ID()) {
+			if d.stopRequestFor(w) != nil {
 				return nil // a ring that was lost: leave now
 			}
 			// Cheap first: as long as every slot is held by a living run,

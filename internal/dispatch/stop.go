@@ -60,6 +60,8 @@ func (d *Dispatcher) stopRequest(opts StopOptions) *record.StopRequest {
 // not take the request up in time (stopped, hung), crew stop signals the
 // processes the kernel shows holding the run's owner lock itself (Linux:
 // /proc and pidfds), and refuses where it cannot prove which they are.
+// Only the run's own user or root may stop a living run (rights.go): for
+// anyone else nothing is written or signalled (*NotPermittedError).
 func (d *Dispatcher) Stop(id record.RunID, opts StopOptions) (*record.Run, error) {
 	st := d.Store
 	rec, err := st.ReadRun(id)
@@ -76,6 +78,9 @@ func (d *Dispatcher) Stop(id record.RunID, opts StopOptions) (*record.Run, error
 			return nil, err
 		}
 		return st.ReadRun(id)
+	}
+	if err := d.mayStopRun(rec); err != nil {
+		return nil, err
 	}
 	req := d.stopRequest(opts)
 	if err := st.WriteStopRequest(id, req); err != nil {

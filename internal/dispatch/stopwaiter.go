@@ -26,6 +26,9 @@ func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, erro
 	if _, err := st.ReadRun(id); err == nil || !st.HasTicket(id) || st.WaiterState(id) != record.Alive {
 		return false, nil
 	}
+	if gone, err := d.mayStopWaiter(id); gone || err != nil {
+		return err != nil, err
+	}
 	req := d.stopRequest(StopOptions{Signal: sig})
 	if err := st.WriteStopRequest(id, req); err != nil {
 		return true, err
@@ -58,9 +61,9 @@ func waiterGone(st *runstore.Store, id record.RunID) (left, admitted bool) {
 }
 
 // stoppedWhileWaiting returns the error a waiting start leaves the queue
-// with when crew stop has asked it to, or nil.
+// with when crew stop has asked it to (its own user, or root), or nil.
 func (d *Dispatcher) stoppedWhileWaiting(w *runstore.Waiter) error {
-	req := d.Store.ReadStopRequest(w.ID())
+	req := d.stopRequestFor(w)
 	if req == nil {
 		return nil
 	}

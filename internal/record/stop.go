@@ -26,6 +26,12 @@ type StopRequest struct {
 	Targets string `json:"targets,omitempty"`
 	// Ack is set by the run's supervisor once it has acted on the request.
 	Ack *StopAck `json:"ack,omitempty"`
+	// FileUID is the user that owns the request file, as fstat reported
+	// it on the descriptor crew read the request through: the kernel's
+	// word for who wrote it. runstore sets it on every request it reads;
+	// it is never stored, since a file's content can say anything. Nil for
+	// a request that was not read from a file.
+	FileUID *int `json:"-"`
 }
 
 // StopAck is a supervisor's answer to a stop request: it has signalled
@@ -34,6 +40,38 @@ type StopAck struct {
 	At            time.Time `json:"at"`
 	SupervisorPID int       `json:"supervisorPid"`
 	PGID          int       `json:"pgid"`
+	// RequesterUID is who asked, as the supervisor found it when it took
+	// the request up (the request file's owner then). The supervisor
+	// rewrites the file as the run's own user, after which the file's
+	// owner no longer says who asked.
+	RequesterUID *int `json:"requesterUid,omitempty"`
+}
+
+// MayStop reports whether user uid may stop a run, or take a waiting start
+// out of the queue, that belongs to user owner: its own user and root may,
+// no one else, just as only they may signal its processes. A state root
+// shared with a group lets its members see each other's runs, never lend
+// them each other's rights.
+func MayStop(uid, owner int) bool { return uid == owner || uid == 0 }
+
+// Requester says who asked for this stop of a run that belongs to user
+// owner, and whether they may stop it. Only a request file written by the
+// run's own user or by root (FileUID) is believed at all; in one, an
+// acknowledgement names the requester the run's supervisor checked. The
+// content of any other file is not believed: its writer is the requester,
+// and may not stop the run.
+func (r *StopRequest) Requester(owner int) (uid int, ok bool) {
+	if r.FileUID == nil {
+		return -1, false
+	}
+	writer := *r.FileUID
+	if !MayStop(writer, owner) {
+		return writer, false
+	}
+	if r.Ack != nil && r.Ack.RequesterUID != nil {
+		return *r.Ack.RequesterUID, MayStop(*r.Ack.RequesterUID, owner)
+	}
+	return writer, true
 }
 
 // GraceOr is the request's grace period, or def if it has none that

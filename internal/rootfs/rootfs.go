@@ -209,27 +209,35 @@ func check(dir *os.Root, name string, f *os.File, before os.FileInfo) error {
 
 // ReadFile reads a regular file of at most limit bytes.
 func ReadFile(dir *os.Root, name string, limit int64) ([]byte, error) {
+	data, _, err := ReadFileStat(dir, name, limit)
+	return data, err
+}
+
+// ReadFileStat is ReadFile that also returns the file's status as fstat
+// reported it on the very descriptor the data was read through: who owns
+// what was read, not whatever the name holds a moment later.
+func ReadFileStat(dir *os.Root, name string, limit int64) ([]byte, os.FileInfo, error) {
 	f, err := Open(dir, name, os.O_RDONLY, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if fi.Size() > limit {
-		return nil, &TooLargeError{Name: name, Size: fi.Size(), Limit: limit}
+		return nil, nil, &TooLargeError{Name: name, Size: fi.Size(), Limit: limit}
 	}
 	// The size may grow while we read; never read past the limit.
 	data, err := readAll(io.LimitReader(f, limit+1), fi.Size())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if int64(len(data)) > limit {
-		return nil, &TooLargeError{Name: name, Size: int64(len(data)), Limit: limit}
+		return nil, nil, &TooLargeError{Name: name, Size: int64(len(data)), Limit: limit}
 	}
-	return data, nil
+	return data, fi, nil
 }
 
 // readAll is io.ReadAll with room from the start for size bytes and one

@@ -36,23 +36,46 @@ func (s *Store) WriteStopRequest(id record.RunID, r *record.StopRequest) error {
 	return nil
 }
 
-// ReadStopRequest returns the run's stop request, or nil if there is none
-// (or it cannot be read: it only adds who asked to a stopped run's reason).
+// ReadStopRequest returns the run's stop request, with who wrote it as
+// the kernel says (FileUID), or nil if there is none or it cannot be read.
+// Whoever acts on it checks that writer first (StopRequest.Requester).
 func (s *Store) ReadStopRequest(id record.RunID) *record.StopRequest {
 	dir, err := s.dir(ownersDir)
 	if err != nil {
 		return nil
 	}
 	defer dir.Close()
-	data, err := rootfs.ReadFile(dir, stopRequestName(id), 64<<10)
-	if err != nil {
-		return nil
-	}
-	r, err := record.DecodeStopRequest(data)
+	r, _, err := readStopRequest(dir, id)
 	if err != nil {
 		return nil
 	}
 	return r
+}
+
+// maxStopRequestBytes bounds a stop request file.
+const maxStopRequestBytes = 64 << 10
+
+// readStopRequest reads run id's stop request in owners/ (dir) and sets
+// its FileUID from fstat on the descriptor it was read through: the
+// kernel's word for who wrote what was read, which the content cannot
+// change. It returns that fstat too (nil if nothing was read).
+func readStopRequest(dir *os.Root, id record.RunID) (*record.StopRequest, os.FileInfo, error) {
+	name := stopRequestName(id)
+	data, fi, err := rootfs.ReadFileStat(dir, name, maxStopRequestBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, fi, fmt.Errorf("stop request %s: the file system names no owner for it", name)
+	}
+	r, err := record.DecodeStopRequest(data)
+	if err != nil {
+		return nil, fi, err
+	}
+	uid := int(st.Uid)
+	r.FileUID = &uid
+	return r, fi, nil
 }
 
 // RemoveStopRequest removes the run's stop request, if any.

@@ -24,7 +24,10 @@ func TestStopRequests(t *testing.T) {
 	}
 	assertMode(t, s.osPath(ownersDir, stopRequestName(testID)), FilePerm)
 	got := s.ReadStopRequest(testID)
-	if got == nil || *got != *want {
+	if got == nil || got.FileUID == nil || *got.FileUID != os.Geteuid() {
+		t.Fatalf("ReadStopRequest = %+v, want FileUID %d (the file's owner)", got, os.Geteuid())
+	}
+	if got.FileUID = nil; *got != *want {
 		t.Errorf("ReadStopRequest = %+v, want %+v", got, want)
 	}
 	if err := s.RemoveStopRequest(testID); err != nil {

@@ -111,12 +111,11 @@ func (w *StopWatch) Pending() *record.StopRequest {
 	if err != nil || (w.seen != nil && os.SameFile(fi, w.seen)) {
 		return nil
 	}
-	data, err := rootfs.ReadFile(w.dir, stopRequestName(w.id), 64<<10)
-	if err != nil {
+	req, read, err := readStopRequest(w.dir, w.id)
+	if read == nil {
 		return nil
 	}
-	w.seen = fi
-	req, err := record.DecodeStopRequest(data)
+	w.seen = read // the file read, whatever the name held at the Lstat
 	if err != nil || req.Ack != nil {
 		return nil
 	}
@@ -147,16 +146,4 @@ func (w *StopWatch) Close() {
 		w.notify.close()
 	}
 	_ = w.dir.Close()
-}
-
-// HasStopRequest reports whether a stop request for id exists: one
-// fstatat, for a waiter's slow poll.
-func (s *Store) HasStopRequest(id record.RunID) bool {
-	dir, err := s.dir(ownersDir)
-	if err != nil {
-		return false
-	}
-	defer dir.Close()
-	_, err = dir.Lstat(stopRequestName(id))
-	return err == nil
 }

@@ -31,7 +31,7 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 		how = "command was killed by " + SignalName(ws.Signal())
 	}
 	e := ending{state: record.Failed, reason: how, code: code}
-	switch req := s.Store.ReadStopRequest(s.rec.RunID); {
+	switch req := s.stopRequestOfRight(); {
 	case stop != nil && stop.req != nil:
 		// crew stop asked, and this supervisor carried it out.
 		r := *stop.req

@@ -98,8 +98,8 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for req := pending(); ; req = pending() {
-		if req != nil {
-			ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid()}
+		if req != nil && s.mayAct(req) {
+			ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid(), RequesterUID: s.requesterOf(req)}
 			if err := w.Acknowledge(req, ack); err != nil {
 				s.Warn(err.Error())
 			}

@@ -38,17 +38,17 @@ func (l *waitLoop) checkStopRequest() {
 		return
 	}
 	req := l.watch.Pending()
-	if req == nil {
+	s := l.s
+	if req == nil || !s.mayAct(req) {
 		return
 	}
-	s := l.s
 	if l.stop.mayBeTakenOver() {
 		sig := RequestedSignal(req)
 		l.begin(&stopRecord{sig: sig, req: req, grace: req.GraceOr(s.Grace)})
 		s.signalGroup(sig)
 		s.signalGroup(syscall.SIGCONT)
 	}
-	ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid(), PGID: s.pgid}
+	ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid(), PGID: s.pgid, RequesterUID: s.requesterOf(req)}
 	if err := l.watch.Acknowledge(req, ack); err != nil {
 		s.Warn(err.Error())
 	}

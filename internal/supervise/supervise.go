@@ -69,6 +69,11 @@ type supervisor struct {
 	done bool // the record is final
 	// logFailed: writing the log failed, and the user was told.
 	logFailed bool
+	// uid is the user this supervisor runs as, whose the run is: only
+	// that user's and root's stop requests are carried out (rights.go).
+	uid int
+	// refused are the stop requests refused so far, each noted once.
+	refused []refusedStop
 }
 
 func newSupervisor(req Request) *supervisor {
@@ -81,7 +86,7 @@ func newSupervisor(req Request) *supervisor {
 	if req.Now == nil {
 		req.Now = time.Now
 	}
-	return &supervisor{Request: req, rec: req.Rec}
+	return &supervisor{Request: req, rec: req.Rec, uid: os.Geteuid()}
 }
 
 func (s *supervisor) now() time.Time { return s.Now().UTC() }
@@ -98,7 +103,7 @@ func Run(req Request) (err error) {
 
 func (s *supervisor) run() error {
 	id := s.rec.RunID
-	if req := s.Store.ReadStopRequest(id); req != nil {
+	if req := s.Store.ReadStopRequest(id); req != nil && s.mayAct(req) {
 		return s.stoppedBeforeLaunch(req)
 	}
 	logw, planted, err := s.createLog()
