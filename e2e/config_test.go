@@ -121,7 +121,7 @@ func TestBrokenConfigOnTheWaitLineOfATerminal(t *testing.T) {
 	}
 	done := make(chan shown, 1)
 	go func() {
-		out, err := e.tryOnTTY(func(io.Writer) {}, "start", "--wait", "waiter", "--", "true")
+		out, err := e.tryOnTTY(func(io.Writer, func() string) {}, "start", "--wait", "waiter", "--", "true")
 		done <- shown{out, err}
 	}()
 	eventually(t, 15*time.Second, "the waiter to line up", func() bool { return len(e.configStatus().Queue) == 1 })

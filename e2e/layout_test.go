@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -19,7 +18,7 @@ import (
 // onTerminalOf runs crew in a pseudo-terminal of cols columns (script(1),
 // the window size set with stty) and returns what the terminal showed.
 // wait, if set, runs while crew does.
-func (e *env) onTerminalOf(t *testing.T, cols int, extraEnv []string, wait func(), args ...string) string {
+func (e *env) onTerminalOf(t *testing.T, cols int, extraEnv []string, wait func(shown func() string), args ...string) string {
 	t.Helper()
 	needScript(t)
 	quoted := []string{"'" + e.bin + "'"}
@@ -34,11 +33,11 @@ func (e *env) onTerminalOf(t *testing.T, cols int, extraEnv []string, wait func(
 	cmd.Dir = e.dir
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	var out bytes.Buffer
+	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	if wait != nil {
-		wait()
+		wait(out.String)
 	}
 	_ = cmd.Wait()
 	_ = stdin.Close()
@@ -122,9 +121,11 @@ func TestWaitLineFitsTheTerminal(t *testing.T) {
 	e.initMax(1)
 	release, holder := e.holdSlot("holder-with-a-name-that-takes-room")
 	task := "a-waiting-task-whose-name-alone-is-almost-as-long-as-the-terminal-is-wide"
-	out := e.onTerminalOf(t, 60, nil, func() {
+	out := e.onTerminalOf(t, 60, nil, func(shown func() string) {
 		e.waitQueued(task)
-		time.Sleep(1500 * time.Millisecond) // let the line be redrawn at least once
+		eventually(t, 15*time.Second, "the waiting line to be redrawn", func() bool {
+			return strings.Count(shown(), "waiting for a slot") >= 2
+		})
 		release()
 	}, "start", "--wait", task, "--", "true")
 	require.Equal(t, 0, holder.wait(t, 10*time.Second).Code)

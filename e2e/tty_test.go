@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -23,9 +22,10 @@ func needScript(t *testing.T) {
 }
 
 // onTTY runs crew inside a pseudo-terminal (util-linux script), feeding
-// input to the terminal, and returns what the terminal showed. Call it
-// from the test's goroutine; goroutines use tryOnTTY.
-func (e *env) onTTY(t *testing.T, input func(w io.Writer), args ...string) string {
+// input to the terminal (input may wait for what the terminal has shown so
+// far), and returns what the terminal showed. Call it from the test's
+// goroutine; goroutines use tryOnTTY.
+func (e *env) onTTY(t *testing.T, input func(w io.Writer, shown func() string), args ...string) string {
 	t.Helper()
 	needScript(t)
 	out, err := e.tryOnTTY(input, args...)
@@ -35,7 +35,7 @@ func (e *env) onTTY(t *testing.T, input func(w io.Writer), args ...string) strin
 
 // tryOnTTY is onTTY for any goroutine: it never fails the test itself
 // (input must not either).
-func (e *env) tryOnTTY(input func(w io.Writer), args ...string) (string, error) {
+func (e *env) tryOnTTY(input func(w io.Writer, shown func() string), args ...string) (string, error) {
 	quoted := []string{e.bin}
 	for _, a := range args {
 		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
@@ -49,12 +49,12 @@ func (e *env) tryOnTTY(input func(w io.Writer), args ...string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	var out bytes.Buffer
+	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
-	input(stdin)
+	input(stdin, out.String)
 	err = cmd.Wait()
 	if ctx.Err() != nil {
 		return out.String(), fmt.Errorf("crew on a terminal hung (%w); output:\n%s", ctx.Err(), out.String())
@@ -69,9 +69,9 @@ func (e *env) tryOnTTY(input func(w io.Writer), args ...string) (string, error) 
 // terminal (instead of being stopped by SIGTTIN) and Ctrl-C reaches it.
 func TestTerminalCommandOwnsTheTerminal(t *testing.T) {
 	e := newEnv(t)
-	out := e.onTTY(t, func(w io.Writer) {
+	out := e.onTTY(t, func(w io.Writer, shown func() string) {
 		_, _ = io.WriteString(w, "hello\n")
-		time.Sleep(500 * time.Millisecond)
+		eventually(t, 10*time.Second, "the command to read the line", func() bool { return strings.Contains(shown(), "got:hello") })
 	}, "start", "reader", "--", "sh", "-c", `read x; echo "got:$x"`)
 	assert.Contains(t, out, "got:hello")
 	s := e.status("reader")
@@ -79,7 +79,7 @@ func TestTerminalCommandOwnsTheTerminal(t *testing.T) {
 	assert.Equal(t, "succeeded", s.Finished[0].State)
 
 	gate, _ := e.gate("never")
-	e.onTTY(t, func(w io.Writer) {
+	e.onTTY(t, func(w io.Writer, _ func() string) {
 		// Wait until the command runs, then press Ctrl-C.
 		eventually(t, 10*time.Second, "the command to run", func() bool {
 			for _, r := range e.status().Active {
@@ -90,7 +90,7 @@ func TestTerminalCommandOwnsTheTerminal(t *testing.T) {
 			return false
 		})
 		_, _ = io.WriteString(w, "\x03")
-		time.Sleep(500 * time.Millisecond)
+		eventually(t, 10*time.Second, "the run to end", func() bool { return len(e.status("interrupted").Finished) == 1 })
 	}, append([]string{"start", "interrupted", "--"}, waitCmd(gate)...)...)
 	s = e.status("interrupted")
 	require.Len(t, s.Finished, 1)
@@ -112,12 +112,22 @@ func TestWaitLineOnTerminal(t *testing.T) {
 		err error
 	}
 	done := make(chan ttyResult, 1)
+	terminal := make(chan func() string, 1)
 	go func() {
-		out, err := e.tryOnTTY(func(w io.Writer) { time.Sleep(2500 * time.Millisecond) }, "start", "--wait", "waiter", "--", "true")
+		out, err := e.tryOnTTY(func(w io.Writer, shown func() string) {
+			terminal <- shown
+			// Keep the terminal's input open until crew is admitted.
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !strings.Contains(shown(), "admitted as run"); {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}, "start", "--wait", "waiter", "--", "true")
 		done <- ttyResult{out, err}
 	}()
 	e.waitQueued("waiter")
-	time.Sleep(1500 * time.Millisecond) // let the line refresh at least once
+	shown := <-terminal
+	eventually(t, 15*time.Second, "the waiting line to be redrawn", func() bool {
+		return strings.Count(shown(), "\r\x1b[Kcrew: waiter: waiting") >= 2
+	})
 	release()
 	holder.wait(t, 10*time.Second)
 	res := <-done

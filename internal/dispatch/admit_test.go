@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/helperproc"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
 )
@@ -98,7 +100,8 @@ func TestAdmitConcurrentNeverOverAdmits(t *testing.T) {
 		}()
 	}
 	ready.Wait()
-	time.Sleep(50 * time.Millisecond) // let them reach the lock
+	// Every caller is blocked on the admission lock before it goes.
+	helperproc.BlockedOnN(t, filepath.Join(d.Store.Root(), ".locks", "dispatch-admission.lock"), os.Getpid(), callers)
 	lock.Release()
 	wg.Wait()
 	t.Cleanup(func() {

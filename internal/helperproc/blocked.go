@@ -15,6 +15,12 @@ import (
 // side got there.
 func BlockedOn(t testing.TB, path string, pid int) {
 	t.Helper()
+	BlockedOnN(t, path, pid, 1)
+}
+
+// BlockedOnN is BlockedOn for n waiters of process pid (its goroutines).
+func BlockedOnN(t testing.TB, path string, pid, n int) {
+	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -26,6 +32,7 @@ func BlockedOn(t testing.TB, path string, pid int) {
 		if err != nil {
 			t.Skipf("cannot see blocked lock waiters here: %v", err)
 		}
+		waiting := 0
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
 			// 1: -> FLOCK ADVISORY WRITE <pid> <maj>:<min>:<ino> 0 EOF
@@ -33,11 +40,14 @@ func BlockedOn(t testing.TB, path string, pid int) {
 				continue
 			}
 			if devIno := f[6]; devIno[strings.LastIndexByte(devIno, ':')+1:] == ino {
-				return
+				waiting++
 			}
 		}
+		if waiting >= n {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d is not blocked on %s after %s", pid, path, LineTimeout)
+			t.Fatalf("process %d has %d of %d waiters blocked on %s after %s", pid, waiting, n, path, LineTimeout)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
@@ -149,7 +150,7 @@ func startMember(t *testing.T, g *Guard) *member {
 	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: g.Pgid()}
-	if err := cmd.Start(); err != nil {
+	if err := startWithDefaultSignals(cmd); err != nil {
 		t.Fatal(err)
 	}
 	m := &member{cmd: cmd, done: make(chan struct{})}
@@ -170,6 +171,19 @@ func startMember(t *testing.T, g *Guard) *member {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// startWithDefaultSignals starts cmd with the default disposition of the
+// signals the tests send, whatever this process inherited: under nohup
+// SIGHUP is ignored, in a shell's background job SIGINT and SIGQUIT are,
+// and an ignored signal stays ignored across exec. A caught one does not:
+// exec resets it to the default, so the test catches them while it starts
+// the child.
+func startWithDefaultSignals(cmd *exec.Cmd) error {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM)
+	defer signal.Stop(c)
+	return cmd.Start()
 }
 
 func (m *member) alive() bool {

@@ -299,7 +299,7 @@ func TestAcquireContextCanceled(t *testing.T) {
 	h := holdAcquire(t, d)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := acquireAsync(ctx, d, time.Minute)
-	time.Sleep(50 * time.Millisecond)
+	helperproc.BlockedOn(t, d.at(acquireName), os.Getpid())
 	cancel()
 	r := awaitAcquire(t, ch, 5*time.Second)
 	if !errors.Is(r.err, context.Canceled) {
