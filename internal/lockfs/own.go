@@ -6,6 +6,9 @@ package lockfs
 //     supervisor locks) must be held on a descriptor crew can hand on, and
 //     gofrs/flock does not expose its own. The file is created exclusively
 //     through the root (rootfs), with its exact mode.
+//   - TakeOwn: Take, for such a lock taken again by its own supervisor
+//     (whose next attempt hands it on), to learn whether anyone else holds
+//     it.
 //   - Adopt: a descriptor this process inherited already holds its lock;
 //     there is nothing to open or lock, only to check.
 //   - Probe, ProbeFile: the answer must be about the very file whose
@@ -56,6 +59,39 @@ func Create(dir *os.Root, name string) (*Lock, error) {
 	if same, err := l.StillAtName(); err != nil || !same {
 		_ = l.Release()
 		return nil, fmt.Errorf("new lock file %s was removed while being locked", name)
+	}
+	return l, nil
+}
+
+// TakeOwn takes over the existing lock file name, as Take does, on a
+// descriptor of our own that a child may inherit (File). ErrBusy: a living
+// process holds it; ErrGone: it does not exist, or was removed meanwhile.
+func TakeOwn(dir *os.Root, name string) (*Lock, error) {
+	f, err := rootfs.Open(dir, name, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrGone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open lock %s: %w", name, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, ErrBusy
+		}
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	l, err := own(f, dir, name)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if same, err := l.StillAtName(); err != nil || !same {
+		_ = l.Release()
+		if err != nil {
+			return nil, err
+		}
+		return nil, ErrGone
 	}
 	return l, nil
 }

@@ -227,6 +227,36 @@ func (r *Run) appendJSON(w *jsonWriter) {
 		}
 		w.close(']')
 	}
+	if c := r.CommandEnded; c != nil {
+		w.key("commandEnded")
+		c.appendJSON(w)
+	}
+	w.close('}')
+}
+
+func (c *CommandEnd) appendJSON(w *jsonWriter) {
+	w.open('{')
+	w.time("at", c.At)
+	w.str("state", string(c.State))
+	w.intPtr("exitCode", c.ExitCode, false)
+	if c.Signal != "" {
+		w.str("signal", c.Signal)
+	}
+	if c.TimedOut {
+		w.bool("timedOut", true)
+	}
+	if c.Reason != "" {
+		w.str("reason", c.Reason)
+	}
+	if len(c.PIDs) > 0 {
+		w.key("pids")
+		w.open('[')
+		for _, p := range c.PIDs {
+			w.sep()
+			w.b = strconv.AppendInt(w.b, int64(p), 10)
+		}
+		w.close(']')
+	}
 	w.close('}')
 }
 

@@ -86,6 +86,10 @@ type Run struct {
 	RetryDelay Duration  `json:"retryDelay,omitempty"`
 	TimedOut   bool      `json:"timedOut,omitempty"`
 	Attempts   []Attempt `json:"attempts,omitempty"`
+	// CommandEnded is set once the command has ended while processes it
+	// left still hold the run's slot (leftovers.go); the record stays
+	// running until they are gone, and keeps it once final.
+	CommandEnded *CommandEnd `json:"commandEnded,omitempty"`
 }
 
 // Event is one step of a run's history.
@@ -172,6 +176,9 @@ func DecodeRun(data []byte) (*Run, error) {
 	}
 	if !r.State.Active() && r.FinishedAt == nil {
 		return nil, fmt.Errorf("state %s without finishedAt", r.State)
+	}
+	if c := r.CommandEnded; c != nil && (!c.State.valid() || c.State.Active() || c.State == Interrupted) {
+		return nil, fmt.Errorf("commandEnded: %q is not how a command ends", c.State)
 	}
 	return &r, nil
 }

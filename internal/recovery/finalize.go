@@ -39,6 +39,11 @@ const (
 // changed since it was listed.
 func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (ReapOutcome, *record.Run, error) {
 	return finalizeFenced(st, id, func(rec *record.Run) {
+		if rec.CommandEnded != nil {
+			rec.FinishAfterLeftovers(now, fmt.Sprintf("the processes it left held the run's slot until they ended (gone at %s, when crew process %d looked)",
+				now.UTC().Format(time.RFC3339), os.Getpid()))
+			return
+		}
 		markInterrupted(rec, now, st.HasLog(id))
 	})
 }
@@ -47,6 +52,10 @@ func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (ReapOutco
 // whose command crew stop has just seen end, as stopped by req.
 func FinalizeStopped(st *runstore.Store, id record.RunID, req *record.StopRequest, now time.Time) (ReapOutcome, *record.Run, error) {
 	return finalizeFenced(st, id, func(rec *record.Run) {
+		if rec.CommandEnded != nil {
+			rec.FinishAfterLeftovers(now, fmt.Sprintf("the processes it left held the run's slot until %s ended them with %s", req.Who(), req.Signal))
+			return
+		}
 		rec.Signal = req.Signal
 		rec.Finish(record.Stopped, now, nil, fmt.Sprintf(
 			"%s; its supervisor (pid %d) was already gone, so the command's exit status is unknown",

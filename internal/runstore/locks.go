@@ -235,6 +235,54 @@ func (l *RunLocks) SupervisorFile() *os.File {
 	return l.sup.File()
 }
 
+// OwnerHeldByOthers reports whether processes other than this one still
+// hold the run's owner lock: the ones the command left running when it
+// ended (they inherited the lock as fd 3). A lock belongs to an open file
+// description, which this process shares with them, so only another
+// description can tell: this process lets go of its own descriptor and
+// takes the lock again on a fresh one (its own, which a next attempt can
+// inherit). If someone else holds it, this process no longer does, and
+// only its supervisor lock keeps finalizers away until it lets go
+// (LeaveToLeftovers). Where it cannot tell, it says the lock is held: a
+// run is never finalized while its slot may still be in use.
+func (l *RunLocks) OwnerHeldByOthers() (bool, error) {
+	dir, err := l.s.dir(ownersDir)
+	if err != nil {
+		return true, fmt.Errorf("run %s: %w", l.id, err)
+	}
+	defer dir.Close()
+	if l.owner != nil {
+		_ = l.owner.Release()
+		l.owner = nil
+	}
+	o, err := lockfs.TakeOwn(dir, ownerLockName(l.id))
+	switch {
+	case errors.Is(err, lockfs.ErrBusy):
+		return true, nil
+	case err != nil:
+		return true, fmt.Errorf("run %s: take its owner lock again: %w", l.id, err)
+	}
+	l.owner = o
+	return false, nil
+}
+
+// LeaveToLeftovers hands the slot of a run whose command has ended to the
+// processes the command left, which hold its owner lock
+// (OwnerHeldByOthers): rec, still running and saying how the command
+// ended (record.CommandEnd), is made durable, and the supervisor lock is
+// released, so that the run is finalized (with that end) by whoever finds
+// its owner lock free once they are gone.
+func (l *RunLocks) LeaveToLeftovers(rec *record.Run) error {
+	if rec.RunID != l.id || rec.State != record.Running || rec.CommandEnded == nil {
+		return fmt.Errorf("run %s: not a running record whose command has ended", rec.RunID)
+	}
+	if err := l.s.writeActive(rec, durable); err != nil {
+		return err
+	}
+	l.Release()
+	return nil
+}
+
 // Release drops this process's hold on the locks; processes that
 // inherited them keep them.
 func (l *RunLocks) Release() {
@@ -244,6 +292,7 @@ func (l *RunLocks) Release() {
 	if l.sup != nil {
 		_ = l.sup.Release()
 	}
+	l.owner, l.sup = nil, nil
 }
 
 // Finish records the run's final state and lets go: the final record is

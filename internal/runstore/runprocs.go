@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"syscall"
 
 	"github.com/crew-dev/crew/internal/proc"
@@ -38,6 +39,28 @@ func (s *Store) RunLockIDs(id record.RunID) (owner, sup proc.FileID, err error) 
 		return owner, sup, fmt.Errorf("run %s: %w", id, err)
 	}
 	return owner, sup, nil
+}
+
+// OwnerLockHolders lists the processes other than this one that the
+// kernel shows holding run id's owner lock, in order; proc.ErrUnsupported
+// where the system cannot tell.
+func (s *Store) OwnerLockHolders(id record.RunID) ([]int, error) {
+	owner, _, err := s.RunLockIDs(id)
+	if err != nil {
+		return nil, err
+	}
+	scan, err := proc.FindHolders(owner)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, h := range scan.Of(owner) {
+		if h.PID != os.Getpid() {
+			pids = append(pids, h.PID)
+		}
+	}
+	slices.Sort(pids)
+	return slices.Compact(pids), nil
 }
 
 func lockFileID(dir *os.Root, name string) (proc.FileID, error) {

@@ -9,8 +9,15 @@ import (
 
 // finish makes the final record durable, takes the run out of the active
 // set and lets go of its locks (the owner lock last), then says the slot
-// is free.
+// is free. If processes the command left still hold its owner lock, the
+// slot is theirs: the run stays active, saying how the command ended,
+// until they are gone (leaveToLeftovers).
 func (s *supervisor) finish() error {
+	if s.cmd != nil {
+		if pids, held := s.leftovers(); held {
+			return s.leaveToLeftovers(pids)
+		}
+	}
 	if err := s.Locks.Finish(s.rec); err != nil {
 		if err := s.retryFinish(err); err != nil {
 			return err
@@ -20,6 +27,40 @@ func (s *supervisor) finish() error {
 	if s.Finished != nil {
 		s.Finished()
 	}
+	return nil
+}
+
+// leftovers reports whether processes the command left (in the
+// background, under nohup or setsid: anything that kept fd 3) still hold
+// the run's owner lock now that the command has ended, and which, where
+// the system can tell. Where crew cannot tell, they are taken to hold it:
+// a run is never made final while its slot may be in use.
+func (s *supervisor) leftovers() (pids []int, held bool) {
+	held, err := s.Locks.OwnerHeldByOthers()
+	if err != nil {
+		s.Warn(fmt.Sprintf("run %s: %v; it keeps its slot until its owner lock is free", s.rec.RunID, err))
+	}
+	if !held {
+		return nil, false
+	}
+	pids, _ = s.Store.OwnerLockHolders(s.rec.RunID) // names, not the proof: the lock is
+	return pids, true
+}
+
+// leaveToLeftovers hands the run's slot to the processes its command left:
+// its record stays running and says how the command ended, durably, and
+// the supervisor lets go. Whoever finds the owner lock free once they are
+// gone (the next start, crew recover, crew wait, crew stop) makes it final
+// with the command's end.
+func (s *supervisor) leaveToLeftovers(pids []int) error {
+	s.rec.AwaitLeftovers(pids)
+	if err := s.Locks.LeaveToLeftovers(s.rec); err != nil {
+		return err
+	}
+	s.done = true
+	end := s.rec.CommandEnded
+	s.Warn(fmt.Sprintf("run %s: %s, but %s until they exit; the run is final then (`crew stop %s` ends them)",
+		s.rec.RunID, end.Describe(), end.Holders(), s.rec.RunID.Short()))
 	return nil
 }
 

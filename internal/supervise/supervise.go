@@ -138,10 +138,11 @@ func (s *supervisor) run() error {
 	if err := logw.Close(); err != nil && !s.logFailed {
 		s.Warn(fmt.Sprintf("run %s: the log %s could not be put together (%v); crew logs still shows it whole", id, s.Store.LogPath(id), err))
 	}
+	code := *s.rec.ExitCode // the record may be left running to the processes the command left
 	if err := s.finish(); err != nil {
 		return finishFailure(id, err)
 	}
-	if code := *s.rec.ExitCode; code != 0 {
+	if code != 0 {
 		return &ExitError{RunID: id, Code: code}
 	}
 	return nil
