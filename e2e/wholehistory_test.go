@@ -4,6 +4,13 @@ package e2e
 // says when a run has no output to show.
 
 import (
+	"bytes"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,4 +41,187 @@ func TestLogsOfARunThatNeverStarted(t *testing.T) {
 	r = e.run("logs", "quiet")
 	assert.Equal(t, 0, r.Code, r.Stderr)
 	assert.Empty(t, r.Stdout+r.Stderr)
+}
+
+// indexPath is the index of finished runs of a state root.
+func indexPath(root string) string { return filepath.Join(root, "runs", "finished.idx") }
+
+// restampIndexEntry rewrites the index's last entry of run id with its
+// append stamp (the line's first field, ns since 1970) made by stamp from
+// the one it has, as a clock stepped back (or a hand) would have written
+// it. An entry is "\n<appended>\t...\t<crc32 of the fields, hex>\n".
+func restampIndexEntry(t *testing.T, root, id string, stamp func(old int64) int64) {
+	t.Helper()
+	data, err := os.ReadFile(indexPath(root))
+	require.NoError(t, err)
+	lines := strings.Split(string(data), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		f := strings.Split(lines[i], "\t")
+		if len(f) != 8 || f[3] != id {
+			continue
+		}
+		old, err := strconv.ParseInt(f[0], 10, 64)
+		require.NoError(t, err)
+		f[0] = strconv.FormatInt(stamp(old), 10)
+		body := strings.Join(f[:7], "\t")
+		lines[i] = fmt.Sprintf("%s\t%08x", body, crc32.ChecksumIEEE([]byte(body)))
+		require.NoError(t, os.WriteFile(indexPath(root), []byte(strings.Join(lines, "\n")), 0o600))
+		return
+	}
+	t.Fatalf("no entry of run %s in the index", id)
+}
+
+// One index entry stamped early hides nothing from history --since:
+// whether a clock set back two hours wrote it, or it says 1677, every run
+// that finished in range is listed, and the stamps out of order are
+// reported; crew recover rebuilds the index in order, after which nothing
+// is reported and a second recover has nothing to do.
+func TestHistorySinceWithAnEntryStampedEarly(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		stamp func(int64) int64
+		since string
+	}{
+		{"clock set back", func(old int64) int64 { return old - int64(2*60*60*1e9) }, "1h"},
+		{"year 1677", func(int64) int64 { return -9223372036854775807 }, "100000d"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			for i := range 3 {
+				require.Equal(t, 0, e.run("start", fmt.Sprintf("t%d", i), "--", "true").Code)
+			}
+			want := []string{"t2", "t1", "t0"}
+			restampIndexEntry(t, e.root, e.finishedRun("t2").RunID, c.stamp)
+
+			h := e.history("--since", c.since)
+			assert.Equal(t, want, tasksOf(h.Runs), "every run that finished within %s", c.since)
+			require.Len(t, h.Problems, 1, "%+v", h.Problems)
+			assert.Equal(t, indexPath(e.root), h.Problems[0].Path)
+			assert.Contains(t, h.Problems[0].Error, "entries stamped out of order")
+			assert.Equal(t, want, tasksOf(e.status().Finished))
+
+			rep, r := e.recover()
+			require.Equal(t, 0, r.Code, r.Stderr)
+			require.Len(t, rep.Items, 1, "%+v", rep.Items)
+			assert.Equal(t, "indexed", rep.Items[0].Outcome)
+			assert.Contains(t, rep.Items[0].Reason, "built the index of finished runs anew from their records, 3 runs (its entries were stamped out of order")
+			h = e.history("--since", c.since)
+			assert.Equal(t, want, tasksOf(h.Runs))
+			assert.Empty(t, h.Problems)
+			rep, _ = e.recover()
+			assert.Empty(t, rep.Items, "a second recover finds nothing to do")
+		})
+	}
+}
+
+// Junk in the index (a tail of 16 MiB without a newline, which anyone who
+// may write the state root can append) is skipped: status and history
+// list every run and report it, and crew recover drops it.
+func TestIndexJunkIsSkippedReportedAndRepaired(t *testing.T) {
+	e := newEnv(t)
+	for i := range 3 {
+		require.Equal(t, 0, e.run("start", fmt.Sprintf("t%d", i), "--", "true").Code)
+	}
+	f, err := os.OpenFile(indexPath(e.root), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.Write(append([]byte("\nnot an entry\n"), bytes.Repeat([]byte{'x'}, 16<<20)...))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	want := []string{"t2", "t1", "t0"}
+	const junk = "has 2 line(s) that are not entries crew wrote (skipped); `crew recover` repairs it"
+	s := e.status()
+	assert.Equal(t, want, tasksOf(s.Finished))
+	require.Len(t, s.Problems, 1)
+	assert.Equal(t, indexPath(e.root), s.Problems[0].Path)
+	assert.Contains(t, s.Problems[0].Error, junk)
+	h := e.history("--since", "1h")
+	assert.Equal(t, want, tasksOf(h.Runs))
+	require.Len(t, h.Problems, 1)
+	assert.Contains(t, h.Problems[0].Error, junk)
+	r := e.run("history")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	assert.Contains(t, r.Stdout, "\nProblems:\n  the index of finished runs "+indexPath(e.root)+" "+junk+"\n")
+
+	rep, r := e.recover()
+	require.Equal(t, 0, r.Code, r.Stderr)
+	require.Len(t, rep.Items, 1, "%+v", rep.Items)
+	assert.Equal(t, "dropped 2 line(s) that were not entries from the index of finished runs", rep.Items[0].Reason)
+	fi, err := os.Stat(indexPath(e.root))
+	require.NoError(t, err)
+	assert.Less(t, fi.Size(), int64(4096), "the junk is gone")
+	h = e.history()
+	assert.Equal(t, want, tasksOf(h.Runs))
+	assert.Empty(t, h.Problems)
+	rep, _ = e.recover()
+	assert.Empty(t, rep.Items, "a second recover finds nothing to do")
+}
+
+// Finished records crew cannot read (an exit code of 1e20, an unknown
+// state, a control character in the task) never vanish silently: history
+// lists them under problems with their paths, in its text and its JSON.
+// Records planted where the index does not list them are indexed by crew
+// recover, which says it cannot read them; history then lists them too,
+// with --failed as well.
+func TestHistoryListsUnreadableRecords(t *testing.T) {
+	e := newEnv(t)
+	for i := range 4 {
+		require.Equal(t, 0, e.run("start", fmt.Sprintf("t%d", i), "--", "true").Code)
+	}
+	breakages := []struct{ from, to, err string }{
+		{`"exitCode": 0`, `"exitCode": 1e20`, "is a JSON number 1e20"},
+		{`"state": "succeeded"`, `"state": "weird"`, `unknown state "weird"`},
+		{`"task": "t2"`, `"task": "t2\u0007x"`, "has a control character"},
+	}
+	var paths []string
+	for i, b := range breakages {
+		id := e.finishedRun(fmt.Sprintf("t%d", i)).RunID
+		path := filepath.Join(e.root, "runs", "done", shardOf(t, id), id+".json")
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Contains(t, string(data), b.from)
+		require.NoError(t, os.WriteFile(path, bytes.Replace(data, []byte(b.from), []byte(b.to), 1), 0o600))
+		paths = append(paths, path)
+	}
+	assertListed := func(h historyJSON, paths []string) {
+		t.Helper()
+		var got []string
+		for _, p := range h.Problems {
+			got = append(got, p.Path)
+		}
+		assert.ElementsMatch(t, paths, got, "%+v", h.Problems)
+	}
+	h := e.history()
+	assert.Equal(t, []string{"t3"}, tasksOf(h.Runs))
+	assertListed(h, paths)
+	r := e.run("history")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	text := r.Stdout[strings.Index(r.Stdout, "\nProblems:\n"):]
+	for i, b := range breakages {
+		assert.Contains(t, text, "  run record "+paths[i]+": ", "text lists %s", paths[i])
+		assert.Contains(t, text, b.err)
+	}
+
+	// Copies of the broken records under ids of their own, which no index
+	// entry names.
+	var planted []string
+	for i, p := range paths {
+		id := strings.TrimSuffix(filepath.Base(p), ".json")
+		copyID := id[:len(id)-16] + fmt.Sprintf("%016x", 0xdead0+i)
+		data, err := os.ReadFile(p)
+		require.NoError(t, err)
+		dest := filepath.Join(filepath.Dir(p), copyID+".json")
+		require.NoError(t, os.WriteFile(dest, bytes.ReplaceAll(data, []byte(id), []byte(copyID)), 0o600))
+		planted = append(planted, dest)
+	}
+	rep, r := e.recover()
+	require.Equal(t, 0, r.Code, r.Stderr)
+	require.Len(t, rep.Items, 1, "%+v", rep.Items)
+	assert.Contains(t, rep.Items[0].Reason, "indexed 3 finished run(s) that the index of finished runs lacked")
+	assert.Contains(t, rep.Items[0].Reason, "and 3 whose record changed after it was indexed (6 of them cannot be read: status and history list them as problems)")
+	all := append(append([]string{}, paths...), planted...)
+	assertListed(e.history(), all)
+	assertListed(e.history("--failed"), all)
+	rep, _ = e.recover()
+	assert.Empty(t, rep.Items, "a second recover finds nothing to do")
 }
