@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -224,4 +226,92 @@ func TestHistoryListsUnreadableRecords(t *testing.T) {
 	assertListed(e.history("--failed"), all)
 	rep, _ = e.recover()
 	assert.Empty(t, rep.Items, "a second recover finds nothing to do")
+}
+
+// lineUp runs n starts that wait in line at cap 1 behind a held slot,
+// each joining once the one before it is in line, and returns their tasks
+// in the order their commands ran (and finished: one at a time).
+func (e *env) lineUp(n int) []string {
+	e.t.Helper()
+	release, holder := e.holdSlot("holder")
+	order := filepath.Join(e.dir, "order")
+	var waiters []*proc
+	for i := range n {
+		task := fmt.Sprintf("q%02d", i)
+		waiters = append(waiters, e.start(nil, "start", "--wait", task, "--", "sh", "-c", `echo "$1" >> "$2"`, "x", task, order))
+		e.waitQueued(task)
+	}
+	release()
+	require.Equal(e.t, 0, holder.wait(e.t, 10*time.Second).Code)
+	for _, w := range waiters {
+		r := w.wait(e.t, 60*time.Second)
+		require.Equal(e.t, 0, r.Code, r.Stderr)
+	}
+	data, err := os.ReadFile(order)
+	require.NoError(e.t, err)
+	return strings.Fields(string(data))
+}
+
+// tasksOnDisk lists the tasks of the finished records in runs/done/.
+func tasksOnDisk(t *testing.T, root string) []string {
+	t.Helper()
+	var tasks []string
+	for _, id := range finishedOnDisk(t, root) {
+		data, err := os.ReadFile(filepath.Join(root, "runs", "done", shardOf(t, id), id+".json"))
+		require.NoError(t, err)
+		var rec struct {
+			Task string `json:"task"`
+		}
+		require.NoError(t, json.Unmarshal(data, &rec))
+		tasks = append(tasks, rec.Task)
+	}
+	return tasks
+}
+
+// Retention counts runs by when they finished: starts that waited in line
+// (each run id made when its start joined the line, all before any of
+// them ran) leave the 5 that finished last with --retain 5, and crew
+// prune, with the retention set afterwards, removes all but those 5.
+func TestRetainCountsRunsThatWaitedInLine(t *testing.T) {
+	const n, retain = 16, 5
+	t.Run("lazily", func(t *testing.T) {
+		e := newEnv(t)
+		require.Equal(t, 0, e.run("init", "--max", "1", "--retain", strconv.Itoa(retain)).Code)
+		ran := e.lineUp(n)
+		require.Len(t, ran, n)
+		assert.ElementsMatch(t, ran[n-retain:], tasksOnDisk(t, e.root), "the runs that finished last")
+		assertNoOrphanedLogs(t, e.root)
+	})
+	t.Run("crew prune", func(t *testing.T) {
+		e := newEnv(t)
+		e.initMax(1)
+		ran := e.lineUp(n)
+		require.Len(t, finishedOnDisk(t, e.root), n+1, "no retention: every run is kept, the holder's too")
+		require.Equal(t, 0, e.run("init", "--retain", strconv.Itoa(retain)).Code)
+		r := e.run("prune", "--dry-run")
+		require.Equal(t, 0, r.Code, r.Stderr)
+		require.Len(t, finishedOnDisk(t, e.root), n+1)
+		r = e.run("prune")
+		require.Equal(t, 0, r.Code, r.Stderr)
+		assert.Contains(t, r.Stdout, fmt.Sprintf("removed %d finished run(s)", n+1-retain))
+		assert.ElementsMatch(t, ran[n-retain:], tasksOnDisk(t, e.root))
+		assertNoOrphanedLogs(t, e.root)
+	})
+}
+
+// --retain-for D removes a run once it finished more than D ago, at the
+// next finish, not once the hour it was created in has gone by.
+func TestRetainForIsNotAnHourLate(t *testing.T) {
+	e := newEnv(t)
+	require.Equal(t, 0, e.run("init", "--retain-for", "1s").Code)
+	for _, task := range []string{"a", "b"} {
+		require.Equal(t, 0, e.run("start", task, "--", "true").Code)
+	}
+	b := e.finishedRun("b")
+	eventually(t, 10*time.Second, "b to have finished more than a second ago", func() bool {
+		return time.Since(*b.FinishedAt) > 1500*time.Millisecond
+	})
+	require.Equal(t, 0, e.run("start", "c", "--", "true").Code)
+	assert.Equal(t, []string{"c"}, tasksOnDisk(t, e.root), "a and b finished more than 1s ago")
+	assert.Equal(t, []string{"c"}, tasksOf(e.history().Runs))
 }

@@ -254,3 +254,57 @@ func BenchmarkIndexJunkTail(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNthNewestFinish: what a lazy prune pays, when runs overlapped
+// or waited in line, to prove the count rule's line from the index, with
+// n finished runs of 12 an hour, each overlapping the next (so a stat for
+// each of those created before the line), the done index warm as it is in
+// use (its shards settled).
+func BenchmarkNthNewestFinish(b *testing.B) {
+	for _, n := range []int{20, 1000, 10000} {
+		b.Run(fmt.Sprintf("retain=%d", n), func(b *testing.B) {
+			s := newStore(b)
+			for i := range n {
+				created := indexBase.Add(time.Duration(i) * 5 * time.Minute)
+				rec := finishedRecord(created, created.Add(7*time.Minute), i, "t", record.Succeeded)
+				data, err := rec.Encode()
+				if err != nil {
+					b.Fatal(err)
+				}
+				mkdirAll(b, s.osPath(shardDir(rec.RunID)))
+				writeString(b, s.DonePath(rec.RunID), string(data))
+			}
+			if _, err := s.CheckIndex(false); err != nil {
+				b.Fatal(err)
+			}
+			settleShards(b, s)
+			b.ReportAllocs()
+			for b.Loop() {
+				x := s.OpenDoneIndex(time.Now)
+				_, ok, err := s.NthNewestFinish(n, x)
+				x.Save()
+				x.Close()
+				if !ok || err != nil {
+					b.Fatalf("not proven: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// settleShards backdates every shard's modification time, so that the
+// done index remembers them (as it would once they are a few seconds old).
+func settleShards(tb testing.TB, s *Store) {
+	tb.Helper()
+	done := s.osPath(doneDir)
+	shards, err := os.ReadDir(done)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, sh := range shards {
+		if err := os.Chtimes(done+"/"+sh.Name(), old, old); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
