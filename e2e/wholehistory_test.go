@@ -315,3 +315,81 @@ func TestRetainForIsNotAnHourLate(t *testing.T) {
 	assert.Equal(t, []string{"c"}, tasksOnDisk(t, e.root), "a and b finished more than 1s ago")
 	assert.Equal(t, []string{"c"}, tasksOf(e.history().Runs))
 }
+
+// A waiter (crew wait, crew logs -f) that saw a run running reports its
+// own exit code even if, while the waiter was away between two looks, the
+// run ended and the next finish's lazy prune (--retain 1) would remove it:
+// the waiter holds the run's log, and the prune leaves the run alone
+// until the waiter has read it. The failpoint wait-poll holds the waiter
+// between two looks.
+func TestWaiterOfARunRetentionWouldPrune(t *testing.T) {
+	for _, waiter := range [][]string{{"wait"}, {"logs", "-f"}} {
+		t.Run(strings.Join(waiter, " "), func(t *testing.T) {
+			e := newEnv(t)
+			require.Equal(t, 0, e.run("init", "--retain", "1").Code)
+			gate, openGate := e.gate("a-ends")
+			a := e.start(nil, "start", "a", "--", "sh", "-c", `echo out; while [ ! -e "$1" ]; do sleep 0.01; done; exit 3`, "x", gate)
+			e.activeRun("a")
+			away, back := e.gate("waiter-away")
+			w := e.start([]string{"CREW_FAILPOINT=wait-poll:wait:" + away}, append(waiter, "a")...)
+			eventually(t, 10*time.Second, "the waiter to have looked once", func() bool { return exists(away + ".reached") })
+
+			openGate()
+			require.Equal(t, 3, a.wait(t, 10*time.Second).Code)
+			require.Equal(t, 0, e.run("start", "b", "--", "true").Code)
+			assert.ElementsMatch(t, []string{"a", "b"}, tasksOnDisk(t, e.root), "b's prune left a alone while its waiter holds it")
+
+			back()
+			r := w.wait(t, 10*time.Second)
+			assert.Equal(t, 3, r.Code, "the waiter reports a's own exit code: %s", r.Stderr)
+			if waiter[0] == "logs" {
+				assert.Equal(t, "out\n", r.Stdout)
+			}
+			require.Equal(t, 0, e.run("start", "c", "--", "true").Code)
+			assert.Equal(t, []string{"c"}, tasksOnDisk(t, e.root), "once the waiter is gone, a goes")
+		})
+	}
+}
+
+// A waiter that saw only a run's place in line, and was away while the
+// run was admitted, ran, ended and was pruned, learns its exit code from
+// the index of finished runs. If that no longer lists the run either
+// (crew prune compacted it away) and the waiter had seen the run, it says
+// the run's exit status is unknown (125); that is the only case.
+func TestWaiterOfARunPrunedBeforeItsLook(t *testing.T) {
+	e := newEnv(t)
+	require.Equal(t, 0, e.run("init", "--max", "1", "--retain", "1").Code)
+	release, holder := e.holdSlot("holder")
+	a := e.start(nil, "start", "--wait", "a", "--", "sh", "-c", "exit 3")
+	e.waitQueued("a")
+	away, back := e.gate("waiter-away")
+	w := e.start([]string{"CREW_FAILPOINT=wait-poll:wait:" + away}, "wait", "a")
+	eventually(t, 10*time.Second, "the waiter to have looked once", func() bool { return exists(away + ".reached") })
+	release()
+	require.Equal(t, 0, holder.wait(t, 10*time.Second).Code)
+	require.Equal(t, 3, a.wait(t, 10*time.Second).Code)
+	require.Equal(t, 0, e.run("start", "b", "--", "true").Code)
+	require.Equal(t, []string{"b"}, tasksOnDisk(t, e.root), "a was pruned: nothing held it")
+	back()
+	r := w.wait(t, 10*time.Second)
+	assert.Equal(t, 3, r.Code, "the index of finished runs tells a's exit code: %s", r.Stderr)
+
+	// The waiter saw the run; its record goes (by hand), and the index
+	// is compacted: nothing is left to tell how it ended.
+	gate, openGate := e.gate("c-ends")
+	c := e.start(nil, "start", "c", "--", "sh", "-c", `while [ ! -e "$1" ]; do sleep 0.01; done; exit 4`, "x", gate)
+	cRun := e.activeRun("c")
+	away2, back2 := e.gate("waiter-away-2")
+	w = e.start([]string{"CREW_FAILPOINT=wait-poll:wait:" + away2}, "wait", "c")
+	eventually(t, 10*time.Second, "the waiter to have looked once", func() bool { return exists(away2 + ".reached") })
+	openGate()
+	require.Equal(t, 4, c.wait(t, 10*time.Second).Code)
+	require.NoError(t, os.Remove(filepath.Join(e.root, "runs", "done", shardOf(t, cRun.RunID), cRun.RunID+".json")))
+	require.Equal(t, 0, e.run("start", "d", "--", "true").Code)
+	pr := e.run("prune", "--keep", "0")
+	require.Equal(t, 0, pr.Code, pr.Stderr)
+	back2()
+	r = w.wait(t, 10*time.Second)
+	assert.Equal(t, 125, r.Code)
+	assert.Equal(t, "crew: run "+cRun.RunID+" ended, but its record was removed before crew could read it, and the index of finished runs no longer lists it: its exit status is unknown\n", r.Stderr)
+}

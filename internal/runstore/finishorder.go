@@ -327,3 +327,35 @@ func (s *Store) anyFinished() bool {
 	dir.Close()
 	return true
 }
+
+// IndexedEnd is how the index of finished runs says a run ended.
+type IndexedEnd struct {
+	Task     string
+	State    record.State
+	Exit     *int
+	Finished time.Time
+}
+
+// IndexedEndOf is what the newest entry of run id in the index says of
+// its end, for a waiter whose run was pruned before it could read the
+// record (entries stay until a compaction or crew prune drops them). ok
+// is false without a usable index, without an entry, or with the entry of
+// a record crew could not read.
+func (s *Store) IndexedEndOf(id record.RunID) (end IndexedEnd, ok bool) {
+	f, size, _ := s.openIndex()
+	if f == nil {
+		return end, false
+	}
+	defer f.Close()
+	var w indexWalk
+	_ = w.walk(f, size, func(r rawEntry) bool {
+		if string(r.id) != string(id) {
+			return true
+		}
+		if e, good := r.entry(nil); good && finalState(e.State) {
+			end, ok = IndexedEnd{Task: e.Task, State: e.State, Exit: e.Exit, Finished: e.Finished}, true
+		}
+		return false
+	}, func(time.Time) bool { return false })
+	return end, ok
+}
