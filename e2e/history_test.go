@@ -18,6 +18,7 @@ type historyJSON struct {
 	Version  int       `json:"version"`
 	Runs     []runJSON `json:"runs"`
 	Problems []struct {
+		Path  string `json:"path"`
 		Error string `json:"error"`
 	} `json:"problems"`
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -75,18 +76,32 @@ func (o *historyOptions) run(args []string, s streams) error {
 	if h.Unindexed != "" {
 		fmt.Fprintf(s.Err, "crew: note: %s, so these runs were found from their records (slower); `crew recover` builds it\n", termSafe(h.Unindexed))
 	}
-	for _, p := range h.Problems {
-		fmt.Fprintf(s.Err, "crew: warning: %s\n", termSafe(p.Error))
-	}
 	if o.json {
+		for _, p := range h.Problems {
+			fmt.Fprintf(s.Err, "crew: warning: %s\n", termSafe(p.Error))
+		}
 		return writeJSON(s.Out, h)
 	}
 	if len(h.Runs) == 0 {
 		fmt.Fprintln(s.Out, "no finished runs")
-		return nil
+	} else {
+		printFinished(s.Out, screenFor(s.Out, o.getenv), h.Runs, now, q.Task == "")
 	}
-	printFinished(s.Out, screenFor(s.Out, o.getenv), h.Runs, now, q.Task == "")
+	printHistoryProblems(s.Out, h.Problems)
 	return nil
+}
+
+// printHistoryProblems lists what history could not show: finished
+// records crew cannot read (each may be a run that belongs in the list),
+// and what is wrong with the index of finished runs.
+func printHistoryProblems(w io.Writer, problems []dispatch.Problem) {
+	if len(problems) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nProblems:")
+	for _, p := range problems {
+		fmt.Fprintf(w, "  %s\n", termSafe(p.Error))
+	}
 }
 
 // history reads the local state root's history or the etcd store's.

@@ -90,13 +90,22 @@ func (o *logsOptions) show(d *dispatch.Dispatcher, runs runOps, open func(record
 	if !o.follow {
 		r := open(id)
 		defer r.Close()
-		_, err := r.Copy(s.Out)
-		if errors.Is(err, os.ErrNotExist) {
+		n, err := r.Copy(s.Out)
+		if errors.Is(err, os.ErrNotExist) || (err == nil && n == 0 && neverStarted(runs, id)) {
 			return &noLogError{fmt.Sprintf("%s: run %s has no log (it never started a command)", quoteTask(runs.TaskOf(id)), id)}
 		}
 		return err
 	}
 	return o.follow1(d, runs, open, id, s)
+}
+
+// neverStarted reports whether the run's record says it ended without
+// ever starting its command (command not found, stopped while waiting to
+// start): its log, made before the command's launch, is empty then, and
+// the run has no output to show.
+func neverStarted(runs runOps, id record.RunID) bool {
+	v, err := runs.Run(id)
+	return err == nil && !v.State.Active() && v.StartedAt == nil
 }
 
 // noLogError is a run without a log file: exit 1.

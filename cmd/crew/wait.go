@@ -84,6 +84,8 @@ func (o *waitOptions) run(args []string, s streams) error {
 		}
 		if v, err := d.Run(id); err == nil {
 			views = append(views, v)
+		} else {
+			views = append(views, &dispatch.RunView{Run: *rec}) // pruned since: what the wait read
 		}
 	}
 	if o.json {

@@ -22,7 +22,8 @@ type HistoryQuery struct {
 type History struct {
 	Version int       `json:"version"`
 	Runs    []RunView `json:"runs"`
-	// Problems are finished records that could not be read.
+	// Problems are finished records that could not be read, and what is
+	// wrong with the index of finished runs, if anything.
 	Problems []Problem `json:"problems"`
 	// Unindexed, if set, says why the runs were found from the records
 	// rather than the index of finished runs (which crew recover builds).
@@ -58,8 +59,20 @@ func (d *Dispatcher) History(q HistoryQuery) (*History, error) {
 	for _, r := range fin.Runs {
 		h.Runs = append(h.Runs, d.finishedView(r))
 	}
-	for _, b := range fin.Bad {
-		h.Problems = append(h.Problems, Problem{Error: b.Error()})
-	}
+	h.Problems = finishedProblems(st, fin)
 	return h, nil
+}
+
+// finishedProblems are what status and history report of a look at the
+// finished runs: the records that could not be read, and what is wrong
+// with the index of finished runs.
+func finishedProblems(st *runstore.Store, fin *runstore.Finished) []Problem {
+	out := []Problem{}
+	for _, b := range fin.Bad {
+		out = append(out, Problem{Path: b.Path, Error: b.Err.Error()})
+	}
+	if fin.IndexProblem != "" {
+		out = append(out, Problem{Path: st.IndexPath(), Error: fin.IndexProblem})
+	}
+	return out
 }

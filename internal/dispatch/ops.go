@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/runstore"
 )
 
 // ErrWaitTimeout is a wait that ran out of time.
@@ -19,46 +21,117 @@ var ErrWaitTimeout = errors.New("timed out")
 // finalizing it is finalized here (as interrupted), so waiting on a crashed
 // run ends with the truth instead of hanging. A waiting start's ticket is
 // waited on until it becomes a run.
+//
+// From the first look at which the run has a log, the wait holds it
+// (runstore.HoldLog), so no prune removes the run before the wait has read
+// its final record. A run pruned before that (it ran and ended between two
+// looks) is answered from the index of finished runs; a run that is gone
+// from there too is a RunGoneError.
 func (d *Dispatcher) WaitRun(ctx context.Context, id record.RunID) (*record.Run, error) {
-	st := d.Store
+	w := &runWait{d: d, id: id}
+	defer w.hold.Release()
 	for delay := time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
-		rec, err := st.ReadRun(id)
-		switch {
-		case err == nil && !rec.State.Active() && !d.stillCounted(id, rec):
-			return rec, nil
-		case err == nil && !rec.State.Active():
-			// Its supervisor is between the final record and leaving
-			// the active set: a start now could still count the run.
-		case err == nil:
-			if st.OwnerState(id, rec.Locks).Owner == record.Dead {
-				if _, _, err := recovery.FinalizeDead(st, id, d.now()); err != nil {
-					return nil, err
-				}
-				continue
-			}
-		case errors.Is(err, fs.ErrNotExist):
-			if !st.HasTicket(id) {
-				// Neither a run nor a waiting start: it may be between the
-				// two (admitted a moment ago); look once more.
-				if rec, err := st.ReadRun(id); err == nil {
-					if !rec.State.Active() && !d.stillCounted(id, rec) {
-						return rec, nil
-					}
-					break // a run now: look again after the delay
-				}
-				if st.WaiterState(id) == record.Dead {
-					return nil, &NotFoundError{Err: fmt.Errorf("run %s left the queue without being admitted", id)}
-				}
-			}
-		default:
-			return nil, err
+		if rec, err := w.look(); rec != nil || err != nil {
+			return rec, err
 		}
+		failpoint.Hit("wait-poll")
 		select {
 		case <-ctx.Done():
 			return nil, ErrWaitTimeout
 		case <-time.After(delay):
 		}
 	}
+}
+
+// runWait is one WaitRun.
+type runWait struct {
+	d    *Dispatcher
+	id   record.RunID
+	hold *runstore.LogHold
+	// saw: the wait has seen the run's record (not only its ticket).
+	saw bool
+}
+
+// look looks at the run once: its final record once it is over, nothing
+// while it is not.
+func (w *runWait) look() (*record.Run, error) {
+	st := w.d.Store
+	w.holdLog()
+	rec, err := st.ReadRun(w.id)
+	switch {
+	case err == nil && !rec.State.Active() && !w.d.stillCounted(w.id, rec):
+		return rec, nil
+	case err == nil && !rec.State.Active():
+		// Its supervisor is between the final record and leaving the
+		// active set: a start now could still count the run.
+		w.saw = true
+	case err == nil:
+		w.saw = true
+		if st.OwnerState(w.id, rec.Locks).Owner == record.Dead {
+			if _, _, err := recovery.FinalizeDead(st, w.id, w.d.now()); err != nil {
+				return nil, err
+			}
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		return w.missing()
+	default:
+		return nil, err
+	}
+	return nil, nil
+}
+
+// holdLog takes hold of the run's log once it exists, and again if the
+// one held is no longer the run's log (a planted one, moved aside).
+func (w *runWait) holdLog() {
+	if w.hold != nil && w.hold.Current() {
+		return
+	}
+	w.hold.Release()
+	w.hold, _ = w.d.Store.HoldLog(w.id) // none yet: look again next time
+}
+
+// missing is a look that found no record: a waiting start, a run between
+// the two (admitted a moment ago), or one that is gone.
+func (w *runWait) missing() (*record.Run, error) {
+	st := w.d.Store
+	if st.HasTicket(w.id) {
+		return nil, nil
+	}
+	if rec, err := st.ReadRun(w.id); err == nil {
+		w.saw = true
+		if !rec.State.Active() && !w.d.stillCounted(w.id, rec) {
+			return rec, nil
+		}
+		return nil, nil // a run now: look again after the delay
+	}
+	if !w.saw && st.WaiterState(w.id) != record.Dead {
+		return nil, nil // its waiter lives: between its ticket and its record
+	}
+	if end, ok := st.IndexedEndOf(w.id); ok {
+		return prunedRun(w.id, end), nil
+	}
+	if w.saw {
+		return nil, &RunGoneError{ID: w.id}
+	}
+	return nil, &NotFoundError{Err: fmt.Errorf("run %s left the queue without being admitted (or ran, and was removed before crew could see it)", w.id)}
+}
+
+// prunedRun is a run whose record was removed before a waiter read it, as
+// the index of finished runs tells its end.
+func prunedRun(id record.RunID, end runstore.IndexedEnd) *record.Run {
+	fin := end.Finished
+	return &record.Run{Version: record.RecordVersion, RunID: id, Task: end.Task, State: end.State, ExitCode: end.Exit,
+		FinishedAt: &fin, Events: []record.Event{},
+		Reason: "its record was removed (pruned) before crew could read it; the index of finished runs tells how it ended"}
+}
+
+// RunGoneError is a run a waiter saw, whose record was removed before it
+// could read it (by hand, or by a prune while nothing held it), and which
+// the index of finished runs no longer lists: its exit status is unknown.
+type RunGoneError struct{ ID record.RunID }
+
+func (e *RunGoneError) Error() string {
+	return fmt.Sprintf("run %s ended, but its record was removed before crew could read it, and the index of finished runs no longer lists it: its exit status is unknown", e.ID)
 }
 
 // stillCounted reports whether a run with a final record may still be

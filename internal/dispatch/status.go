@@ -170,15 +170,12 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	for _, r := range fin.Runs {
 		snap.Finished = append(snap.Finished, d.finishedView(r))
 	}
-	bad := fin.Bad
 	if taskFilter != "" {
 		if r := st.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
 			snap.LastRefusal = r
 		}
 	}
-	for _, b := range bad {
-		snap.Problems = append(snap.Problems, Problem{Error: b.Error()})
-	}
+	snap.Problems = append(snap.Problems, finishedProblems(st, fin)...)
 	return snap, nil
 }
 

@@ -2,8 +2,11 @@ package recovery
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
@@ -43,51 +46,39 @@ type PruneReport struct {
 // only ever touches finished runs (and their logs): active and queued runs
 // live elsewhere, so it is safe while starts and recoveries run. A
 // finished record whose active file still exists (a finalization cut
-// short) is kept, so the active file is never mistaken for a living run.
+// short), or whose log a crew wait holds, is kept. It reads every finished
+// record, so it knows exactly which N runs finished last.
 func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
 	report := &PruneReport{Version: PruneVersion, DryRun: opts.DryRun, Removed: []PrunedRun{}, Errors: []string{}}
 	p := opts.Policy
 	if p.KeepsEverything() {
 		return report, nil
 	}
-	seen := 0
-	b := boundary{all: p.KeepNewest == 0, ok: p.KeepNewest == 0}
-	touched := map[string]bool{}
-	err := st.WalkFinished(func(id record.RunID) bool {
-		seen++
-		if p.KeepNewest > 0 && seen == p.KeepNewest {
-			if at, err := id.CreatedAt(); err == nil {
-				b = boundary{at: at, id: id, ok: true}
-			}
-		}
-		rec, err := st.ReadDone(id)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return true // pruned by someone else meanwhile
-		case err != nil:
-			report.Errors = append(report.Errors, err.Error())
-			return true
-		case p.KeepNewest > 0 && seen <= p.KeepNewest, !p.removable(rec, b, opts.Now):
-			report.Kept++
-			return true
-		}
-		p := PrunedRun{RunID: id, Task: rec.Task, FinishedAt: rec.FinishedAt, Path: st.DonePath(id), Bytes: st.FinishedSize(id)}
-		if !opts.DryRun {
-			switch err := st.RemoveFinished(id); {
-			case errors.Is(err, runstore.ErrRunBusy):
-				report.Kept++
-				return true
-			case err != nil:
-				report.Errors = append(report.Errors, err.Error())
-				return true
-			}
-			touched[id.Shard()] = true
-		}
-		report.Removed = append(report.Removed, p)
-		return true
-	})
+	runs, err := finishedByFinish(st, report)
 	if err != nil {
 		return nil, err
+	}
+	touched := map[string]bool{}
+	for i, r := range runs {
+		byCount := p.KeepNewest >= 0 && i >= p.KeepNewest
+		if !p.removable(r.fin, byCount, opts.Now) {
+			report.Kept++
+			continue
+		}
+		fin := r.fin
+		pr := PrunedRun{RunID: r.id, Task: r.task, FinishedAt: &fin, Path: st.DonePath(r.id), Bytes: st.FinishedSize(r.id)}
+		if !opts.DryRun {
+			switch err := st.RemoveFinished(r.id); {
+			case errors.Is(err, runstore.ErrRunBusy):
+				report.Kept++
+				continue
+			case err != nil:
+				report.Errors = append(report.Errors, err.Error())
+				continue
+			}
+			touched[r.id.Shard()] = true
+		}
+		report.Removed = append(report.Removed, pr)
 	}
 	for shard := range touched {
 		st.RemoveShardIfEmpty(shard)
@@ -102,6 +93,41 @@ func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
 		_, _ = st.CompactIndex()
 	}
 	return report, nil
+}
+
+// finishedRun is what a prune needs of a finished record.
+type finishedRun struct {
+	id   record.RunID
+	task string
+	fin  time.Time
+}
+
+// finishedByFinish reads every finished record and returns the runs,
+// latest finish first (ties: newest id first). Records that cannot be read
+// are reported and left alone: they are neither counted nor removed.
+func finishedByFinish(st *runstore.Store, report *PruneReport) ([]finishedRun, error) {
+	var runs []finishedRun
+	err := st.WalkFinished(func(id record.RunID) bool {
+		rec, err := st.ReadDone(id)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// pruned by someone else meanwhile
+		case err != nil:
+			report.Errors = append(report.Errors, err.Error())
+		case rec.FinishedAt == nil || rec.State.Active():
+			report.Errors = append(report.Errors, fmt.Sprintf("run record %s: a finished record without an end (state %s)", st.DonePath(id), rec.State))
+		default:
+			runs = append(runs, finishedRun{id: id, task: rec.Task, fin: *rec.FinishedAt})
+		}
+		return true
+	})
+	slices.SortStableFunc(runs, func(a, b finishedRun) int {
+		if c := b.fin.Compare(a.fin); c != 0 {
+			return c
+		}
+		return strings.Compare(string(b.id), string(a.id))
+	})
+	return runs, err
 }
 
 // refreshIndex brings the done index up to date with every shard (a full

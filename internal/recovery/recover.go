@@ -121,15 +121,36 @@ func (r *recoverer) index(deadline time.Time) []Item {
 		if !r.opts.DryRun {
 			item.Reason = fmt.Sprintf("built the index of finished runs anew from their records, %d runs (%s)", rep.Runs, rep.Why)
 		}
-	case rep.Added+rep.Changed > 0:
-		item.Reason = fmt.Sprintf("%sindex %d finished run(s) that the index of finished runs lacked (written by an older crew, copied in, or lost to a power cut) and %d whose record changed after it was indexed", would, rep.Added, rep.Changed)
-		if !r.opts.DryRun {
-			item.Reason = "indexed" + strings.TrimPrefix(item.Reason, "index")
-		}
+	case rep.Added+rep.Changed+rep.Junk > 0:
+		item.Reason = indexChanges(rep, r.opts.DryRun)
 	default:
 		return nil
 	}
 	return []Item{item}
+}
+
+// indexChanges says what CheckIndex did (or, dry, would do) to a usable
+// index.
+func indexChanges(rep *runstore.IndexRepair, dry bool) string {
+	did := func(verb, past string) string {
+		if dry {
+			return "would " + verb
+		}
+		return past
+	}
+	var what []string
+	if rep.Junk > 0 {
+		what = append(what, fmt.Sprintf("%s %d line(s) that were not entries from the index of finished runs", did("drop", "dropped"), rep.Junk))
+	}
+	if rep.Added+rep.Changed > 0 {
+		s := fmt.Sprintf("%s %d finished run(s) that the index of finished runs lacked (written by an older crew, copied in, or lost to a power cut) and %d whose record changed after it was indexed",
+			did("index", "indexed"), rep.Added, rep.Changed)
+		if rep.Unreadable > 0 {
+			s += fmt.Sprintf(" (%d of them cannot be read: status and history list them as problems)", rep.Unreadable)
+		}
+		what = append(what, s)
+	}
+	return strings.Join(what, "; ")
 }
 
 type recoverer struct {

@@ -11,14 +11,14 @@ import (
 
 // Policy says which finished runs to keep; a run is removable only when
 // every rule that is set lets it go (so with both, a run is kept if
-// either keeps it):
+// either keeps it). Both go by when runs finished, not by when they were
+// created (a run that waited in line was created when it joined it):
 //
-//   - KeepNewest N keeps the newest N finished runs. Precisely: a run
-//     goes only once N finished runs were created after it finished. That
-//     is the N newest by creation and the N most recently finished alike
-//     (a run that outlived N later ones is not removed the moment it ends),
-//     and costs no more than knowing the N-th newest run's id. Negative:
-//     no rule by count. Zero keeps none.
+//   - KeepNewest N keeps the N runs that finished last: a run goes only
+//     once N finished runs ended after it. (So a run is never removed the
+//     moment it ends, nor while crew wait is about to read it, and a long
+//     run that ended after N shorter ones is kept.) Negative: no rule by
+//     count. Zero keeps none.
 //   - OlderThan D keeps runs that finished less than D ago. Negative: no
 //     rule by age. Zero keeps none.
 //
@@ -51,51 +51,36 @@ func PolicyOf(cfg record.Config) Policy {
 // KeepsEverything reports whether the policy removes nothing.
 func (p Policy) KeepsEverything() bool { return p.KeepNewest < 0 && p.OlderThan < 0 }
 
-// boundary is the count rule's line: runs that finished before it are
-// removable by count. ok is false when no run is (fewer than N finished
-// runs exist, or no count rule).
-type boundary struct {
-	at time.Time // the N-th newest finished run's creation
-	id record.RunID
-	// all: KeepNewest is 0, every run is removable by count.
-	all bool
-	ok  bool
-}
-
-// removable applies the policy to one finished run.
-func (p Policy) removable(rec *record.Run, b boundary, now time.Time) bool {
-	if p.KeepsEverything() || rec.FinishedAt == nil {
+// removable applies the policy to a run that finished at fin; byCount
+// says whether the count rule lets it go (N runs finished after it).
+func (p Policy) removable(fin time.Time, byCount bool, now time.Time) bool {
+	switch {
+	case p.KeepsEverything():
 		return false
-	}
-	if p.KeepNewest >= 0 {
-		if !b.ok {
-			return false
-		}
-		if !b.all && (rec.RunID >= b.id || !rec.FinishedAt.Before(b.at)) {
-			return false
-		}
-	}
-	if p.OlderThan >= 0 && now.Sub(*rec.FinishedAt) < p.OlderThan {
+	case p.KeepNewest >= 0 && !byCount:
+		return false
+	case p.OlderThan >= 0 && now.Sub(fin) < p.OlderThan:
 		return false
 	}
 	return true
 }
 
-// countBoundary finds the N-th newest finished run by counting shards
-// from the newest, from the done index where it is current.
-func countBoundary(x *runstore.DoneIndex, n int) (boundary, error) {
-	if n == 0 {
-		return boundary{all: true, ok: true}, nil
-	}
+// creationLine is a first, cheap line for the count rule: the creation
+// time of the N-th newest-created finished run, found by counting shards
+// from the newest, from the done index where it is current. The N runs
+// created at or after it finished at or after it, so a run that finished
+// before it has N finishes after it. ok is false when fewer than N
+// finished runs exist.
+func creationLine(x *runstore.DoneIndex, n int) (at time.Time, ok bool, err error) {
 	shards, err := x.Shards()
 	if err != nil {
-		return boundary{}, err
+		return time.Time{}, false, err
 	}
 	seen := 0
 	for i := len(shards) - 1; i >= 0; i-- {
 		c, err := x.Count(shards[i])
 		if err != nil {
-			return boundary{}, err
+			return time.Time{}, false, err
 		}
 		if seen+c < n {
 			seen += c
@@ -103,20 +88,16 @@ func countBoundary(x *runstore.DoneIndex, n int) (boundary, error) {
 		}
 		ids, err := x.IDs(shards[i])
 		if err != nil {
-			return boundary{}, err
+			return time.Time{}, false, err
 		}
 		if seen+len(ids) < n { // shrank since it was counted
 			seen += len(ids)
 			continue
 		}
-		id := ids[len(ids)-(n-seen)]
-		at, err := id.CreatedAt()
-		if err != nil {
-			return boundary{}, err
-		}
-		return boundary{at: at, id: id, ok: true}, nil
+		at, err := ids[len(ids)-(n-seen)].CreatedAt()
+		return at, err == nil, err
 	}
-	return boundary{}, nil
+	return time.Time{}, false, nil
 }
 
 // LazyLimits bound what one lazy prune does.
@@ -145,9 +126,13 @@ type LazyReport struct {
 // does once it has finished (its record durable, its slot free), so it
 // never holds a lock anyone waits for, and it only ever removes finished
 // runs through runstore.RemoveFinished: the same safety as crew prune
-// (never an active or waiting run; a removal cut short leaves a record,
-// which the next prune takes). Concurrent lazy prunes may try the same
-// runs; removing one twice is harmless.
+// (never an active or waiting run, nor one a crew wait holds; a removal
+// cut short leaves a record, which the next prune takes). Concurrent lazy
+// prunes may try the same runs; removing one twice is harmless.
+//
+// A removable run finished before a line (lazyLine), so it was created
+// before it: the prune reads the oldest shards, and in them the oldest
+// runs, until it reaches runs created after the line.
 func LazyPrune(st *runstore.Store, p Policy, now time.Time, lim LazyLimits) (LazyReport, error) {
 	var rep LazyReport
 	if p.KeepsEverything() || !st.Exists() {
@@ -156,70 +141,173 @@ func LazyPrune(st *runstore.Store, p Policy, now time.Time, lim LazyLimits) (Laz
 	x := st.OpenDoneIndex(time.Now)
 	defer x.Close()
 	defer x.Save()
-	var b boundary
-	if p.KeepNewest >= 0 {
-		var err error
-		if b, err = countBoundary(x, p.KeepNewest); err != nil || !b.ok {
-			return rep, err
-		}
+	l, ok, err := newLazyLine(st, x, p, now)
+	if err != nil || !ok {
+		return rep, err
 	}
 	shards, err := x.Shards()
 	if err != nil {
 		return rep, err
 	}
-	var touched []string
-	defer func() {
-		for _, sh := range touched {
-			st.RemoveShardIfEmpty(sh)
-		}
-	}()
+	pr := &lazyPrune{st: st, x: x, p: p, now: now, lim: lim, line: l, rep: &rep}
+	defer pr.removeEmptyShards()
 	for _, shard := range shards {
-		if p.KeepNewest > 0 && shard > b.id.Shard() {
-			return rep, nil // every run from here on was created after the boundary
-		}
-		if p.OlderThan >= 0 && !shardBefore(shard, now.Add(-p.OlderThan)) {
-			return rep, nil // created too recently to have finished long enough ago
+		if !pr.mayHold(shardStart(shard)) {
+			return rep, nil // every run from here on was created after the line
 		}
 		ids, err := x.IDs(shard)
 		if err != nil {
 			return rep, err
 		}
-		for _, id := range ids {
-			if p.KeepNewest > 0 && id >= b.id {
-				return rep, nil
-			}
-			if rep.Removed == lim.Remove || rep.Examined == lim.Examine {
-				rep.More = true
-				return rep, nil
-			}
-			rep.Examined++
-			rec, err := st.ReadDone(id)
-			if err != nil || !p.removable(rec, b, now) {
-				continue // gone meanwhile, unreadable (crew prune reports it), or kept
-			}
-			failpoint.Hit("lazy-prune")
-			switch err := st.RemoveFinished(id); {
-			case errors.Is(err, runstore.ErrRunBusy):
-				continue
-			case err != nil:
-				return rep, err
-			}
-			x.Drop(id)
-			rep.Removed++
-			if len(touched) == 0 || touched[len(touched)-1] != shard {
-				touched = append(touched, shard)
-			}
+		if more, err := pr.shard(shard, ids); !more || err != nil {
+			return rep, err
 		}
 	}
 	return rep, nil
 }
 
-// shardBefore reports whether every run of shard (a creation hour) was
-// created before t.
-func shardBefore(shard string, t time.Time) bool {
+// lazyPrune is one lazy prune under way.
+type lazyPrune struct {
+	st      *runstore.Store
+	x       *runstore.DoneIndex
+	p       Policy
+	now     time.Time
+	lim     LazyLimits
+	line    *lazyLine
+	rep     *LazyReport
+	touched []string
+}
+
+// mayHold reports whether a run created at created may be removable: one
+// created at or after the line finished after it. Runs the count line
+// kept although they were created before it (they overlapped the newest
+// runs, or waited in line) say the line may be too low: it is raised
+// before the prune stops.
+func (pr *lazyPrune) mayHold(created time.Time) bool {
+	if created.Before(pr.line.before()) {
+		return true
+	}
+	if pr.line.overlap && pr.line.raise() {
+		return created.Before(pr.line.before())
+	}
+	return false
+}
+
+// shard examines the runs of one shard, oldest first; more is false when
+// the prune is over.
+func (pr *lazyPrune) shard(shard string, ids []record.RunID) (more bool, err error) {
+	for _, id := range ids {
+		created, err := id.CreatedAt()
+		if err == nil && !pr.mayHold(created) {
+			return false, nil
+		}
+		if pr.rep.Removed == pr.lim.Remove || pr.rep.Examined == pr.lim.Examine {
+			pr.rep.More = true
+			return false, nil
+		}
+		pr.rep.Examined++
+		rec, err := pr.st.ReadDone(id)
+		if err != nil || rec.FinishedAt == nil || !pr.line.lets(*rec.FinishedAt, created) {
+			continue // gone meanwhile, unreadable (crew prune reports it), or kept
+		}
+		failpoint.Hit("lazy-prune")
+		switch err := pr.st.RemoveFinished(id); {
+		case errors.Is(err, runstore.ErrRunBusy):
+			continue
+		case err != nil:
+			return false, err
+		}
+		pr.x.Drop(id)
+		pr.rep.Removed++
+		if len(pr.touched) == 0 || pr.touched[len(pr.touched)-1] != shard {
+			pr.touched = append(pr.touched, shard)
+		}
+	}
+	return true, nil
+}
+
+func (pr *lazyPrune) removeEmptyShards() {
+	for _, sh := range pr.touched {
+		pr.st.RemoveShardIfEmpty(sh)
+	}
+}
+
+// lazyLine is what a lazy prune knows of when a run must have finished to
+// be removable: before now-D (the age rule), and before the count rule's
+// line, a lower bound of the N-th newest finish. That starts as
+// creationLine (cheap, from the done index) and is raised to what the
+// index of finished runs proves (runstore.NthNewestFinish) once a run the
+// creation line keeps turns up: one that overlapped the newest runs, or
+// waited in line (its id is as old as its place in line).
+type lazyLine struct {
+	st      *runstore.Store
+	x       *runstore.DoneIndex
+	p       Policy
+	age     time.Time // runs that finished before it are old enough
+	count   time.Time // runs that finished before it have N finishes after them
+	raised  bool
+	overlap bool // a run created before count finished after it
+}
+
+// farFuture stands for "no line": every run finished before it.
+var farFuture = time.Unix(1<<62, 0)
+
+func newLazyLine(st *runstore.Store, x *runstore.DoneIndex, p Policy, now time.Time) (*lazyLine, bool, error) {
+	l := &lazyLine{st: st, x: x, p: p, age: farFuture, count: farFuture}
+	if p.OlderThan >= 0 {
+		l.age = now.Add(-p.OlderThan)
+	}
+	if p.KeepNewest > 0 {
+		at, ok, err := creationLine(x, p.KeepNewest)
+		if err != nil || !ok {
+			return nil, false, err // fewer than N finished runs: none goes by count
+		}
+		l.count = at
+	}
+	return l, true, nil
+}
+
+// before is the time before which a run must have finished to go.
+func (l *lazyLine) before() time.Time {
+	if l.count.Before(l.age) {
+		return l.count
+	}
+	return l.age
+}
+
+// lets reports whether a run created at created that finished at fin may
+// go, raising the count line first if it is what keeps the run.
+func (l *lazyLine) lets(fin, created time.Time) bool {
+	if !fin.Before(l.count) && created.Before(l.count) {
+		l.overlap = true
+		if fin.Before(l.age) {
+			l.raise()
+		}
+	}
+	return fin.Before(l.before())
+}
+
+// raise raises the count line to what the index of finished runs proves,
+// once; it reports whether the line went up.
+func (l *lazyLine) raise() bool {
+	if l.raised || l.p.KeepNewest <= 0 {
+		return false
+	}
+	l.raised = true
+	at, ok, err := l.st.NthNewestFinish(l.p.KeepNewest, l.x)
+	if err != nil || !ok || !at.After(l.count) {
+		return false
+	}
+	l.count = at
+	return true
+}
+
+// shardStart is when the first run of shard (a creation hour) may have
+// been created.
+func shardStart(shard string) time.Time {
 	start, err := time.Parse("2006-01-02T15", shard)
 	if err != nil {
-		return true // not an hour: let the records decide
+		return time.Time{} // not an hour: let the records decide
 	}
-	return !start.Add(time.Hour).After(t.UTC())
+	return start
 }

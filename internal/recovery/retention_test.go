@@ -128,30 +128,118 @@ func TestLazyPruneKeepsTheNewestN(t *testing.T) {
 	}
 }
 
+// indexed brings the index of finished runs up to date with the records
+// the fixtures wrote, as their finishes would have (in finish order).
+func indexed(t testing.TB, st *runstore.Store) {
+	t.Helper()
+	if _, err := st.CheckIndex(false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A run that started before N others and ended after them is among the N
-// most recently finished: it is not removed the moment it ends. It goes
-// once N runs were created after it finished.
+// that finished last: it is not removed the moment it ends. It goes once
+// N runs finished after it.
 func TestLazyPruneKeepsALongRunThatEndedLast(t *testing.T) {
 	st := newStore(t)
 	long := finished(t, st, 0, base, base.Add(3*time.Hour))
+	var short []record.RunID
 	for i := 1; i <= 20; i++ {
 		c := base.Add(time.Duration(i) * 5 * time.Minute)
-		finished(t, st, i, c, c.Add(time.Minute))
+		short = append(short, finished(t, st, i, c, c.Add(time.Minute)))
 	}
+	indexed(t, st)
 	pruneLazily(t, st, keepNewest(5), base.Add(4*time.Hour))
-	got := remaining(t, st)
-	if !slices.Contains(got, long) || len(got) != 6 {
-		t.Fatalf("kept %v; want the long run and the newest 5", got)
+	if got := remaining(t, st); !slices.Equal(got, append([]record.RunID{long}, short[16:]...)) {
+		t.Fatalf("kept %v; want the long run and the 4 that finished last before it", got)
 	}
-	// Five more runs, created after the long one finished.
+	// Five more runs, finished after the long one.
 	for i := 21; i <= 25; i++ {
 		c := base.Add(3*time.Hour + time.Duration(i)*time.Minute)
 		finished(t, st, i, c, c.Add(time.Second))
 	}
+	indexed(t, st)
 	pruneLazily(t, st, keepNewest(5), base.Add(5*time.Hour))
-	got = remaining(t, st)
+	got := remaining(t, st)
 	if slices.Contains(got, long) || len(got) != 5 {
 		t.Errorf("kept %d runs (long run kept: %v); want the newest 5 only", len(got), slices.Contains(got, long))
+	}
+}
+
+// Runs that waited in line were created when they joined it, all at
+// once, and finished one after another: retention by count keeps the N
+// that finished last, lazily (each prune within its bounds) and in full.
+// Counting by creation kept them all: none had N runs created after its
+// finish.
+func TestRetentionCountsRunsThatWaitedInLineByFinish(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crew prune=%v", full), func(t *testing.T) {
+			st := newStore(t)
+			var ids []record.RunID
+			for i := range 40 {
+				joined := base.Add(time.Duration(i) * time.Millisecond)
+				ids = append(ids, finished(t, st, i, joined, base.Add(time.Duration(i+1)*time.Minute)))
+			}
+			indexed(t, st)
+			now := base.Add(time.Hour)
+			if full {
+				rep, err := Prune(st, PruneOptions{Policy: keepNewest(5), Now: now})
+				if err != nil || len(rep.Removed) != 35 || rep.Kept != 5 {
+					t.Fatalf("prune: %d removed, %d kept, %v; want 35 and 5", len(rep.Removed), rep.Kept, err)
+				}
+			} else {
+				pruneLazily(t, st, keepNewest(5), now)
+			}
+			if got := remaining(t, st); !slices.Equal(got, ids[35:]) {
+				t.Errorf("kept %d runs (%v); want the 5 that finished last", len(got), got)
+			}
+		})
+	}
+}
+
+// The line is proven, never believed: entries of runs whose records are
+// gone, and records changed after they were indexed, count for what the
+// records say. Here the 5 newest entries name runs removed by hand, and a
+// record rewritten with an early finish: the 5 that finish last among the
+// records that are there are kept.
+func TestLazyPruneCountsOnlyWhatTheRecordsProve(t *testing.T) {
+	st := newStore(t)
+	var ids []record.RunID
+	for i := range 30 {
+		joined := base.Add(time.Duration(i) * time.Millisecond)
+		ids = append(ids, finished(t, st, i, joined, base.Add(time.Duration(i+1)*time.Minute)))
+	}
+	indexed(t, st)
+	for _, id := range ids[25:] {
+		for _, p := range []string{st.DonePath(id), st.LogPath(id)} {
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Run 24 now says it finished first of all (written after it was
+	// indexed, so its record, not its entry, counts).
+	early := finished(t, st, 24, base.Add(24*time.Millisecond), base.Add(30*time.Second))
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(st.DonePath(early), later, later); err != nil {
+		t.Fatal(err)
+	}
+	pruneLazily(t, st, keepNewest(5), base.Add(time.Hour))
+	if got := remaining(t, st); !slices.Equal(got, ids[19:24]) {
+		t.Errorf("kept %v; want runs 19..23, the 5 that finished last of those there", got)
+	}
+}
+
+// By age, a lazy prune removes the runs that finished more than D ago as
+// soon as they did, not once their creation hour has wholly gone by.
+func TestLazyPruneByAgeIsNotAnHourLate(t *testing.T) {
+	st := newStore(t)
+	old := finished(t, st, 0, base.Add(10*time.Second), base.Add(20*time.Second))
+	young := finished(t, st, 1, base.Add(30*time.Second), base.Add(40*time.Second))
+	now := base.Add(20*time.Second + time.Minute + time.Second) // old finished a minute and a second ago
+	pruneLazily(t, st, Policy{KeepNewest: NoCountRule, OlderThan: time.Minute}, now)
+	if got := remaining(t, st); !slices.Equal(got, []record.RunID{young}) {
+		t.Errorf("kept %v; want only %s (%s finished more than a minute ago)", got, young, old)
 	}
 }
 

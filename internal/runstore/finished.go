@@ -167,7 +167,8 @@ func (s *Store) FinishedSize(id record.RunID) int64 {
 // capped log's tail, then the log), then its record, so that a removal cut
 // short leaves a record (which the next prune takes) rather than a log
 // that nothing refers to. A run whose active file still exists (a
-// finalization cut short) is not touched: ErrRunBusy.
+// finalization cut short), or whose log a waiter holds (see HoldLog), is
+// not touched: ErrRunBusy.
 func (s *Store) RemoveFinished(id record.RunID) error {
 	// Fail closed: if the active set cannot be read (a link or a file
 	// where its directory belongs), nothing is removed.
@@ -181,6 +182,13 @@ func (s *Store) RemoveFinished(id record.RunID) error {
 		if lerr == nil {
 			return ErrRunBusy
 		}
+	}
+	held, err := s.lockLogToRemove(id)
+	if err != nil {
+		return err
+	}
+	if held != nil {
+		defer held.Release() // until the record is gone: a waiter locks, then reads
 	}
 	if err := s.removeTail(id); err != nil {
 		return fmt.Errorf("remove the log of run %s: %w", id, err)

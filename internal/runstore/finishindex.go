@@ -13,7 +13,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/google/renameio/v2"
 
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/lockfs"
@@ -68,7 +71,7 @@ import (
 // compaction, a rebuild) holds an exclusive flock of the file it replaces,
 // and an appender that got its shared lock checks that its file is still
 // the one at the name, else opens the new one. Waits are bounded
-// (lockfs.LockFile); an appender that gives up keeps the run's active file
+// (lockfs.LockData); an appender that gives up keeps the run's active file
 // so the entry is added later.
 //
 // Bounded: prune and retention remove runs without touching the index; an
@@ -278,17 +281,21 @@ func parseInt64(b []byte) (int64, bool) {
 	if len(b) == 0 || len(b) > 19 {
 		return 0, false
 	}
-	var n int64
+	limit := uint64(math.MaxInt64)
+	if neg {
+		limit++ // math.MinInt64 is written too (the stamp of a clock gone wrong)
+	}
+	var n uint64
 	for _, c := range b {
-		if c < '0' || c > '9' || n > (math.MaxInt64-int64(c-'0'))/10 {
+		if c < '0' || c > '9' || n > (limit-uint64(c-'0'))/10 {
 			return 0, false
 		}
-		n = n*10 + int64(c-'0')
+		n = n*10 + uint64(c-'0')
 	}
 	if neg {
-		n = -n
+		return int64(-n), true
 	}
-	return n, true
+	return int64(n), true
 }
 
 func parseHex32(b []byte) (uint32, bool) {
@@ -332,12 +339,15 @@ func (s *Store) indexFinished(rec *record.Run) bool {
 // time of the write: the clock is read once the file is locked, right
 // before the write, so that the stamps of entries in the file are in order
 // to within a few system calls (readers rely on it to within indexSkew).
+// A stamp is never earlier than the last entry's: a clock stepped back
+// must not stamp entries that end a reader's walk before the runs that
+// finished earlier by the clock but later in fact (see indexWalk).
 // compact: the file crossed a size at which it asks to be compacted.
 func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compact bool) {
 	var lines []byte
 	const attempts = 20
 	for attempt := 1; attempt <= attempts; attempt++ {
-		f, err := rootfs.Open(dir, finishedIdxName, os.O_WRONLY|os.O_APPEND, 0)
+		f, err := rootfs.Open(dir, finishedIdxName, os.O_RDWR|os.O_APPEND, 0)
 		var notRegular *rootfs.NotRegularError
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -365,6 +375,11 @@ func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compa
 		}
 		lines = lines[:0]
 		now := time.Now()
+		if fi, err := f.Stat(); err == nil {
+			if last := lastStamp(f, fi.Size()); last > now.UnixNano() {
+				now = time.Unix(0, last)
+			}
+		}
 		for _, e := range entries {
 			e.Appended = now
 			lines = e.encode(lines)
@@ -475,80 +490,6 @@ func (s *Store) openIndex() (f *os.File, size int64, why error) {
 	return f, fi.Size(), nil
 }
 
-// backward yields the lines of f between offset from and end, last first.
-func backward(f *os.File, from, end int64, yield func(line []byte) bool) error {
-	const chunk = 64 << 10
-	var buf, carry []byte // carry: a line whose beginning is in an earlier chunk
-	for end > from {
-		start := max(end-chunk, from)
-		n := int(end - start)
-		if cap(buf) < n+len(carry) {
-			grown := make([]byte, n+len(carry)+chunk)
-			copy(grown[n:], carry)
-			buf = grown[:n+len(carry)]
-		} else {
-			buf = buf[:n+len(carry)]
-			copy(buf[n:], carry) // carry is a prefix of buf: copy moves it safely
-		}
-		if _, err := f.ReadAt(buf[:n], start); err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		end = start
-		for {
-			i := bytes.LastIndexByte(buf, '\n')
-			if i < 0 {
-				break
-			}
-			if line := buf[i+1:]; len(line) > 0 && !yield(line) {
-				return nil
-			}
-			buf = buf[:i]
-		}
-		carry = buf
-	}
-	if len(carry) > 0 {
-		yield(carry)
-	}
-	return nil
-}
-
-// readIndex reads every entry of f (size bytes), in file order.
-func readIndex(f *os.File, size int64) ([]finishedEntry, error) {
-	entries, _, err := readIndexLines(f, size)
-	return entries, err
-}
-
-// readIndexLines is readIndex that also says where the last whole line
-// of what it read ends. An append in progress can show in the size of
-// the file before all its bytes do (the kernel extends the size page by
-// page), so the last line may be the beginning of an entry: a reader that
-// goes on from size must go on from whole instead.
-func readIndexLines(f *os.File, size int64) (entries []finishedEntry, whole int64, err error) {
-	data := make([]byte, size)
-	n, err := f.ReadAt(data, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, 0, err
-	}
-	start := min(len(finishedIdxHeader), n)
-	whole = int64(start)
-	if i := bytes.LastIndexByte(data[start:n], '\n'); i >= 0 {
-		whole = int64(start + i + 1)
-	}
-	data = data[start:n]
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		if e, ok := parseEntry(line); ok {
-			entries = append(entries, e)
-		}
-	}
-	return entries, whole, nil
-}
-
 // compactIfDue compacts the index if an append of this process asked for
 // it. Callers hold no lock of crew's (never the admission lock): it reads
 // and rewrites the whole index.
@@ -575,13 +516,13 @@ func (s *Store) CompactIndex() (dropped int, err error) {
 // were there when it was opened (the last of them may be part of an
 // append still being written).
 func (s *Store) compactIndex(f *os.File, size int64) (dropped int, err error) {
-	entries, whole, err := readIndexLines(f, size)
+	entries, junk, whole, err := readIndexLines(f, size)
 	if err != nil {
 		return 0, err
 	}
 	kept := s.liveEntries(entries)
 	dropped = len(entries) - len(kept)
-	if dropped == 0 {
+	if dropped == 0 && junk == 0 {
 		return 0, nil
 	}
 	content := []byte(finishedIdxHeader)
@@ -655,16 +596,16 @@ func (s *Store) replaceIndex(dir *os.Root, old *os.File, size int64, content []b
 		return err
 	}
 	if fi.Size() > size {
-		tail := make([]byte, fi.Size()-size)
-		n, err := old.ReadAt(tail, size)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
+		// Under the exclusive lock no append is in progress: every line
+		// is whole, the last one ends with its newline.
 		var carried []byte
-		for _, line := range bytes.Split(tail[:n], []byte{'\n'}) {
+		_, err := forward(old, size, fi.Size(), func(line []byte, _ bool) {
 			if e, ok := parseEntry(line); ok {
 				carried = e.encode(carried)
 			}
+		})
+		if err != nil {
+			return err
 		}
 		if _, err := t.Write(carried); err != nil {
 			return err
@@ -680,21 +621,29 @@ const rebuildFrom = 1000
 // IndexRepair is what CheckIndex found and did.
 type IndexRepair struct {
 	Path string
-	// Rebuilt: the index was missing or unusable (Why) and was made anew
-	// from every finished record.
+	// Rebuilt: the index was missing or unusable, or its entries were
+	// stamped out of order (Why), and was made anew from every finished
+	// record.
 	Rebuilt bool
 	Why     string
+	// Junk: lines that are not entries crew wrote, dropped from the index.
+	Junk int
 	// Added: finished runs that were missing from a usable index.
 	Added int
 	// Changed: finished records changed after they were indexed (by
 	// hand), indexed again.
 	Changed int
+	// Unreadable: of those added or changed, the records crew cannot
+	// read, indexed as such so that status and history list them as
+	// problems.
+	Unreadable int
 	// Runs is how many finished runs the index lists now.
 	Runs int
 }
 
 // CheckIndex makes the index agree with the finished records: it builds
-// one if there is none (or none that can be used), and adds the runs a
+// one if there is none (or none that can be used, or one whose stamps are
+// out of order), drops lines that are not entries, and adds the runs a
 // usable one lacks (written by an older crew, copied in by hand, or lost
 // to a power cut). It lists every finished record, so it is for crew
 // recover, not for every command. With dry, it changes nothing and says
@@ -709,19 +658,71 @@ func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
 		if errors.Is(why, fs.ErrNotExist) {
 			why = errors.New("it is missing")
 		}
-		rep.Rebuilt, rep.Why = true, why.Error()
-		if dry {
-			return rep, nil
-		}
-		n, err := s.rebuildIndex(why)
-		rep.Runs = n
-		return rep, err
+		return s.rebuildFor(rep, why, dry)
 	}
 	defer f.Close()
-	entries, err := readIndex(f, size)
+	entries, junk, _, err := readIndexLines(f, size)
 	if err != nil {
 		return nil, err
 	}
+	if outOfOrder(entries) {
+		f.Close()
+		return s.rebuildFor(rep, errors.New("its entries were stamped out of order (a clock set back, or an edit by hand), which can end the newest-first reads of status and history too early"), dry)
+	}
+	missing, err := s.unindexed(entries, rep)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > rebuildFrom {
+		// Appended now, so many entries would share one append time and
+		// make every newest-first scan read them all: a rebuild orders
+		// them by finish instead.
+		f.Close()
+		*rep = IndexRepair{Path: rep.Path, Runs: rep.Runs}
+		return s.rebuildFor(rep, fmt.Errorf("it lacked %d of %d finished runs, or had them as they were before a change", len(missing), rep.Runs), dry)
+	}
+	rep.Junk = junk
+	if dry {
+		return rep, nil
+	}
+	if junk > 0 {
+		if _, err := s.compactIndex(f, size); err != nil {
+			return nil, fmt.Errorf("drop %d lines that are not entries from the index %s: %w", junk, rep.Path, err)
+		}
+	}
+	return rep, s.addEntries(missing, rep.Path)
+}
+
+// rebuildFor is CheckIndex's rebuild, for why.
+func (s *Store) rebuildFor(rep *IndexRepair, why error, dry bool) (*IndexRepair, error) {
+	rep.Rebuilt, rep.Why = true, why.Error()
+	if dry {
+		return rep, nil
+	}
+	n, err := s.rebuildIndex(why)
+	rep.Runs = n
+	return rep, err
+}
+
+// outOfOrder reports whether an entry was stamped earlier than one before
+// it, by more than concurrent appends can make it.
+func outOfOrder(entries []finishedEntry) bool {
+	high := int64(math.MinInt64)
+	for _, e := range entries {
+		at := e.Appended.UnixNano()
+		if at < high && uint64(high-at) > uint64(indexSkew) {
+			return true
+		}
+		high = max(high, at)
+	}
+	return false
+}
+
+// unindexed lists the entries to add for the finished records the index
+// lacks or has as they were before a change (entries: the index's), and
+// counts them and every finished run in rep. A record that cannot be read
+// is indexed all the same, with what its file tells (see unreadableEntry).
+func (s *Store) unindexed(entries []finishedEntry, rep *IndexRepair) ([]finishedEntry, error) {
 	written := make(map[record.RunID]time.Time, len(entries))
 	for _, e := range entries {
 		written[e.ID] = e.Written // the last entry of a run is the one that counts
@@ -731,7 +732,7 @@ func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
 		return nil, err
 	}
 	active := s.activeIDs()
-	var missing []*record.Run
+	var missing []finishedEntry
 	for _, file := range files {
 		w, indexed := written[file.id]
 		switch {
@@ -741,10 +742,15 @@ func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
 			continue
 		}
 		rec, err := s.ReadDone(file.id)
-		if err != nil {
-			continue // pruned meanwhile, or unreadable (status reports those)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // pruned meanwhile
+		case err != nil:
+			missing = append(missing, unreadableEntry(file))
+			rep.Unreadable++
+		default:
+			missing = append(missing, entryOf(rec, time.Time{}))
 		}
-		missing = append(missing, rec)
 		if indexed {
 			rep.Changed++
 		} else {
@@ -752,37 +758,33 @@ func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
 		}
 	}
 	rep.Runs = len(files)
-	if len(missing) > rebuildFrom {
-		// Appended now, so many entries would share one append time and
-		// make every newest-first scan read them all: a rebuild orders
-		// them by finish instead.
-		f.Close()
-		rep.Added, rep.Changed, rep.Rebuilt = 0, 0, true
-		rep.Why = fmt.Sprintf("it lacked %d of %d finished runs, or had them as they were before a change", len(missing), len(files))
-		if dry {
-			return rep, nil
-		}
-		n, err := s.rebuildIndex(errors.New(rep.Why))
-		rep.Runs = n
-		return rep, err
+	return missing, nil
+}
+
+// unreadableEntry is the entry of a finished record crew cannot read: no
+// task, state or exit code, and its file's modification time (never
+// earlier than the finish it may hold) as its finish. Readers that reach
+// it read the record, fail, and report it.
+func unreadableEntry(file finishedFile) finishedEntry {
+	return finishedEntry{ID: file.id, Finished: file.mod}
+}
+
+// addEntries appends the entries of runs the index lacks, oldest finish
+// first.
+func (s *Store) addEntries(add []finishedEntry, path string) error {
+	if len(add) == 0 {
+		return nil
 	}
-	if dry || len(missing) == 0 {
-		return rep, nil
-	}
-	slices.SortFunc(missing, byFinish)
+	slices.SortFunc(add, byEntryFinish)
 	dir, err := s.dir(runsDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer dir.Close()
-	add := make([]finishedEntry, len(missing))
-	for i, rec := range missing {
-		add[i] = entryOf(rec, time.Time{})
-	}
 	if ok, _ := s.appendFinished(dir, add); !ok {
-		return nil, fmt.Errorf("add %d finished runs to the index %s: it stayed busy", len(missing), rep.Path)
+		return fmt.Errorf("add %d finished runs to the index %s: it stayed busy", len(add), path)
 	}
-	return rep, nil
+	return nil
 }
 
 // byFinish orders records oldest finish first.
@@ -807,26 +809,18 @@ func finishOf(r *record.Run) time.Time {
 // record is listed once more, so a run that finished meanwhile (whose
 // finisher found no index, or the old one) is in it too.
 func (s *Store) rebuildIndex(why error) (int, error) {
-	ids, err := s.finishedIDs()
+	files, err := s.finishedFiles()
 	if err != nil {
 		return 0, err
 	}
-	have := make(map[record.RunID]bool, len(ids))
-	var recs []*record.Run
-	for _, id := range ids {
-		if rec, err := s.ReadDone(id); err == nil {
-			recs = append(recs, rec)
-			have[id] = true
-		}
-	}
-	slices.SortFunc(recs, byFinish)
+	have := make(map[record.RunID]bool, len(files))
+	entries := s.entriesOf(files, have)
 	content := []byte(finishedIdxHeader)
 	now := time.Now()
-	for _, rec := range recs {
+	for _, e := range entries {
 		// Rebuilt entries are "appended" when they finished, so the file
 		// stays in append-time order for the newest-first scans.
-		e := entryOf(rec, finishOf(rec))
-		e.Written = now
+		e.Appended, e.Written = e.Finished, now
 		content = e.encode(content)
 	}
 	dir, err := s.dir(runsDir)
@@ -834,65 +828,107 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 		return 0, err
 	}
 	defer dir.Close()
-	t, err := s.pendingFile(dir, finishedIdxName)
+	tl, err := s.placeIndex(dir, content, why)
 	if err != nil {
 		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
-	}
-	defer t.Cleanup() // the temporary file, unless renamed
-	// Locked before it has its name, and until the runs that finish
-	// meanwhile are in it (below): an appender that opens the new index
-	// waits for them.
-	tl, err := lockfs.LockData(dir, filepath.Base(t.Name()), t.File, true, 0)
-	if err != nil {
-		return 0, err
 	}
 	defer tl.Release()
-	if _, err := t.Write(content); err != nil {
-		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
-	}
-	// Whatever is at the name: a regular file is locked before it is
-	// replaced (a compaction may be working on it); anything else goes to
-	// quarantine.
-	if old, err := rootfs.Open(dir, finishedIdxName, os.O_RDONLY, 0); err == nil {
-		defer old.Close()
-		ol, err := lockfs.LockData(dir, finishedIdxName, old, true, indexLockWait)
-		switch {
-		case err == nil:
-			defer ol.Release()
-		case !errors.Is(err, lockfs.ErrGone): // gone or replaced: nothing to wait for
-			return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		if err := s.dropIndex(dir, why); err != nil {
-			return 0, err
-		}
-	}
-	if err := t.CloseAtomicallyReplace(); err != nil {
-		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
-	}
-	again, err := s.finishedIDs()
+	late, err := s.finishedFiles()
 	if err != nil {
-		return len(recs), nil // the index is complete as far as the first listing goes
+		return len(entries), nil // the index is complete as far as the first listing goes
 	}
-	var late []*record.Run
-	for _, id := range again {
-		if !have[id] {
-			if rec, err := s.ReadDone(id); err == nil {
-				late = append(late, rec)
-			}
-		}
-	}
-	slices.SortFunc(late, byFinish)
+	late = slices.DeleteFunc(late, func(f finishedFile) bool { return have[f.id] })
 	var lines []byte
 	now = time.Now()
-	for _, rec := range late {
-		lines = entryOf(rec, now).encode(lines)
+	for _, e := range s.entriesOf(late, have) {
+		e.Appended = now
+		lines = e.encode(lines)
 	}
 	if err := appendLocked(dir, tl, lines); err != nil {
 		_ = removeFile(dir, finishedIdxName)
 		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
 	}
-	return len(recs) + len(late), nil
+	return len(have), nil
+}
+
+// entriesOf reads the records of files and returns their entries, oldest
+// finish first (a record that cannot be read gets unreadableEntry's), and
+// marks each in have.
+func (s *Store) entriesOf(files []finishedFile, have map[record.RunID]bool) []finishedEntry {
+	var entries []finishedEntry
+	for _, file := range files {
+		rec, err := s.ReadDone(file.id)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // pruned meanwhile
+		case err != nil:
+			entries = append(entries, unreadableEntry(file))
+		default:
+			entries = append(entries, entryOf(rec, time.Time{}))
+		}
+		have[file.id] = true
+	}
+	slices.SortFunc(entries, byEntryFinish)
+	return entries
+}
+
+// byEntryFinish orders entries oldest finish first.
+func byEntryFinish(a, b finishedEntry) int {
+	if c := a.Finished.Compare(b.Finished); c != 0 {
+		return c
+	}
+	return strings.Compare(string(a.ID), string(b.ID))
+}
+
+// placeIndex writes content as the new index, in place of whatever is at
+// its name (renameio: a temporary file beside it, fsynced, renamed): a
+// regular file is locked before it is replaced (a compaction may be
+// working on it); anything else goes to quarantine. It returns the new
+// index's exclusive lock, taken before the file had its name and held
+// until the caller releases it, so that runs that finished meanwhile can
+// be added (appendLocked) before anyone else appends.
+func (s *Store) placeIndex(dir *os.Root, content []byte, why error) (*lockfs.Lock, error) {
+	t, err := s.pendingFile(dir, finishedIdxName)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Cleanup() // the temporary file, unless renamed
+	tl, err := lockfs.LockData(dir, filepath.Base(t.Name()), t.File, true, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := t.Write(content); err != nil {
+		_ = tl.Release()
+		return nil, err
+	}
+	if err := s.replaceLockedIndex(dir, t, why); err != nil {
+		_ = tl.Release()
+		return nil, err
+	}
+	return tl, nil
+}
+
+// replaceLockedIndex renames t over the index,
+// once the index it replaces (if a regular file) is locked by this process
+// too, or moved out of the way (anything else).
+func (s *Store) replaceLockedIndex(dir *os.Root, t *renameio.PendingFile, why error) error {
+	old, err := rootfs.Open(dir, finishedIdxName, os.O_RDONLY, 0)
+	switch {
+	case err == nil:
+		defer old.Close()
+		ol, err := lockfs.LockData(dir, finishedIdxName, old, true, indexLockWait)
+		switch {
+		case err == nil:
+			defer ol.Release() // until after the rename
+		case !errors.Is(err, lockfs.ErrGone): // gone or replaced: nothing to wait for
+			return err
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		if err := s.dropIndex(dir, why); err != nil {
+			return err
+		}
+	}
+	return t.CloseAtomicallyReplace()
 }
 
 // appendLocked appends lines to the index, whose lock l this process

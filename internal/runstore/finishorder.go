@@ -38,10 +38,14 @@ type Finished struct {
 	// Runs, newest finish first (ties: newest run id first).
 	Runs []*record.Run
 	// Bad are the records that could not be read.
-	Bad []error
+	Bad []BadRecord
 	// Unindexed, if set, says why the index was not used: the runs were
 	// found from the records themselves, which costs more.
 	Unindexed string
+	// IndexProblem, if set, says what is wrong with the index (lines that
+	// are not entries, stamps out of order): the runs were found anyway,
+	// and crew recover repairs it.
+	IndexProblem string
 }
 
 // FinishedRuns returns the finished runs q selects, newest finish first.
@@ -56,11 +60,12 @@ func (s *Store) FinishedRuns(q FinishedQuery) (*Finished, error) {
 	res := &Finished{}
 	f, size, why := s.openIndex()
 	if f != nil {
-		err := top.fromIndex(s, f, size)
+		problem, err := top.fromIndex(s, f, size)
 		f.Close()
 		if err != nil {
 			return nil, err
 		}
+		res.IndexProblem = problem
 	} else {
 		switch {
 		case errors.Is(why, fs.ErrNotExist) && !s.anyFinished():
@@ -89,11 +94,17 @@ func (s *Store) FinishedRuns(q FinishedQuery) (*Finished, error) {
 	return res, nil
 }
 
+// BadRecord is a finished record that could not be read.
+type BadRecord struct {
+	Path string
+	Err  error
+}
+
 // topRuns keeps the newest runs that match, up to the limit.
 type topRuns struct {
 	q    FinishedQuery
 	runs []*record.Run // newest first
-	bad  []error
+	bad  []BadRecord
 	seen map[record.RunID]bool
 }
 
@@ -127,7 +138,7 @@ func (t *topRuns) read(s *Store, id record.RunID) {
 	case errors.Is(err, fs.ErrNotExist):
 		// pruned meanwhile
 	case err != nil:
-		t.bad = append(t.bad, err)
+		t.bad = append(t.bad, BadRecord{Path: s.DonePath(id), Err: err})
 	default:
 		t.offer(rec)
 	}
@@ -150,17 +161,11 @@ func (t *topRuns) offer(rec *record.Run) {
 
 // fromIndex walks the index from its newest entry back. An entry's append
 // time bounds the finish of every entry before it (to within indexSkew),
-// which tells the walk when to stop.
-func (t *topRuns) fromIndex(s *Store, f *os.File, size int64) error {
+// which tells the walk when to stop (see indexWalk).
+func (t *topRuns) fromIndex(s *Store, f *os.File, size int64) (problem string, err error) {
 	tasks := map[string]string{}
-	return backward(f, int64(len(finishedIdxHeader)), size, func(line []byte) bool {
-		e, ok := parseRaw(line)
-		if !ok {
-			return true
-		}
-		if t.closedBelow(e.appendedAt().Add(indexSkew)) {
-			return false
-		}
+	var w indexWalk
+	err = w.walk(f, size, func(e rawEntry) bool {
 		if t.seen[record.RunID(e.id)] || !t.mayEnter(e.finishedAt()) {
 			return true
 		}
@@ -175,7 +180,8 @@ func (t *topRuns) fromIndex(s *Store, f *os.File, size int64) error {
 			t.read(s, record.RunID(id))
 		}
 		return true
-	})
+	}, func(stamp time.Time) bool { return t.closedBelow(stamp.Add(indexSkew)) })
+	return w.problem(s.IndexPath()), err
 }
 
 // fromCreation takes the newest-created finished runs that match.
@@ -270,9 +276,9 @@ func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs
 	if f != nil {
 		tasks := map[string]string{}
 		seen := map[record.RunID]bool{}
-		err = backward(f, int64(len(finishedIdxHeader)), size, func(line []byte) bool {
-			r, ok := parseRaw(line)
-			if !ok || seen[record.RunID(r.id)] || !match(record.RunID(r.id)) {
+		var w indexWalk
+		err = w.walk(f, size, func(r rawEntry) bool {
+			if seen[record.RunID(r.id)] || !match(record.RunID(r.id)) {
 				return true
 			}
 			if e, ok := r.entry(tasks); ok {
@@ -280,7 +286,7 @@ func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs
 				found = append(found, e)
 			}
 			return true
-		})
+		}, func(time.Time) bool { return false })
 		f.Close()
 		if err != nil {
 			return nil, 0, err
@@ -320,4 +326,36 @@ func (s *Store) anyFinished() bool {
 	}
 	dir.Close()
 	return true
+}
+
+// IndexedEnd is how the index of finished runs says a run ended.
+type IndexedEnd struct {
+	Task     string
+	State    record.State
+	Exit     *int
+	Finished time.Time
+}
+
+// IndexedEndOf is what the newest entry of run id in the index says of
+// its end, for a waiter whose run was pruned before it could read the
+// record (entries stay until a compaction or crew prune drops them). ok
+// is false without a usable index, without an entry, or with the entry of
+// a record crew could not read.
+func (s *Store) IndexedEndOf(id record.RunID) (end IndexedEnd, ok bool) {
+	f, size, _ := s.openIndex()
+	if f == nil {
+		return end, false
+	}
+	defer f.Close()
+	var w indexWalk
+	_ = w.walk(f, size, func(r rawEntry) bool {
+		if string(r.id) != string(id) {
+			return true
+		}
+		if e, good := r.entry(nil); good && finalState(e.State) {
+			end, ok = IndexedEnd{Task: e.Task, State: e.State, Exit: e.Exit, Finished: e.Finished}, true
+		}
+		return false
+	}, func(time.Time) bool { return false })
+	return end, ok
 }
