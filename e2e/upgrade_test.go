@@ -219,7 +219,13 @@ func TestUpgradeDamagedV1Root(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, quarantined, 3, "%+v", rep.Items)
-	assert.Empty(t, e.status().Problems)
+	// What is left is the torn finished record: kept (a finished run holds
+	// no slot), indexed as unreadable, and listed as a problem.
+	left := e.status().Problems
+	require.Len(t, left, 1, "%+v", left)
+	assert.Equal(t, "r-20261202T100110.999982382Z-98c02ea74fb127fd.json", filepath.Base(left[0].Path))
+	hp := e.history().Problems
+	require.Len(t, hp, 1, "history lists the unreadable finished record: %+v", hp)
 	passwd, err := os.ReadFile("/etc/passwd")
 	require.NoError(t, err)
 	assert.False(t, bytes.Contains(passwd, []byte("crew")), "nothing was written through the planted link")
