@@ -98,7 +98,7 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 
 // run executes crew with args and returns the process exit code.
 func run(args []string, s streams) int {
-	if err := checkOpenFiles(); err != nil {
+	if err := checkOpenFiles(args); err != nil {
 		fmt.Fprintf(s.Err, "crew: %v\n", err)
 		return exitCodeFor(err)
 	}
