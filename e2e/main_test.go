@@ -389,6 +389,8 @@ type runJSON struct {
 	Orphaned        bool       `json:"orphaned"`
 	HoldsSlot       bool       `json:"holdsSlot"`
 	LogPath         string     `json:"logPath"`
+	HolderPIDs      []int      `json:"holderPids"`
+	HoldersUnknown  string     `json:"holderPidsUnknown"`
 }
 
 func (e *env) status(args ...string) statusJSON {

@@ -31,11 +31,13 @@ type RunView struct {
 	// HoldsSlot: the run counts against maximumInProgress right now.
 	HoldsSlot bool   `json:"holdsSlot"`
 	LogPath   string `json:"logPath"`
-	// HolderPIDs, for an orphan shown on its own (crew status RUN-ID),
-	// are the command's processes that hold its slot, as the kernel shows
-	// them: the holders of its owner lock (Linux).
+	// HolderPIDs, for an orphan, are the command's processes that hold
+	// its slot, as the kernel shows them: the holders of its owner lock
+	// (Linux). The record's TaskPID is 0 when the supervisor died before
+	// recording the start; these are what crew can prove instead.
 	HolderPIDs []int `json:"holderPids,omitempty"`
-	// HoldersUnknown says why HolderPIDs could not be listed.
+	// HoldersUnknown says why HolderPIDs could not be listed (macOS: no
+	// /proc to prove it).
 	HoldersUnknown string `json:"holderPidsUnknown,omitempty"`
 }
 
@@ -240,13 +242,6 @@ func (d *Dispatcher) Run(id record.RunID) (*RunView, error) {
 		return &v, nil
 	}
 	v := d.liveView(rec, d.Store.OwnerState(id, rec.Locks))
-	if v.Orphaned {
-		pids, err := d.holderPIDs(id)
-		if err != nil {
-			v.HoldersUnknown = err.Error()
-		}
-		v.HolderPIDs = pids
-	}
 	return &v, nil
 }
 
@@ -261,7 +256,8 @@ func (d *Dispatcher) finishedView(r *record.Run) RunView {
 	return v
 }
 
-// liveView is an active run's view with its owner's liveness.
+// liveView is an active run's view with its owner's liveness, and an
+// orphan's with the processes that hold its slot.
 func (d *Dispatcher) liveView(r *record.Run, o record.Owner) RunView {
 	v := d.finishedView(r)
 	v.Owner = o.Owner.String()
@@ -272,5 +268,18 @@ func (d *Dispatcher) liveView(r *record.Run, o record.Owner) RunView {
 	if o.Owner == record.Dead && r.State.Active() {
 		v.Reason = fmt.Sprintf("owner process %d is gone; this run holds no slot and will be finalized by the next admission or `crew recover`", r.SupervisorPID)
 	}
+	if v.Orphaned {
+		v.HolderPIDs, v.HoldersUnknown = d.orphanHolders(r.RunID)
+	}
 	return v
+}
+
+// orphanHolders lists the processes that hold an orphan's slot, or says
+// why it cannot be told.
+func (d *Dispatcher) orphanHolders(id record.RunID) ([]int, string) {
+	pids, err := d.holderPIDs(id)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return pids, ""
 }
