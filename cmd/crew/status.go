@@ -139,7 +139,11 @@ func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string,
 		var rows [][]cell
 		fleet := strings.HasPrefix(snap.Root, "etcd://")
 		for _, q := range snap.Queue {
-			row := []cell{{text: fmt.Sprint(q.Position)}, {text: q.RunID.Short()}, {text: quoteTask(q.Task)},
+			task := quoteTask(q.Task)
+			if q.Unreadable {
+				task = "(unreadable ticket)"
+			}
+			row := []cell{{text: fmt.Sprint(q.Position)}, {text: q.RunID.Short()}, {text: task},
 				{text: dashIfEmpty(q.Pool)}, {text: string(q.WaitingFor)}, {text: shortDuration(now.Sub(q.Since))}}
 			if fleet {
 				row = append(row, cell{text: termSafe(q.Host)})

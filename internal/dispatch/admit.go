@@ -105,16 +105,20 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 	if err != nil {
 		return nil, nil, err
 	}
+	line, qWarnings, err := d.queueFor(adm, req, w)
+	if err != nil {
+		return d.unreadableQueue(req, w, err)
+	}
+	queue := line.tickets
 	reaped := d.reap(set, req.Task)
 	usage := set.usage()
-	queue := d.liveQueue(adm)
 	cand := admission.Candidate{Task: req.Task, Pool: req.Pool, Force: req.Force}
 	if w != nil {
 		cand.Ticket = w.ID()
 	}
 	verdict := admission.Decide(cfg, usage, queue, cand)
 	d.exactHolder(set, verdict.BlockingRun)
-	warnings := append(set.warnings(), reaped.warnings...)
+	warnings := append(append(set.warnings(), reaped.warnings...), qWarnings...)
 	if verdict.Admit {
 		res, err := d.reserve(adm, req, cfg, usage, verdict, w)
 		if err != nil {
@@ -142,6 +146,18 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 		}
 	}
 	return nil, ar, nil
+}
+
+// queueFor reads the queue for an attempt, with the warnings its
+// unreadable tickets call for. A queue that cannot be listed is an error,
+// except for a newcomer with --force, which skips the line anyway.
+func (d *Dispatcher) queueFor(adm *runstore.Admission, req AdmitRequest, w *runstore.Waiter) (line, []string, error) {
+	l, err := d.liveQueue(adm)
+	var qe *QueueError
+	if errors.As(err, &qe) && req.Force && w == nil {
+		return line{}, []string{fmt.Sprintf("cannot read the queue of waiting starts (%v): --force skipped it", qe.Err)}, nil
+	}
+	return l, l.warnings(), err
 }
 
 // UnknownPool is the usage error for a start with a pool cfg does not

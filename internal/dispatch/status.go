@@ -99,6 +99,9 @@ type QueueView struct {
 	// Host is where the waiting crew start runs (on an etcd store, one
 	// of many), if known.
 	Host string `json:"host,omitempty"`
+	// Unreadable: its ticket cannot be read (task and pool unknown), but
+	// its waiter lives, so it keeps its place; Problems says why.
+	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 // PoolView is one pool's cap and usage.
@@ -155,7 +158,9 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	for _, name := range cfg.PoolNames() {
 		snap.Pools = append(snap.Pools, PoolView{Name: name, MaximumInProgress: cfg.Pools[name], InUse: usage.PoolUse[name]})
 	}
-	snap.Queue = d.queueView(cfg, problem != nil, usage, taskFilter)
+	var queueProblems []Problem
+	snap.Queue, queueProblems = d.queueView(cfg, problem != nil, usage, taskFilter)
+	snap.Problems = append(snap.Problems, queueProblems...)
 	q := runstore.FinishedQuery{Limit: FinishedShown, Approximate: true}
 	if taskFilter != "" {
 		q.Match = func(task string, _ record.State, _ *int) bool { return task == taskFilter }
@@ -207,17 +212,27 @@ func configProblem(err error) (*ConfigProblem, error) {
 
 // queueView lists the waiting starts in arrival order with what each
 // waits for, as admission would decide right now; with an unusable
-// config (noConfig), the config is what they all wait for.
-func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission.Usage, taskFilter string) []QueueView {
+// config (noConfig), the config is what they all wait for. A queue that
+// cannot be listed, and tickets that cannot be read, are problems.
+func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission.Usage, taskFilter string) ([]QueueView, []Problem) {
 	out := []QueueView{}
-	queue := d.liveQueue(nil)
+	line, err := d.liveQueue(nil)
+	var qe *QueueError
+	if errors.As(err, &qe) {
+		return out, []Problem{{Path: qe.Path, Error: qe.Error()}}
+	}
+	var problems []Problem
+	for _, p := range line.unreadable {
+		problems = append(problems, Problem{Path: p.path, Error: p.err.Error() + ": its waiter lives, so it keeps its place in line", OwnerAlive: true})
+	}
+	queue := line.tickets
 	var plan []admission.Verdict
 	if !noConfig {
 		plan = admission.Plan(cfg, usage, queue)
 	}
 	for i, t := range queue {
 		if taskFilter != "" && t.Task != taskFilter {
-			continue
+			continue // an unreadable ticket too: whose it is, nobody can tell
 		}
 		reason := admission.WaitConfig
 		if !noConfig {
@@ -226,9 +241,9 @@ func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission
 				reason = admission.WaitSlot // being handed a free slot right now
 			}
 		}
-		out = append(out, QueueView{Position: i + 1, Task: t.Task, RunID: t.ID, Since: t.Since, Pool: t.Pool, WaitingFor: reason})
+		out = append(out, QueueView{Position: i + 1, Task: t.Task, RunID: t.ID, Since: t.Since, Pool: t.Pool, WaitingFor: reason, Unreadable: t.Unreadable})
 	}
-	return out
+	return out, problems
 }
 
 // Run returns one run's view, active or finished.
