@@ -121,7 +121,7 @@ func run(args []string, s streams) int {
 	if !silent(err) {
 		// Errors name files and records of the state root: made safe
 		// for the terminal.
-		fmt.Fprintf(s.Err, "crew: %s\n", termSafe(err.Error()))
+		fmt.Fprintf(s.Err, "crew: %s\n", termError(err))
 		if hint := resourceHint(err); hint != "" {
 			fmt.Fprintf(s.Err, "crew: %s\n", hint)
 		}

@@ -57,7 +57,7 @@ type Reservation struct {
 	Locks *runstore.RunLocks
 	// Warnings are problems admission noticed but stepped around, such as
 	// unreadable records in the active set.
-	Warnings []string
+	Warnings []error
 }
 
 // Admit decides whether the run may take a slot now; with Wait it joins the
@@ -151,11 +151,11 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 // queueFor reads the queue for an attempt, with the warnings its
 // unreadable tickets call for. A queue that cannot be listed is an error,
 // except for a newcomer with --force, which skips the line anyway.
-func (d *Dispatcher) queueFor(adm *runstore.Admission, req AdmitRequest, w *runstore.Waiter) (line, []string, error) {
+func (d *Dispatcher) queueFor(adm *runstore.Admission, req AdmitRequest, w *runstore.Waiter) (line, []error, error) {
 	l, err := d.liveQueue(adm)
 	var qe *QueueError
 	if errors.As(err, &qe) && req.Force && w == nil {
-		return line{}, []string{fmt.Sprintf("cannot read the queue of waiting starts (%v): --force skipped it", qe.Err)}, nil
+		return line{}, []error{fmt.Errorf("cannot read the queue of waiting starts (%w): --force skipped it", qe.Err)}, nil
 	}
 	return l, l.warnings(), err
 }
@@ -178,7 +178,7 @@ const maxReapsPerAdmission = 4
 
 type reapResult struct {
 	n        int
-	warnings []string
+	warnings []error
 }
 
 // reap finalizes runs whose owners are gone, so they stop cluttering the
@@ -193,7 +193,7 @@ func (d *Dispatcher) reap(set *activeSet, task string) reapResult {
 		}
 		r.n++
 		if _, _, err := recovery.FinalizeDead(d.Store, e.ID, d.now()); err != nil {
-			r.warnings = append(r.warnings, fmt.Sprintf("run %s: its owner is gone but it could not be finalized: %v", e.ID, err))
+			r.warnings = append(r.warnings, fmt.Errorf("run %s: its owner is gone but it could not be finalized: %w", e.ID, err))
 		}
 	}
 	return r

@@ -50,7 +50,7 @@ type attemptResult struct {
 	cfg      record.Config
 	usage    admission.Usage
 	pool     string
-	warnings []string
+	warnings []error
 	waiter   *runstore.Waiter
 	// configErr: crew.json is unusable, nothing was decided.
 	configErr *runstore.ConfigError
@@ -72,7 +72,7 @@ func (ar *attemptResult) refusal(req AdmitRequest) *RefusedError {
 
 // Refusal is the error for a start that verdict v does not admit: every
 // backend refuses in the same words.
-func Refusal(task, pool string, cfg record.Config, u admission.Usage, v admission.Verdict, warnings []string) *RefusedError {
+func Refusal(task, pool string, cfg record.Config, u admission.Usage, v admission.Verdict, warnings []error) *RefusedError {
 	e := &RefusedError{Kind: SlotsBusy, Task: task, InUse: u.InUse, Maximum: cfg.MaximumInProgress,
 		Holders: u.Holders, Warnings: warnings, Pool: pool, PoolInUse: u.PoolUse[pool],
 		PoolMax: cfg.Pools[pool], Ahead: v.Ahead}
@@ -188,10 +188,10 @@ type ticketProblem struct {
 }
 
 // warnings say what is wrong in the queue, for a start's messages.
-func (l line) warnings() []string {
-	var out []string
+func (l line) warnings() []error {
+	var out []error
 	for _, p := range l.unreadable {
-		out = append(out, fmt.Sprintf("%v: its waiter lives, so it keeps its place in line (it goes when its waiter does)", p.err))
+		out = append(out, fmt.Errorf("%w: its waiter lives, so it keeps its place in line (it goes when its waiter does)", p.err))
 	}
 	return out
 }

@@ -55,7 +55,7 @@ func (s *supervisor) internalFailure(cause error) error {
 		code := 125
 		s.rec.Finish(record.Failed, s.now(), &code, "crew internal error: "+cause.Error())
 		if err := s.finish(); err != nil {
-			s.Warn(fmt.Sprintf("run %s: could not record the failure (%v); `crew recover` will finalize it", id, err))
+			s.Warn(fmt.Errorf("run %s: could not record the failure (%w); `crew recover` will finalize it", id, err))
 		}
 	}
 	return &InternalError{RunID: id, Err: cause}
