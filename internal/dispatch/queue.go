@@ -199,8 +199,8 @@ func (l line) warnings() []error {
 // liveQueue lists the waiting starts whose waiters live, in arrival order.
 // With the admission lock held (adm), dead waiters' tickets are removed on
 // the way. A ticket that cannot be read keeps its place while its waiter
-// lives; a queue that cannot be listed is a *QueueError: nobody can be
-// let past waiters nobody can see.
+// is shown alive (its lock held); a queue that cannot be listed is a
+// *QueueError: nobody can be let past waiters nobody can see.
 func (d *Dispatcher) liveQueue(adm *runstore.Admission) (line, error) {
 	entries, err := d.Store.ListTickets()
 	if err != nil {
@@ -212,6 +212,12 @@ func (d *Dispatcher) liveQueue(adm *runstore.Admission) (line, error) {
 			if adm != nil {
 				adm.RemoveDeadTicket(e.ID)
 			}
+			continue
+		}
+		if e.Err != nil && e.Waiter != record.Alive {
+			// Not a waiter crew can see (a lock that cannot be probed
+			// beside a ticket that cannot be read is junk, not a start):
+			// keeping a place for it would wedge the line.
 			continue
 		}
 		if e.Err != nil {
