@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -132,4 +133,41 @@ func TestBrokenConfigOnTheWaitLineOfATerminal(t *testing.T) {
 	require.NoError(t, got.err)
 	assert.Contains(t, got.out, "\x1b[Kcrew: waiter: waiting, 1st in line, for crew.json to be fixed (retrying): "+cfg+":5:1: malformed JSON")
 	assert.Contains(t, got.out, "crew: waiter: admitted as run ")
+}
+
+// Issue 23, item 13b and c: `"maximumInProgress": null` was reported as
+// "maximumInProgress is 0", and a key given twice (at any depth) was
+// taken as its last value. Both are refused, exit 125, with PATH:LINE:COL
+// and what belongs there; status shows the same problem.
+func TestConfigNullsAndDuplicateKeysAreRefused(t *testing.T) {
+	cases := []struct {
+		name, config string
+		line, col    int
+		problem      string
+	}{
+		{"null cap", "{\n  \"version\": 1,\n  \"maximumInProgress\": null\n}\n", 3, 24,
+			`malformed config: "maximumInProgress" is null; it must be the number of slots, a whole number of at least 1`},
+		{"duplicate cap", "{\n  \"version\": 1,\n  \"maximumInProgress\": 1,\n  \"maximumInProgress\": 8\n}\n", 4, 3,
+			`malformed config: "maximumInProgress" is given twice (first at 3:3); keep one`},
+		{"duplicate pool", "{\n  \"version\": 1,\n  \"maximumInProgress\": 4,\n  \"pools\": {\"deploy\": 1, \"test\": 2, \"deploy\": 3}\n}\n", 4, 37,
+			`malformed config: "deploy" in "pools" is given twice (first at 4:13); keep one`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.initMax(2)
+			cfg := filepath.Join(e.root, "crew.json")
+			require.NoError(t, os.WriteFile(cfg, []byte(c.config), 0o600))
+			problem := fmt.Sprintf("%s:%d:%d: %s", cfg, c.line, c.col, c.problem)
+
+			r := e.run("start", "t", "--", "true")
+			assert.Equal(t, 125, r.Code, r.Stderr)
+			assert.Equal(t, "crew: "+problem+"; fix it, or rewrite it with `crew init --max N` (which moves this file aside)\n", r.Stderr)
+			s := e.configStatus()
+			require.NotNil(t, s.ConfigError)
+			assert.Equal(t, [2]int{c.line, c.col}, [2]int{s.ConfigError.Line, s.ConfigError.Column})
+			assert.Contains(t, s.ConfigError.Error, problem)
+			assert.Empty(t, e.status().Finished, "nothing ran")
+		})
+	}
 }

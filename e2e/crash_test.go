@@ -23,6 +23,10 @@ type recoverJSON struct {
 		Path    string `json:"path"`
 		Outcome string `json:"outcome"`
 		Reason  string `json:"reason"`
+		// HolderPIDs, for an orphan, are the processes shown holding
+		// its slot; HoldersUnknown says why they could not be.
+		HolderPIDs     []int  `json:"holderPids"`
+		HoldersUnknown string `json:"holderPidsUnknown"`
 	} `json:"items"`
 }
 

@@ -30,6 +30,9 @@ var crewBin string
 var binDir string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(launchLimitedEnv); spec != "" {
+		os.Exit(launchLimited(spec, os.Args[1:]))
+	}
 	dir, err := os.MkdirTemp("", "crew-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -386,6 +389,8 @@ type runJSON struct {
 	Orphaned        bool       `json:"orphaned"`
 	HoldsSlot       bool       `json:"holdsSlot"`
 	LogPath         string     `json:"logPath"`
+	HolderPIDs      []int      `json:"holderPids"`
+	HoldersUnknown  string     `json:"holderPidsUnknown"`
 }
 
 func (e *env) status(args ...string) statusJSON {

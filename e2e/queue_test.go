@@ -395,3 +395,116 @@ func TestRecoverSweepsDeadTickets(t *testing.T) {
 	release()
 	holder.wait(t, 10*time.Second)
 }
+
+// parkedWaiter lines up a waiter of task behind a held slot (cap 1) and
+// returns it with its ticket's id, and free, which ends the holder and
+// waits until the waiter, woken, is held at the queue-woken failpoint
+// (until let, the returned function, is called): a slot is then free and
+// the waiter still in line.
+func (e *env) parkedWaiter(task string) (w *proc, id string, free func(), let func()) {
+	e.t.Helper()
+	e.initMax(1)
+	release, holder := e.holdSlot("holder")
+	woken := filepath.Join(e.dir, "waiter-woken")
+	e.t.Cleanup(func() { _ = os.WriteFile(woken, nil, 0o600) })
+	w = e.start([]string{"CREW_FAILPOINT=queue-woken:wait:" + woken}, "start", "--wait", task, "--", "true")
+	e.waitQueued(task)
+	id = e.queue().Queue[0].RunID
+	free = func() {
+		e.t.Helper()
+		release()
+		require.Equal(e.t, 0, holder.wait(e.t, 10*time.Second).Code)
+		eventually(e.t, 10*time.Second, "the waiter to be woken", func() bool { return exists(woken + ".reached") })
+	}
+	return w, id, free, func() { require.NoError(e.t, os.WriteFile(woken, nil, 0o600)) }
+}
+
+// Issue 23, item 12: a waiting start whose ticket could not be read was
+// left out of the line: a plain start took the free slot ahead of it, and
+// nothing said why. The ticket keeps its place while its waiter lives,
+// and crew says what is wrong with it.
+func TestUnreadableTicketKeepsItsPlace(t *testing.T) {
+	e := newEnv(t)
+	w, id, free, let := e.parkedWaiter("waiter")
+	ticket := filepath.Join(e.root, "queue", id+".json")
+	require.NoError(t, os.WriteFile(ticket, []byte("not a ticket"), 0o600))
+
+	var s struct {
+		Queue []struct {
+			RunID      string `json:"runId"`
+			Task       string `json:"task"`
+			Unreadable bool   `json:"unreadable"`
+		} `json:"queue"`
+		Problems []struct {
+			Path       string `json:"path"`
+			Error      string `json:"error"`
+			OwnerAlive bool   `json:"ownerAlive"`
+		} `json:"problems"`
+	}
+	r := e.run("status", "--json")
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &s), r.Stdout)
+	require.Len(t, s.Queue, 1, "the waiter keeps its place")
+	assert.Equal(t, id, s.Queue[0].RunID)
+	assert.True(t, s.Queue[0].Unreadable)
+	require.Len(t, s.Problems, 1)
+	assert.Equal(t, ticket, s.Problems[0].Path)
+	assert.Contains(t, s.Problems[0].Error, "its waiter lives, so it keeps its place in line")
+	assert.True(t, s.Problems[0].OwnerAlive)
+	assert.Contains(t, e.run("status").Stdout, "(unreadable ticket)")
+
+	free()
+	r = e.run("start", "latecomer", "--", "true")
+	assert.Equal(t, 75, r.Code, "a newcomer went ahead of the waiter: %s", r.Stderr)
+	assert.Contains(t, r.Stderr, "crew: latecomer: not admitted: 1 waiting start(s) are ahead in the queue for the free slot(s) (0/1 in use)")
+	assert.Contains(t, r.Stderr, "crew: latecomer: warning: ticket "+ticket+": not a JSON queue ticket")
+	assert.Contains(t, r.Stderr, ": its waiter lives, so it keeps its place in line (it goes when its waiter does)")
+
+	for _, f := range e.status().Finished {
+		assert.NotEqual(t, "latecomer", f.Task, "a start went past the waiter")
+	}
+	let()
+	require.Equal(t, 0, w.wait(t, 10*time.Second).Code, "the waiter is admitted in its turn")
+	assert.Equal(t, "succeeded", e.finishedRun("waiter").State)
+	assert.Equal(t, id, e.finishedRun("waiter").RunID, "under its ticket's id")
+	assert.Empty(t, e.queue().Queue)
+	assert.NoFileExists(t, ticket)
+}
+
+// Issue 23, item 12: a queue that could not be listed looked empty, and a
+// plain start took the free slot ahead of the waiters. It is refused
+// (exit 125) with why, the path and the fix; so is a --wait start, which
+// cannot take a place in a line it cannot see; the waiter keeps its own.
+func TestUnlistableQueueAdmitsNobodyPastIt(t *testing.T) {
+	e := newEnv(t)
+	w, _, free, let := e.parkedWaiter("waiter")
+	free()
+	queueDir := filepath.Join(e.root, "queue")
+	broken := []string{"CREW_FAILPOINT=queue-list:error:EIO"}
+	for _, args := range [][]string{{"start", "latecomer", "--", "true"}, {"start", "--wait", "latecomer", "--", "true"}} {
+		r := e.runEnv(broken, args...)
+		assert.Equal(t, 125, r.Code, "crew %v: %s", args, r.Stderr)
+		assert.Contains(t, r.Stderr, "crew: latecomer: not admitted: crew cannot tell whether waiting starts are owed the free slots, so nothing was recorded: "+
+			"cannot read the queue of waiting starts (list the queue in "+queueDir+": input/output error). "+
+			"Fix: make "+queueDir+" a directory crew can list")
+	}
+	var s struct {
+		Queue    []json.RawMessage `json:"queue"`
+		Problems []struct {
+			Path  string `json:"path"`
+			Error string `json:"error"`
+		} `json:"problems"`
+	}
+	r := e.runEnv(broken, "status", "--json")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &s), r.Stdout)
+	require.Len(t, s.Problems, 1, "status says the queue cannot be read")
+	assert.Equal(t, queueDir, s.Problems[0].Path)
+	assert.Contains(t, s.Problems[0].Error, "cannot read the queue of waiting starts")
+
+	let()
+	require.Equal(t, 0, w.wait(t, 10*time.Second).Code)
+	assert.Equal(t, "succeeded", e.finishedRun("waiter").State)
+	for _, f := range e.status().Finished {
+		assert.NotEqual(t, "latecomer", f.Task, "a start went past the queue")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -274,6 +275,52 @@ func TestStopOrphanWhoseStartWasNeverRecorded(t *testing.T) {
 	assert.Contains(t, rec.Reason, fmt.Sprintf("process group %d", pid), "the record says what was signalled")
 	assert.Regexp(t, `sent SIGTERM to pids? \d+`, rec.Reason)
 	assert.Equal(t, 0, e.run("start", "next", "--", "true").Code, "the slot is free")
+}
+
+// Issue 23, item 10: an orphan whose start was never recorded (taskPid 0)
+// was stopped correctly, but neither `crew status` nor `crew recover`
+// named its processes, though crew proves them when it stops them. Both
+// (text and JSON) name the processes shown holding its owner lock, and
+// where the kernel cannot show them (no /proc) say so instead of 0.
+func TestOrphanNamesTheProcessesThatHoldItsSlot(t *testing.T) {
+	e := newEnv(t)
+	gate, openGate := e.gate("end")
+	pidFile := filepath.Join(e.dir, "cmd.pid")
+	p := e.start([]string{"CREW_FAILPOINT=launched:kill"}, "start", "unrecorded", "--", "sh", "-c",
+		`echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; while [ ! -e "$2" ]; do sleep 0.01; done`, "x", pidFile, gate)
+	assert.Equal(t, 137, p.wait(t, 10*time.Second).Code)
+	eventually(t, 10*time.Second, "the command to write its pid", func() bool { return exists(pidFile) })
+	pid := readPID(t, pidFile)
+
+	s := e.status()
+	require.Len(t, s.Active, 1)
+	run := s.Active[0]
+	require.True(t, run.Orphaned)
+	require.Zero(t, run.TaskPID, "the start was never recorded")
+	text := e.run("status").Stdout
+	note := regexp.MustCompile(`(?m)^  ` + shortID(run.RunID) + `: orphaned: .*$`).FindString(text)
+	require.NotEmpty(t, note, "status notes the orphan: %s", text)
+	rep, r := e.recover()
+	require.Equal(t, []string{"orphaned"}, rep.outcomesFor(run.RunID), r.Stdout)
+	item := rep.Items[0]
+	recoverText := e.run("recover").Stdout
+
+	if procfsProofs {
+		assert.Contains(t, run.HolderPIDs, pid, "status --json names the command")
+		assert.Empty(t, run.HoldersUnknown)
+		assert.Regexp(t, `holds its slot: held by pids? [0-9, ]*\b`+strconv.Itoa(pid)+`\b`, note)
+		assert.Contains(t, item.HolderPIDs, pid, "recover --json names the command")
+		assert.Regexp(t, `still runs and holds the slot \(pids? [0-9, ]*\b`+strconv.Itoa(pid)+`\b[0-9, ]* holds? it\)`, item.Reason)
+		assert.Regexp(t, `\(pids? [0-9, ]*\b`+strconv.Itoa(pid)+`\b`, recoverText)
+	} else {
+		assert.Empty(t, run.HolderPIDs)
+		assert.Contains(t, run.HoldersUnknown, "has no /proc")
+		assert.Contains(t, note, "holds its slot: which processes, crew cannot tell: ")
+		assert.Contains(t, item.HoldersUnknown, "has no /proc")
+		assert.Contains(t, item.Reason, "(which processes hold it, crew cannot tell: ")
+	}
+	openGate()
+	eventually(t, 10*time.Second, "the orphan to end and free its slot", func() bool { return e.status().SlotsInUse == 0 })
 }
 
 func readPID(t *testing.T, path string) int {

@@ -34,7 +34,8 @@ const exitCodeHelp = `Exit codes:
          only wait for the runs it was started from, which wait for it
   124    --timeout: the command ran out of time (its last attempt, with --retries)
   125    crew itself failed (state root unwritable, lock timeout, unusable crew.json,
-         too few file descriptors, the run's end could not be recorded on a full disk)
+         a queue that cannot be listed, too few file descriptors, the run's end could
+         not be recorded on a full disk)
   126    the command is not executable
   127    the command was not found
 

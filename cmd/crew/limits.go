@@ -2,44 +2,26 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"syscall"
+
+	"github.com/crew-dev/crew/internal/fdbudget"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
-// minOpenFiles is the fewest open files crew runs with. Measured on Linux
-// with `ulimit -n N` (plain and -race builds alike): `crew start` needs 21,
-// `start --wait` 21, `start --detach` 23 (the handover pipe and the
-// inherited locks), `recover` of ten dead runs 15, `status` 10. Below 9 the
-// Go runtime itself dies ("fatal error: runtime: netpollinit failed")
-// before crew can say anything useful. The margin over 23 covers what the
-// measurement did not reach: a contended admission lock, reaping dead
-// runs, more processes to watch. e2e/limits_test.go runs the hungriest
-// paths at exactly this limit, so it fails when crew outgrows it.
-const minOpenFiles = 32
-
-// limitError is a file-descriptor limit below what crew needs.
-type limitError struct{ have uint64 }
-
-func (e *limitError) Error() string {
-	return fmt.Sprintf("this process may open only %d files (ulimit -n), but crew needs at least %d: "+
-		"raise the limit with `ulimit -n %d` (or more) and try again", e.have, minOpenFiles, minOpenFiles)
-}
-
-// checkOpenFiles refuses to run below minOpenFiles. It must run before
-// anything opens a file: the Go runtime's poller is set up on the first
-// open, and with too few descriptors that is a fatal error, not an error
-// crew can report. (Go has already raised the soft limit to the hard one,
-// so what is checked is all crew can get.)
-func checkOpenFiles() error {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return nil // cannot tell: crew's own errors will say what ran out
+// checkOpenFiles refuses a command when fewer descriptors were free at
+// crew's start than it needs (fdbudget.Need; crew's own detached
+// supervisor, args starting with supervise.Command, was handed
+// fdbudget.Handed of them). fdbudget counted them in its init, before
+// anything opened a file; it has already refused, there, a process that
+// has not even the supervisor's need, so that the Go runtime's poller
+// cannot die for want of one before crew says why.
+func checkOpenFiles(args []string) error {
+	need := fdbudget.Need
+	if len(args) > 0 && args[0] == supervise.Command {
+		need -= fdbudget.Handed
 	}
-	if rl.Cur < minOpenFiles {
-		return &limitError{have: rl.Cur}
-	}
-	return nil
+	return fdbudget.Check(need)
 }
 
 // resourceHint says what to do about crew running out of descriptors

@@ -6,21 +6,23 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/crew-dev/crew/internal/fdbudget"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
-func TestLimitErrorNamesTheFix(t *testing.T) {
-	err := &limitError{have: 6}
-	msg := err.Error()
-	for _, want := range []string{"may open only 6 files (ulimit -n)", fmt.Sprintf("crew needs at least %d", minOpenFiles), fmt.Sprintf("`ulimit -n %d`", minOpenFiles)} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("%q does not say %q", msg, want)
-		}
-	}
+func TestTooFewDescriptorsIsCrewsFailure(t *testing.T) {
+	err := &fdbudget.Error{Limit: 32, InUse: 29, Inherited: 24, Need: fdbudget.Need}
 	if code := exitCodeFor(err); code != exitCrewFailure {
 		t.Errorf("exit code %d, want %d", code, exitCrewFailure)
 	}
-	if err := checkOpenFiles(); err != nil {
-		t.Errorf("the test process itself is refused: %v", err)
+	if hint := resourceHint(err); hint != "" {
+		t.Errorf("a hint %q after a message that names the fix already", hint)
+	}
+	for _, args := range [][]string{nil, {"status"}, {supervise.Command, "r-1"}} {
+		if err := checkOpenFiles(args); err != nil {
+			t.Errorf("the test process itself is refused (%v): %v", args, err)
+		}
 	}
 }
 

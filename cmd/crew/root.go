@@ -98,7 +98,7 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 
 // run executes crew with args and returns the process exit code.
 func run(args []string, s streams) int {
-	if err := checkOpenFiles(); err != nil {
+	if err := checkOpenFiles(args); err != nil {
 		fmt.Fprintf(s.Err, "crew: %v\n", err)
 		return exitCodeFor(err)
 	}
@@ -121,7 +121,7 @@ func run(args []string, s streams) int {
 	if !silent(err) {
 		// Errors name files and records of the state root: made safe
 		// for the terminal.
-		fmt.Fprintf(s.Err, "crew: %s\n", termSafe(err.Error()))
+		fmt.Fprintf(s.Err, "crew: %s\n", termError(err))
 		if hint := resourceHint(err); hint != "" {
 			fmt.Fprintf(s.Err, "crew: %s\n", hint)
 		}

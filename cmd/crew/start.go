@@ -198,7 +198,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Stderr:  s.Err,
 		Env:     os.Environ(),
 		Signals: sigs,
-		Warn:    func(w string) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termSafe(w)) },
+		Warn:    func(err error) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termError(err)) },
 		Note:    view.note,
 	})
 	var refused *dispatch.RefusedError

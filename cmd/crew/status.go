@@ -139,7 +139,11 @@ func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string,
 		var rows [][]cell
 		fleet := strings.HasPrefix(snap.Root, "etcd://")
 		for _, q := range snap.Queue {
-			row := []cell{{text: fmt.Sprint(q.Position)}, {text: q.RunID.Short()}, {text: quoteTask(q.Task)},
+			task := quoteTask(q.Task)
+			if q.Unreadable {
+				task = "(unreadable ticket)"
+			}
+			row := []cell{{text: fmt.Sprint(q.Position)}, {text: q.RunID.Short()}, {text: task},
 				{text: dashIfEmpty(q.Pool)}, {text: string(q.WaitingFor)}, {text: shortDuration(now.Sub(q.Since))}}
 			if fleet {
 				row = append(row, cell{text: termSafe(q.Host)})
@@ -218,7 +222,8 @@ func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time)
 			{text: shortDuration(now.Sub(since))}, {text: dashIfEmpty(r.Pool)}, {text: termSafe(r.Host)}, {text: pidOrDash(r.TaskPID)}, {text: shellQuote(r.Command)}})
 		switch {
 		case r.Orphaned:
-			notes = append(notes, fmt.Sprintf("%s: orphaned: its supervisor (pid %d) is gone; the command still runs and holds its slot", r.RunID.Short(), r.SupervisorPID))
+			notes = append(notes, fmt.Sprintf("%s: orphaned: its supervisor (pid %d) is gone; the command still runs and holds its slot: %s",
+				r.RunID.Short(), r.SupervisorPID, heldBy(&r)))
 		case r.Owner == "dead":
 			notes = append(notes, fmt.Sprintf("%s: its owner (pid %d) is gone: it holds no slot, and the next admission or `crew recover` finalizes it", r.RunID.Short(), r.SupervisorPID))
 		case r.Owner == "unknown":
@@ -363,11 +368,22 @@ func ownerWord(r dispatch.RunView) string {
 	}
 }
 
+// heldBy says which processes hold an orphan's slot, for status's note.
+func heldBy(r *dispatch.RunView) string {
+	switch {
+	case r.HoldersUnknown != "":
+		return "which processes, crew cannot tell: " + termSafe(r.HoldersUnknown)
+	case len(r.HolderPIDs) == 0:
+		return "crew can see no process holding it"
+	}
+	return "held by " + holdersWord(r)
+}
+
 // holdersWord lists the processes that hold an orphan's slot.
 func holdersWord(r *dispatch.RunView) string {
 	switch {
 	case r.HoldersUnknown != "":
-		return "cannot tell: " + r.HoldersUnknown
+		return "cannot tell: " + termSafe(r.HoldersUnknown)
 	case len(r.HolderPIDs) == 0:
 		return "no process crew can see"
 	}

@@ -39,6 +39,78 @@ func termSafe(s string) string {
 	return b.String()
 }
 
+// termError is err's message made safe for the terminal as termSafe
+// makes text, except for the line breaks crew put there itself: errors
+// that errors.Join combined stay on lines of their own (each under the
+// first, indented), while a line break in a file name, a record or any
+// other text from the state root is escaped like any control character.
+// Which is which is told from the errors themselves, not the text.
+func termError(err error) string {
+	return renderError(err, "\n  ")
+}
+
+// renderError renders err, breaking lines with br where errors.Join did.
+func renderError(err error, br string) string {
+	msg := err.Error()
+	if !strings.Contains(msg, "\n") {
+		return termSafe(msg)
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		errs := u.Unwrap()
+		if !isJoin(msg, errs) {
+			return renderAround(msg, errs, br) // several %w in one message
+		}
+		lines := make([]string, 0, len(errs))
+		for _, e := range errs {
+			if e != nil {
+				lines = append(lines, renderError(e, br))
+			}
+		}
+		return strings.Join(lines, br)
+	case interface{ Unwrap() error }:
+		if inner := u.Unwrap(); inner != nil {
+			return renderAround(msg, []error{inner}, br)
+		}
+	}
+	return termSafe(msg)
+}
+
+// isJoin reports whether msg is errs' messages one per line, as
+// errors.Join writes them: the line breaks between them are crew's own.
+func isJoin(msg string, errs []error) bool {
+	var parts []string
+	for _, e := range errs {
+		if e != nil {
+			parts = append(parts, e.Error())
+		}
+	}
+	return len(parts) > 1 && msg == strings.Join(parts, "\n")
+}
+
+// renderAround renders msg, a wrapper's words around the messages of
+// errs (in that order): the words escaped, each error rendered. A message
+// that does not hold them where expected is escaped whole.
+func renderAround(msg string, errs []error, br string) string {
+	var b strings.Builder
+	rest := msg
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		inner := e.Error()
+		i := strings.Index(rest, inner)
+		if i < 0 {
+			return termSafe(msg)
+		}
+		b.WriteString(termSafe(rest[:i]))
+		b.WriteString(renderError(e, br))
+		rest = rest[i+len(inner):]
+	}
+	b.WriteString(termSafe(rest))
+	return b.String()
+}
+
 // printable reports whether every character of s prints as itself.
 func printable(s string) bool {
 	for i, r := range s {

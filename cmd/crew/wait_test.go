@@ -103,6 +103,8 @@ func TestDescribeWait(t *testing.T) {
 			"waiting for its run 3f2a9c0d to end (running 1m0s), 2nd in line"},
 		{dispatch.WaitProgress{Position: 12, Reason: admission.WaitTask},
 			"waiting for an older waiting start of the task to go first, 12th in line"},
+		{dispatch.WaitProgress{Reason: admission.WaitQueue, QueueErr: "cannot read the queue of waiting starts (list the queue in /r/queue: input/output error)"},
+			"waiting, its place in line kept, for the queue to be readable (retrying): cannot read the queue of waiting starts (list the queue in /r/queue: input/output error)"},
 	}
 	for _, c := range cases {
 		assert.Equal(t, c.want, describeWait(c.p))

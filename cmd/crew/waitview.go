@@ -61,8 +61,9 @@ func (v *waitView) update(p dispatch.WaitProgress) {
 		return
 	}
 	first := v.last == nil && !v.printed
-	news := p.ConfigErr != v.problem // a config problem appeared, changed or went
-	v.last, v.problem = &p, p.ConfigErr
+	problem := p.ConfigErr + p.QueueErr
+	news := problem != v.problem // a problem appeared, changed or went
+	v.last, v.problem = &p, problem
 	switch {
 	case v.terminal:
 		v.render()
@@ -129,6 +130,9 @@ func describeWait(p dispatch.WaitProgress) string {
 	pos := ordinal(p.Position) + " in line"
 	if p.ConfigErr != "" {
 		return fmt.Sprintf("waiting, %s, for crew.json to be fixed (retrying): %s", pos, p.ConfigErr)
+	}
+	if p.QueueErr != "" {
+		return fmt.Sprintf("waiting, its place in line kept, for the queue to be readable (retrying): %s", termSafe(p.QueueErr))
 	}
 	var why string
 	switch p.Reason {

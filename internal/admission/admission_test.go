@@ -36,6 +36,9 @@ func cfg(max int, pools ...any) record.Config {
 
 func tk(n int, task, pool string) Ticket { return Ticket{ID: id(n), Task: task, Pool: pool} }
 
+// unreadable is a ticket whose file cannot be read, of a living waiter.
+func unreadable(n int) Ticket { return Ticket{ID: id(n), Unreadable: true} }
+
 func TestCount(t *testing.T) {
 	unreadable := Run{ID: id(9), Owner: record.Owner{Owner: record.Alive}}
 	deadUnreadable := Run{ID: id(10), Owner: record.Owner{Owner: record.Dead}}
@@ -155,6 +158,26 @@ func TestDecide(t *testing.T) {
 		{name: "newcomer behind a waiter of its task", cfg: cfg(4),
 			queue: []Ticket{tk(5, "t", "")},
 			cand:  Candidate{Task: "t"}, want: Verdict{Reason: WaitTask, BlockingTicket: id(5), Position: 2, Ahead: 1}},
+		// Issue 23, item 12: an unreadable ticket of a living waiter keeps
+		// its place in line.
+		{name: "newcomer lines up behind an unreadable ticket", cfg: cfg(2), runs: []Run{run(1, "a", "", record.Alive)},
+			queue: []Ticket{unreadable(5)},
+			cand:  Candidate{Task: "b"}, want: Verdict{Reason: WaitSlot, QueueAhead: true, Position: 2, Ahead: 1}},
+		{name: "an unreadable ticket's waiter decides as itself", cfg: cfg(2), runs: []Run{run(1, "a", "", record.Alive)},
+			queue: []Ticket{unreadable(5), tk(6, "w2", "")},
+			cand:  Candidate{Ticket: id(5), Task: "w1"}, want: Verdict{Admit: true, Position: 1}},
+		{name: "an unreadable ticket's waiter is held back by its task", cfg: cfg(2), runs: []Run{run(1, "a", "", record.Alive)},
+			queue: []Ticket{unreadable(5)},
+			cand:  Candidate{Ticket: id(5), Task: "a"}, want: Verdict{Reason: WaitTask, Position: 1, BlockingRun: &Holder{RunID: id(1)}}},
+		{name: "a waiter behind an unreadable ticket", cfg: cfg(2), runs: []Run{run(1, "a", "", record.Alive)},
+			queue: []Ticket{unreadable(5), tk(6, "w2", "")},
+			cand:  Candidate{Ticket: id(6), Task: "w2"}, want: Verdict{Reason: WaitSlot, Position: 2, Ahead: 1}},
+		{name: "an unreadable ticket is owed a slot of every pool", cfg: cfg(3, "deploy", 1),
+			queue: []Ticket{unreadable(5)},
+			cand:  Candidate{Task: "b", Pool: "deploy"}, want: Verdict{Reason: WaitPool, QueueAhead: true, Position: 2, Ahead: 1}},
+		{name: "an unreadable ticket holds back no task", cfg: cfg(4),
+			queue: []Ticket{unreadable(5), unreadable(6)},
+			cand:  Candidate{Task: "t"}, want: Verdict{Admit: true, Position: 3, Ahead: 2}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -199,6 +222,24 @@ func TestPlan(t *testing.T) {
 		d := Decide(c, u, queue, Candidate{Ticket: q.ID, Task: q.Task, Pool: q.Pool})
 		if d.Admit != got[i].Admit || d.Reason != got[i].Reason {
 			t.Errorf("Decide for %s = %+v, Plan says %+v", q.Task, d, got[i])
+		}
+	}
+}
+
+// An unreadable ticket is rung when a slot of the global cap is left for
+// it (its waiter then decides for itself), and takes that slot from
+// younger waiters.
+func TestPlanUnreadable(t *testing.T) {
+	c := cfg(2)
+	u := Count([]Run{run(1, "busy", "", record.Alive)})
+	got := Plan(c, u, []Ticket{unreadable(5), unreadable(6), tk(7, "x", "")})
+	want := []struct {
+		admit  bool
+		reason Reason
+	}{{true, ""}, {false, WaitSlot}, {false, WaitSlot}}
+	for i, w := range want {
+		if got[i].Admit != w.admit || got[i].Reason != w.reason || got[i].Position != i+1 {
+			t.Errorf("Plan[%d] = %+v, want admit=%v reason=%q position %d", i, got[i], w.admit, w.reason, i+1)
 		}
 	}
 }

@@ -13,6 +13,11 @@ type Ticket struct {
 	Task  string
 	Pool  string
 	Since time.Time
+	// Unreadable: the ticket's file cannot be read, but its waiter lives.
+	// It keeps its place in line (fail closed) with its task and pool
+	// unknown: it is owed a slot of the global cap and of every pool, and
+	// it holds back no task. Its own waiter knows its task and pool.
+	Unreadable bool
 }
 
 // Reason says what a start that may not go now waits for.
@@ -25,6 +30,9 @@ const (
 	// WaitConfig: crew.json is unusable, so nothing can be decided until
 	// it is fixed.
 	WaitConfig Reason = "config"
+	// WaitQueue: the queue cannot be listed, so nothing can be decided
+	// until it can.
+	WaitQueue Reason = "queue"
 )
 
 // Candidate is the start being decided: a newcomer (Ticket empty), who
@@ -72,7 +80,7 @@ func Decide(cfg record.Config, u Usage, queue []Ticket, c Candidate) Verdict {
 	sim := newSimulation(cfg, u)
 	for i, t := range queue {
 		if t.ID == c.Ticket {
-			v := sim.block(t.Task, t.Pool)
+			v := sim.block(c.Task, c.Pool) // its ticket's, even where that cannot be read
 			v.Position, v.Ahead = i+1, i
 			return v
 		}
@@ -93,7 +101,7 @@ func Plan(cfg record.Config, u Usage, queue []Ticket) []Verdict {
 	sim := newSimulation(cfg, u)
 	out := make([]Verdict, len(queue))
 	for i, t := range queue {
-		v := sim.block(t.Task, t.Pool)
+		v := sim.blockTicket(t)
 		v.Position, v.Ahead = i+1, i
 		sim.visit(t)
 		out[i] = v
@@ -137,9 +145,35 @@ func (s *simulation) block(task, pool string) Verdict {
 	return Verdict{Admit: true}
 }
 
+// blockTicket is block for a waiting start: one whose ticket cannot be
+// read is held back by the global cap alone (whether its task or pool
+// holds it back, only its waiter can tell, deciding for itself).
+func (s *simulation) blockTicket(t Ticket) Verdict {
+	if t.Unreadable {
+		if s.inUse >= s.cfg.MaximumInProgress {
+			return Verdict{Reason: WaitSlot}
+		}
+		return Verdict{Admit: true}
+	}
+	return s.block(t.Task, t.Pool)
+}
+
 // visit places a ticket: it takes capacity if it can, and either way keeps
-// younger tickets of its task behind it.
+// younger tickets of its task behind it. An unreadable ticket takes a
+// slot of the global cap and one of every pool with room, since it may
+// be of any pool, and keeps no task behind it.
 func (s *simulation) visit(t Ticket) {
+	if t.Unreadable {
+		if s.blockTicket(t).Admit {
+			s.inUse++
+			for pool, limit := range s.cfg.Pools {
+				if s.poolUse[pool] < limit {
+					s.poolUse[pool]++
+				}
+			}
+		}
+		return
+	}
 	if s.block(t.Task, t.Pool).Admit {
 		s.inUse++
 		if t.Pool != "" {

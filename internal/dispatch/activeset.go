@@ -57,8 +57,8 @@ func (a *activeSet) usage() admission.Usage { return admission.Count(a.runs()) }
 
 // warnings describes what is wrong in the active set, and what that means
 // for the slots, for the user of a start.
-func (a *activeSet) warnings() []string {
-	var out []string
+func (a *activeSet) warnings() []error {
+	var out []error
 	for _, e := range a.entries {
 		if e.Finished {
 			continue
@@ -66,13 +66,13 @@ func (a *activeSet) warnings() []string {
 		o := a.owners[e.ID]
 		switch {
 		case e.ID == "":
-			out = append(out, fmt.Sprintf("%v; move it out of the way", e.Err))
+			out = append(out, fmt.Errorf("%w; move it out of the way", e.Err))
 		case o.Err != nil:
-			out = append(out, fmt.Sprintf("%v; counted as holding a slot", o.Err))
+			out = append(out, fmt.Errorf("%w; counted as holding a slot", o.Err))
 		case e.Err != nil && o.Owner.MayLive():
-			out = append(out, fmt.Sprintf("%v; its owner is alive, so it is counted as holding a slot", e.Err))
+			out = append(out, fmt.Errorf("%w; its owner is alive, so it is counted as holding a slot", e.Err))
 		case e.Err != nil:
-			out = append(out, fmt.Sprintf("%v; its owner is gone, so it holds no slot; run `crew recover` to quarantine it", e.Err))
+			out = append(out, fmt.Errorf("%w; its owner is gone, so it holds no slot; run `crew recover` to quarantine it", e.Err))
 		}
 	}
 	return out

@@ -57,7 +57,7 @@ type Reservation struct {
 	Locks *runstore.RunLocks
 	// Warnings are problems admission noticed but stepped around, such as
 	// unreadable records in the active set.
-	Warnings []string
+	Warnings []error
 }
 
 // Admit decides whether the run may take a slot now; with Wait it joins the
@@ -105,16 +105,20 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 	if err != nil {
 		return nil, nil, err
 	}
+	line, qWarnings, err := d.queueFor(adm, req, w)
+	if err != nil {
+		return d.unreadableQueue(req, w, err)
+	}
+	queue := line.tickets
 	reaped := d.reap(set, req.Task)
 	usage := set.usage()
-	queue := d.liveQueue(adm)
 	cand := admission.Candidate{Task: req.Task, Pool: req.Pool, Force: req.Force}
 	if w != nil {
 		cand.Ticket = w.ID()
 	}
 	verdict := admission.Decide(cfg, usage, queue, cand)
 	d.exactHolder(set, verdict.BlockingRun)
-	warnings := append(set.warnings(), reaped.warnings...)
+	warnings := append(append(set.warnings(), reaped.warnings...), qWarnings...)
 	if verdict.Admit {
 		res, err := d.reserve(adm, req, cfg, usage, verdict, w)
 		if err != nil {
@@ -144,6 +148,18 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 	return nil, ar, nil
 }
 
+// queueFor reads the queue for an attempt, with the warnings its
+// unreadable tickets call for. A queue that cannot be listed is an error,
+// except for a newcomer with --force, which skips the line anyway.
+func (d *Dispatcher) queueFor(adm *runstore.Admission, req AdmitRequest, w *runstore.Waiter) (line, []error, error) {
+	l, err := d.liveQueue(adm)
+	var qe *QueueError
+	if errors.As(err, &qe) && req.Force && w == nil {
+		return line{}, []error{fmt.Errorf("cannot read the queue of waiting starts (%w): --force skipped it", qe.Err)}, nil
+	}
+	return l, l.warnings(), err
+}
+
 // UnknownPool is the usage error for a start with a pool cfg does not
 // configure.
 func UnknownPool(name string, cfg record.Config) error { return unknownPool(name, cfg) }
@@ -162,7 +178,7 @@ const maxReapsPerAdmission = 4
 
 type reapResult struct {
 	n        int
-	warnings []string
+	warnings []error
 }
 
 // reap finalizes runs whose owners are gone, so they stop cluttering the
@@ -177,7 +193,7 @@ func (d *Dispatcher) reap(set *activeSet, task string) reapResult {
 		}
 		r.n++
 		if _, _, err := recovery.FinalizeDead(d.Store, e.ID, d.now()); err != nil {
-			r.warnings = append(r.warnings, fmt.Sprintf("run %s: its owner is gone but it could not be finalized: %v", e.ID, err))
+			r.warnings = append(r.warnings, fmt.Errorf("run %s: its owner is gone but it could not be finalized: %w", e.ID, err))
 		}
 	}
 	return r

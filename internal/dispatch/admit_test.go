@@ -289,7 +289,7 @@ func TestAdmitCorruptRecordWithFreeOwner(t *testing.T) {
 	res := admit(t, d, "a")
 	assert.Equal(t, 0, res.Rec.SlotsInUse)
 	require.Len(t, res.Warnings, 2)
-	joined := strings.Join(res.Warnings, "\n")
+	joined := errors.Join(res.Warnings...).Error()
 	assert.Contains(t, joined, path)
 	assert.Contains(t, joined, "holds no slot")
 	assert.Contains(t, joined, foreign)
@@ -314,8 +314,8 @@ func TestAdmitCorruptRecordWithLiveOwnerFailsClosed(t *testing.T) {
 	require.Len(t, refused.Holders, 1)
 	assert.Equal(t, id, refused.Holders[0].RunID)
 	require.Len(t, refused.Warnings, 1)
-	assert.Contains(t, refused.Warnings[0], path)
-	assert.Contains(t, refused.Warnings[0], "counted as holding a slot")
+	assert.ErrorContains(t, refused.Warnings[0], path)
+	assert.ErrorContains(t, refused.Warnings[0], "counted as holding a slot")
 
 	// Raising the cap admits past it: the corrupt record is one slot.
 	setCap(t, d, 2)

@@ -57,7 +57,7 @@ type RefusedError struct {
 	// WaitedFor is set when a waiting start gave up (--wait=D).
 	WaitedFor time.Duration
 	// Warnings are problems admission noticed in the active set.
-	Warnings []string
+	Warnings []error
 }
 
 func (e *RefusedError) Error() string {

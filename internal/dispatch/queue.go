@@ -39,6 +39,9 @@ type WaitProgress struct {
 	// ConfigErr, if set, is why nothing can be admitted: crew.json is
 	// unusable. The waiter keeps its place and retries.
 	ConfigErr string
+	// QueueErr, if set, is why nothing can be decided: the queue cannot
+	// be listed. The waiter keeps its place and retries.
+	QueueErr string
 }
 
 // attemptResult is a start that was not admitted on this attempt.
@@ -47,10 +50,20 @@ type attemptResult struct {
 	cfg      record.Config
 	usage    admission.Usage
 	pool     string
-	warnings []string
+	warnings []error
 	waiter   *runstore.Waiter
 	// configErr: crew.json is unusable, nothing was decided.
 	configErr *runstore.ConfigError
+	// queueErr: the queue cannot be listed, nothing was decided.
+	queueErr error
+}
+
+// undecided is why nothing could be decided on this attempt, if so.
+func (ar *attemptResult) undecided() error {
+	if ar.configErr != nil {
+		return ar.configErr
+	}
+	return ar.queueErr
 }
 
 func (ar *attemptResult) refusal(req AdmitRequest) *RefusedError {
@@ -59,7 +72,7 @@ func (ar *attemptResult) refusal(req AdmitRequest) *RefusedError {
 
 // Refusal is the error for a start that verdict v does not admit: every
 // backend refuses in the same words.
-func Refusal(task, pool string, cfg record.Config, u admission.Usage, v admission.Verdict, warnings []string) *RefusedError {
+func Refusal(task, pool string, cfg record.Config, u admission.Usage, v admission.Verdict, warnings []error) *RefusedError {
 	e := &RefusedError{Kind: SlotsBusy, Task: task, InUse: u.InUse, Maximum: cfg.MaximumInProgress,
 		Holders: u.Holders, Warnings: warnings, Pool: pool, PoolInUse: u.PoolUse[pool],
 		PoolMax: cfg.Pools[pool], Ahead: v.Ahead}
@@ -85,6 +98,9 @@ func (ar *attemptResult) progress(req AdmitRequest) WaitProgress {
 	if ar.configErr != nil {
 		p.ConfigErr = ar.configErr.Error()
 	}
+	if ar.queueErr != nil {
+		p.QueueErr = ar.queueErr.Error()
+	}
 	return p
 }
 
@@ -93,8 +109,8 @@ func (d *Dispatcher) gaveUp(ar *attemptResult, w *runstore.Waiter, req AdmitRequ
 	if latest := d.evaluate(w, req); latest != nil {
 		ar = latest
 	}
-	if ar.configErr != nil {
-		return fmt.Errorf("not admitted: gave up after waiting %s in the queue, all along unable to decide: %w", req.WaitTimeout, ar.configErr)
+	if err := ar.undecided(); err != nil {
+		return fmt.Errorf("not admitted: gave up after waiting %s in the queue, all along unable to decide: %w", req.WaitTimeout, err)
 	}
 	r := ar.refusal(req)
 	r.WaitedFor = req.WaitTimeout
@@ -110,9 +126,12 @@ func (d *Dispatcher) unconfigured(adm *runstore.Admission, req AdmitRequest, w *
 	if !req.Wait || !errors.As(cfgErr, &ce) {
 		return nil, nil, cfgErr
 	}
-	queue := d.liveQueue(adm)
+	line, err := d.liveQueue(adm)
+	if err != nil {
+		return d.unreadableQueue(req, w, err)
+	}
+	queue := line.tickets
 	if w == nil {
-		var err error
 		if w, err = d.joinQueue(adm, req, queue); err != nil {
 			return nil, nil, err
 		}
@@ -127,15 +146,67 @@ func (d *Dispatcher) unconfigured(adm *runstore.Admission, req AdmitRequest, w *
 		pool: req.Pool, waiter: w, configErr: ce}, nil
 }
 
+// unreadableQueue is an attempt that could not list the queue (qErr):
+// whether waiting starts are owed the slot cannot be told, so nothing is
+// decided (fail closed). A start not yet in line fails with the error
+// (exit 125); a waiting start keeps its place and retries.
+func (d *Dispatcher) unreadableQueue(req AdmitRequest, w *runstore.Waiter, qErr error) (*Reservation, *attemptResult, error) {
+	if w == nil {
+		return nil, nil, fmt.Errorf("not admitted: crew cannot tell whether waiting starts are owed the free slots, so nothing was recorded: %w", qErr)
+	}
+	return nil, &attemptResult{verdict: admission.Verdict{Reason: admission.WaitQueue}, pool: req.Pool, waiter: w, queueErr: qErr}, nil
+}
+
+// QueueError is a queue that cannot be listed: nobody can tell whether
+// waiting starts are owed a free slot, so no start is let past them.
+type QueueError struct {
+	Path string // the queue's directory
+	Err  error
+}
+
+func (e *QueueError) Error() string {
+	return fmt.Sprintf("cannot read the queue of waiting starts (%v). Fix: make %s a directory crew can list "+
+		"(its owner, mode 0700, or 2770 in a root shared with a group), then try again", e.Err, e.Path)
+}
+
+func (e *QueueError) Unwrap() error { return e.Err }
+
+// line is the queue as liveQueue read it.
+type line struct {
+	// tickets are the waiting starts whose waiters live, in arrival order.
+	tickets []admission.Ticket
+	// unreadable are the tickets among them that cannot be read: they keep
+	// their places (admission.Ticket.Unreadable) and are reported.
+	unreadable []ticketProblem
+}
+
+// ticketProblem is a ticket of a living waiter that cannot be read.
+type ticketProblem struct {
+	id   record.RunID
+	path string
+	err  error
+}
+
+// warnings say what is wrong in the queue, for a start's messages.
+func (l line) warnings() []error {
+	var out []error
+	for _, p := range l.unreadable {
+		out = append(out, fmt.Errorf("%w: its waiter lives, so it keeps its place in line (it goes when its waiter does)", p.err))
+	}
+	return out
+}
+
 // liveQueue lists the waiting starts whose waiters live, in arrival order.
 // With the admission lock held (adm), dead waiters' tickets are removed on
-// the way.
-func (d *Dispatcher) liveQueue(adm *runstore.Admission) []admission.Ticket {
+// the way. A ticket that cannot be read keeps its place while its waiter
+// is shown alive (its lock held); a queue that cannot be listed is a
+// *QueueError: nobody can be let past waiters nobody can see.
+func (d *Dispatcher) liveQueue(adm *runstore.Admission) (line, error) {
 	entries, err := d.Store.ListTickets()
 	if err != nil {
-		return nil
+		return line{}, &QueueError{Path: d.Store.QueuePath(), Err: err}
 	}
-	out := make([]admission.Ticket, 0, len(entries))
+	l := line{tickets: make([]admission.Ticket, 0, len(entries))}
 	for _, e := range entries {
 		if !e.Waiter.MayLive() {
 			if adm != nil {
@@ -143,12 +214,21 @@ func (d *Dispatcher) liveQueue(adm *runstore.Admission) []admission.Ticket {
 			}
 			continue
 		}
-		if e.Err != nil {
-			continue // unreadable: it cannot be placed in line; removed once its waiter is gone
+		if e.Err != nil && e.Waiter != record.Alive {
+			// Not a waiter crew can see (a lock that cannot be probed
+			// beside a ticket that cannot be read is junk, not a start):
+			// keeping a place for it would wedge the line.
+			continue
 		}
-		out = append(out, admission.Ticket{ID: e.ID, Task: e.Ticket.Task, Pool: e.Ticket.Pool, Since: e.Ticket.CreatedAt})
+		if e.Err != nil {
+			since, _ := e.ID.CreatedAt()
+			l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Since: since, Unreadable: true})
+			l.unreadable = append(l.unreadable, ticketProblem{id: e.ID, path: d.Store.TicketPath(e.ID), err: e.Err})
+			continue
+		}
+		l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Task: e.Ticket.Task, Pool: e.Ticket.Pool, Since: e.Ticket.CreatedAt})
 	}
-	return out
+	return l, nil
 }
 
 // joinQueue creates this process's ticket; the caller holds the admission
@@ -215,7 +295,7 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reser
 			// at a queue without us. Look once more before sleeping.
 			continue
 		}
-		if err := d.sleepUntilWorthTrying(ctx, w, req, deadline, report, ar.configErr != nil); err != nil {
+		if err := d.sleepUntilWorthTrying(ctx, w, req, deadline, report, ar.undecided() != nil); err != nil {
 			if !errors.Is(err, errWaitTimeout) {
 				return nil, err
 			}
@@ -228,9 +308,10 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reser
 var errWaitTimeout = errors.New("wait timed out")
 
 // sleepUntilWorthTrying returns when the bell rings, or when a fallback
-// poll finds that this waiter may be admitted now. While crew.json is
-// unusable (configBroken) every poll tries again: nobody rings when it is
-// fixed by hand, and the waiter must stop showing the problem once it is.
+// poll finds that this waiter may be admitted now. While nothing can be
+// decided (configBroken: crew.json is unusable, or the queue cannot be
+// listed) every poll tries again: nobody rings when it is fixed by hand,
+// and the waiter must stop showing the problem once it is.
 func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Waiter, req AdmitRequest, deadline <-chan time.Time, report func(WaitProgress), configBroken bool) error {
 	for {
 		poll := time.NewTimer(pollInterval + rand.N(pollInterval/2))
@@ -277,8 +358,12 @@ func (d *Dispatcher) evaluate(w *runstore.Waiter, req AdmitRequest) *attemptResu
 	if err != nil {
 		return nil
 	}
+	line, err := d.liveQueue(nil)
+	if err != nil {
+		return nil
+	}
 	usage := set.usage()
-	v := admission.Decide(cfg, usage, d.liveQueue(nil), admission.Candidate{Ticket: w.ID(), Task: req.Task, Pool: req.Pool})
+	v := admission.Decide(cfg, usage, line.tickets, admission.Candidate{Ticket: w.ID(), Task: req.Task, Pool: req.Pool})
 	if v.Admit {
 		return nil
 	}
@@ -309,8 +394,9 @@ func (d *Dispatcher) capacityLeft(req AdmitRequest) bool {
 // admission lock, so a stale or extra ring costs one attempt, never a
 // wrong admission.
 func (d *Dispatcher) RingWaiters() {
-	queue := d.liveQueue(nil)
-	if len(queue) == 0 {
+	line, err := d.liveQueue(nil)
+	queue := line.tickets
+	if err != nil || len(queue) == 0 {
 		return
 	}
 	cfg, _, err := d.Store.LoadConfig()

@@ -8,6 +8,7 @@ import (
 // the truth and sweeps what crashes left behind; see recovery.Recover.
 func (d *Dispatcher) Recover(opts recovery.Options) (*recovery.Report, error) {
 	opts.Now, opts.Host = d.Now, d.Host
+	opts.Holders = d.holderPIDs
 	rep, err := recovery.Recover(d.Store, opts)
 	if err == nil && rep.Count(recovery.Finalized)+rep.Count(recovery.Cleaned) > 0 {
 		d.RingWaiters() // finalized runs freed their slots

@@ -36,7 +36,7 @@ func TestRegressionFailingOutputHangsTheRun(t *testing.T) {
 	req, _, _ := startRequest("writer", "head", "-c", "1000000", "/dev/zero")
 	req.Stdout = failingWriter{}
 	var warnings []string
-	req.Warn = func(w string) { warnings = append(warnings, w) }
+	req.Warn = func(err error) { warnings = append(warnings, err.Error()) }
 	done := make(chan startResult, 1)
 	go func() {
 		code, id, err := startCode(d, req)

@@ -107,7 +107,8 @@ func (d *Dispatcher) latestOf(task string) (record.RunID, error) {
 			leftovers = append(leftovers, e.ID)
 		}
 	}
-	for _, t := range d.liveQueue(nil) {
+	queue, _ := d.liveQueue(nil) // unreadable: no waiting start to find there
+	for _, t := range queue.tickets {
 		if t.Task == task {
 			return t.ID, nil
 		}
@@ -152,7 +153,8 @@ func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.
 			add(Candidate{ID: e.ID, Task: e.Rec.Task, State: string(e.Rec.State)})
 		}
 	}
-	for _, t := range d.liveQueue(nil) {
+	queue, _ := d.liveQueue(nil) // unreadable: no waiting start to find there
+	for _, t := range queue.tickets {
 		if match(t.ID) {
 			add(Candidate{ID: t.ID, Task: t.Task, State: "waiting"})
 		}

@@ -181,7 +181,7 @@ func joinInts(xs []int) string {
 }
 
 // holderPIDs lists the command processes that hold an orphan's slot, for
-// `crew status RUN-ID`. It only reads.
+// `crew status` and `crew recover`. It only reads.
 func (d *Dispatcher) holderPIDs(id record.RunID) ([]int, error) {
 	owner, sup, err := d.Store.RunLockIDs(id)
 	if err != nil {

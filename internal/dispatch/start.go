@@ -30,9 +30,11 @@ type StartRequest struct {
 	// Signals delivers the stop signals crew received (SIGINT, SIGTERM,
 	// SIGHUP); they are forwarded to the command's process group.
 	Signals <-chan os.Signal
-	// Warn receives warnings for the user (stderr); Note, crew's other
-	// lines about the run (a retry).
-	Warn, Note func(string)
+	// Warn receives warnings for the user (stderr), as errors so that
+	// crew's own line breaks (errors.Join) can be told from text in the
+	// state root; Note, crew's other lines about the run (a retry).
+	Warn func(error)
+	Note func(string)
 	// Detach hands the run to a supervisor process of its own and returns
 	// once the command is running.
 	Detach bool
@@ -53,7 +55,7 @@ type StartRequest struct {
 // *supervise.InternalError, or crew's own failure.
 func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
 	if req.Warn == nil {
-		req.Warn = func(string) {}
+		req.Warn = func(error) {}
 	}
 	res, sig, err := d.admitInterruptibly(req)
 	var refused *RefusedError

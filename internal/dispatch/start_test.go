@@ -373,7 +373,7 @@ func TestStartRefusedPassesWarnings(t *testing.T) {
 
 	var warnings []string
 	req, stdout, _ := startRequest("x", "echo", "never")
-	req.Warn = func(w string) { warnings = append(warnings, w) }
+	req.Warn = func(err error) { warnings = append(warnings, err.Error()) }
 	code, runID, err := startCode(d, req)
 	assert.Equal(t, 75, code)
 	assert.Empty(t, runID)

@@ -31,11 +31,13 @@ type RunView struct {
 	// HoldsSlot: the run counts against maximumInProgress right now.
 	HoldsSlot bool   `json:"holdsSlot"`
 	LogPath   string `json:"logPath"`
-	// HolderPIDs, for an orphan shown on its own (crew status RUN-ID),
-	// are the command's processes that hold its slot, as the kernel shows
-	// them: the holders of its owner lock (Linux).
+	// HolderPIDs, for an orphan, are the command's processes that hold
+	// its slot, as the kernel shows them: the holders of its owner lock
+	// (Linux). The record's TaskPID is 0 when the supervisor died before
+	// recording the start; these are what crew can prove instead.
 	HolderPIDs []int `json:"holderPids,omitempty"`
-	// HoldersUnknown says why HolderPIDs could not be listed.
+	// HoldersUnknown says why HolderPIDs could not be listed (macOS: no
+	// /proc to prove it).
 	HoldersUnknown string `json:"holderPidsUnknown,omitempty"`
 }
 
@@ -97,6 +99,9 @@ type QueueView struct {
 	// Host is where the waiting crew start runs (on an etcd store, one
 	// of many), if known.
 	Host string `json:"host,omitempty"`
+	// Unreadable: its ticket cannot be read (task and pool unknown), but
+	// its waiter lives, so it keeps its place; Problems says why.
+	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 // PoolView is one pool's cap and usage.
@@ -153,7 +158,9 @@ func (d *Dispatcher) Status(taskFilter string) (*Snapshot, error) {
 	for _, name := range cfg.PoolNames() {
 		snap.Pools = append(snap.Pools, PoolView{Name: name, MaximumInProgress: cfg.Pools[name], InUse: usage.PoolUse[name]})
 	}
-	snap.Queue = d.queueView(cfg, problem != nil, usage, taskFilter)
+	var queueProblems []Problem
+	snap.Queue, queueProblems = d.queueView(cfg, problem != nil, usage, taskFilter)
+	snap.Problems = append(snap.Problems, queueProblems...)
 	q := runstore.FinishedQuery{Limit: FinishedShown, Approximate: true}
 	if taskFilter != "" {
 		q.Match = func(task string, _ record.State, _ *int) bool { return task == taskFilter }
@@ -202,17 +209,27 @@ func configProblem(err error) (*ConfigProblem, error) {
 
 // queueView lists the waiting starts in arrival order with what each
 // waits for, as admission would decide right now; with an unusable
-// config (noConfig), the config is what they all wait for.
-func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission.Usage, taskFilter string) []QueueView {
+// config (noConfig), the config is what they all wait for. A queue that
+// cannot be listed, and tickets that cannot be read, are problems.
+func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission.Usage, taskFilter string) ([]QueueView, []Problem) {
 	out := []QueueView{}
-	queue := d.liveQueue(nil)
+	line, err := d.liveQueue(nil)
+	var qe *QueueError
+	if errors.As(err, &qe) {
+		return out, []Problem{{Path: qe.Path, Error: qe.Error()}}
+	}
+	var problems []Problem
+	for _, p := range line.unreadable {
+		problems = append(problems, Problem{Path: p.path, Error: p.err.Error() + ": its waiter lives, so it keeps its place in line", OwnerAlive: true})
+	}
+	queue := line.tickets
 	var plan []admission.Verdict
 	if !noConfig {
 		plan = admission.Plan(cfg, usage, queue)
 	}
 	for i, t := range queue {
 		if taskFilter != "" && t.Task != taskFilter {
-			continue
+			continue // an unreadable ticket too: whose it is, nobody can tell
 		}
 		reason := admission.WaitConfig
 		if !noConfig {
@@ -221,9 +238,9 @@ func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission
 				reason = admission.WaitSlot // being handed a free slot right now
 			}
 		}
-		out = append(out, QueueView{Position: i + 1, Task: t.Task, RunID: t.ID, Since: t.Since, Pool: t.Pool, WaitingFor: reason})
+		out = append(out, QueueView{Position: i + 1, Task: t.Task, RunID: t.ID, Since: t.Since, Pool: t.Pool, WaitingFor: reason, Unreadable: t.Unreadable})
 	}
-	return out
+	return out, problems
 }
 
 // Run returns one run's view, active or finished.
@@ -237,13 +254,6 @@ func (d *Dispatcher) Run(id record.RunID) (*RunView, error) {
 		return &v, nil
 	}
 	v := d.liveView(rec, d.Store.OwnerState(id, rec.Locks))
-	if v.Orphaned {
-		pids, err := d.holderPIDs(id)
-		if err != nil {
-			v.HoldersUnknown = err.Error()
-		}
-		v.HolderPIDs = pids
-	}
 	return &v, nil
 }
 
@@ -258,7 +268,8 @@ func (d *Dispatcher) finishedView(r *record.Run) RunView {
 	return v
 }
 
-// liveView is an active run's view with its owner's liveness.
+// liveView is an active run's view with its owner's liveness, and an
+// orphan's with the processes that hold its slot.
 func (d *Dispatcher) liveView(r *record.Run, o record.Owner) RunView {
 	v := d.finishedView(r)
 	v.Owner = o.Owner.String()
@@ -269,5 +280,18 @@ func (d *Dispatcher) liveView(r *record.Run, o record.Owner) RunView {
 	if o.Owner == record.Dead && r.State.Active() {
 		v.Reason = fmt.Sprintf("owner process %d is gone; this run holds no slot and will be finalized by the next admission or `crew recover`", r.SupervisorPID)
 	}
+	if v.Orphaned {
+		v.HolderPIDs, v.HoldersUnknown = d.orphanHolders(r.RunID)
+	}
 	return v
+}
+
+// orphanHolders lists the processes that hold an orphan's slot, or says
+// why it cannot be told.
+func (d *Dispatcher) orphanHolders(id record.RunID) ([]int, string) {
+	pids, err := d.holderPIDs(id)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return pids, ""
 }

@@ -39,7 +39,7 @@ type starter struct {
 type reserved struct {
 	rec      *record.Run
 	rev      int64
-	warnings []string
+	warnings []error
 }
 
 // LockTimeoutError is the admission lock not had within --lock-timeout.
@@ -111,7 +111,7 @@ func (f *Fleet) lockHolder() string {
 // meaning and errors as dispatch's Start.
 func (f *Fleet) Start(req dispatch.StartRequest, ttl time.Duration) (record.RunID, error) {
 	if req.Warn == nil {
-		req.Warn = func(string) {}
+		req.Warn = func(error) {}
 	}
 	if err := record.ValidateNewTask(req.Task); err != nil {
 		return "", &dispatch.UsageError{Err: err}

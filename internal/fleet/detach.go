@@ -157,7 +157,7 @@ func (f *Fleet) SuperviseDetached(id record.RunID, leaseID string, rev int64, gr
 	s := &starter{f: f, lease: l, req: dispatch.StartRequest{
 		AdmitRequest: dispatch.AdmitRequest{Task: rec.Task, Command: rec.Command, Dir: rec.Dir},
 		Grace:        grace, Stdin: devnull, Stdout: nil, Stderr: nil, Env: os.Environ(),
-		Signals: signals, Warn: func(string) {},
+		Signals: signals, Warn: func(error) {},
 	}}
 	s.req.Env = supervise.WithoutCrewVars(s.req.Env)
 	r := &run{s: s, rec: rec, rev: rev, onRunning: func() { tell("running") }, onLaunchFailed: func(le *supervise.LaunchError) {

@@ -29,14 +29,14 @@ type output struct {
 	child   [2]*os.File
 	streams []io.Writer
 	wg      sync.WaitGroup
-	warn    func(string)
+	warn    func(error)
 	once    sync.Once
 }
 
 // newOutput creates the run's log in this host's local state root and the
 // two pipes. Without a local root (none could be found), output goes to
 // crew's streams only.
-func newOutput(logs *runstore.Store, rec *record.Run, stdout, stderr io.Writer, tag string, warn func(string)) (*output, error) {
+func newOutput(logs *runstore.Store, rec *record.Run, stdout, stderr io.Writer, tag string, warn func(error)) (*output, error) {
 	id := rec.RunID
 	o := &output{warn: warn}
 	if logs != nil {
@@ -62,7 +62,7 @@ func newOutput(logs *runstore.Store, rec *record.Run, stdout, stderr io.Writer, 
 			return nil, err
 		}
 		if warning != "" {
-			warn(warning)
+			warn(errors.New(warning))
 		}
 	}
 	streams := []io.Writer{stdout, stderr}
@@ -107,7 +107,7 @@ func (o *output) copy(r *os.File, w io.Writer) {
 				if _, werr := w.Write(buf[:n]); werr != nil {
 					w = nil
 					o.once.Do(func() {
-						o.warn(fmt.Sprintf("crew's own output failed (%v); the command's output goes on into its log only", werr))
+						o.warn(fmt.Errorf("crew's own output failed (%w); the command's output goes on into its log only", werr))
 					})
 				}
 			}
@@ -127,7 +127,7 @@ func (o *output) toLog(b []byte) {
 	if _, err := o.log.Write(b); err != nil && !errors.Is(err, os.ErrClosed) {
 		_ = o.log.finish()
 		o.log = nil
-		o.warn(fmt.Sprintf("writing the run's log failed (%v); its output is no longer logged", err))
+		o.warn(fmt.Errorf("writing the run's log failed (%w); its output is no longer logged", err))
 	}
 }
 
@@ -158,7 +158,7 @@ func (o *output) finish() {
 	defer o.logMu.Unlock()
 	if o.log != nil {
 		if err := o.log.finish(); err != nil {
-			o.warn(fmt.Sprintf("finishing the run's log failed: %v", err))
+			o.warn(fmt.Errorf("finishing the run's log failed: %w", err))
 		}
 		o.log = nil
 	}

@@ -149,7 +149,7 @@ func (r *run) attempt(exe string, n int) (syscall.WaitStatus, string, error) {
 	// of the run may outlive the lease that its slot is.
 	r.ending.Store(true)
 	if err := g.End(); err != nil {
-		s.req.Warn(fmt.Sprintf("the lease guard of run %s: %v", r.rec.RunID, err))
+		s.req.Warn(fmt.Errorf("the lease guard of run %s: %w", r.rec.RunID, err))
 	}
 	r.out.drain()
 	return ws, leaseStop, nil
@@ -223,7 +223,7 @@ func (r *run) recordRunning(n int) {
 		r.rec.AddEvent(now, "attempt %d of %d started: pid %d in process group %d", n, r.rec.MaxAttempts(), r.rec.TaskPID, r.rec.PGID)
 	}
 	if err := r.write(); err != nil {
-		r.s.req.Warn(fmt.Sprintf("could not record that run %s started (%v); it runs on", r.rec.RunID, err))
+		r.s.req.Warn(fmt.Errorf("could not record that run %s started (%w); it runs on", r.rec.RunID, err))
 	}
 }
 
@@ -392,7 +392,7 @@ func (r *run) between(n int, e ending) *ending {
 	r.rec.TaskPID, r.rec.PGID = 0, 0
 	r.rec.AddEvent(r.s.f.now(), "attempt %d of %d: %s; next attempt in %s", n, r.rec.MaxAttempts(), e.reason, duration.Format(delay))
 	if err := r.write(); err != nil {
-		r.s.req.Warn(fmt.Sprintf("could not record attempt %d of run %s (%v); it goes on", n, r.rec.RunID, err))
+		r.s.req.Warn(fmt.Errorf("could not record attempt %d of run %s (%w); it goes on", n, r.rec.RunID, err))
 	}
 	after := fmt.Sprintf("exit %d", e.code)
 	switch {
@@ -442,7 +442,7 @@ func (r *run) finish(e ending, leaseStop string) error {
 	}
 	r.s.f.pruneLazily()
 	if leaseStop != "" {
-		r.s.req.Warn(leaseStop)
+		r.s.req.Warn(errors.New(leaseStop))
 	}
 	if code != 0 {
 		return &supervise.ExitError{RunID: r.rec.RunID, Code: code}

@@ -144,15 +144,15 @@ func (v *view) tickets() []admission.Ticket {
 }
 
 // warnings are problems in the active set that admission steps around.
-func (v *view) warnings() []string {
-	var w []string
+func (v *view) warnings() []error {
+	var w []error
 	for _, a := range v.active {
 		if a.rec == nil {
 			hold := "holds no slot (its owner is gone); `crew recover` sets it aside"
 			if a.owned {
 				hold = "holds a slot while its owner's lease lives"
 			}
-			w = append(w, fmt.Sprintf("unreadable record %s (%v): %s", a.key, a.err, hold))
+			w = append(w, fmt.Errorf("unreadable record %s (%w): %s", a.key, a.err, hold))
 		}
 	}
 	return w

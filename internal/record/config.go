@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,6 +148,9 @@ func DecodeConfig(data []byte) (Config, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Config{}, at(data, skipSpace(data, dec.InputOffset()), errors.New("malformed JSON: unexpected data after the config object"))
 	}
+	if err := checkKeys(data); err != nil {
+		return Config{}, err
+	}
 	if w.Version == nil {
 		return Config{}, errors.New("no \"version\" field")
 	}
@@ -174,6 +178,116 @@ func DecodeConfig(data []byte) (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// checkKeys refuses, with its line and column, what encoding/json lets
+// through silently: a key given twice in one object, at any depth (json
+// keeps the last one), and a null value (json leaves the field as it was:
+// a null cap reads as 0). crew never writes either. data is valid JSON.
+func checkKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	return walkJSON(dec, data, nil)
+}
+
+// walkJSON checks the value dec reads next; path is the keys leading to it.
+func walkJSON(dec *json.Decoder, data []byte, path []string) error {
+	before := dec.InputOffset()
+	tok, err := dec.Token()
+	if err != nil {
+		return positioned(data, err)
+	}
+	switch tok {
+	case json.Delim('{'):
+		return walkObject(dec, data, path)
+	case json.Delim('['):
+		for dec.More() {
+			if err := walkJSON(dec, data, path); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token()
+	case nil:
+		if len(path) > 0 { // a null file is not a config object: said elsewhere
+			return at(data, skipPunct(data, before), nullError(path))
+		}
+	}
+	if err != nil {
+		return positioned(data, err)
+	}
+	return nil
+}
+
+// walkObject checks an object's keys and values, its '{' read. The config
+// object's own keys are fields, which encoding/json matches whatever
+// their case, so there "retain" and "Retain" are the same key; the keys
+// of pools are names, case and all.
+func walkObject(dec *json.Decoder, data []byte, path []string) error {
+	seen := map[string]int64{}
+	for dec.More() {
+		before := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return positioned(data, err)
+		}
+		key, _ := tok.(string)
+		keyAt := skipPunct(data, before)
+		same := key
+		if len(path) == 0 {
+			same = strings.ToLower(key)
+		}
+		if first, ok := seen[same]; ok {
+			line, col := lineCol(data, first)
+			return at(data, keyAt, fmt.Errorf("malformed config: %s is given twice (first at %d:%d); keep one",
+				keyName(append(path, key)), line, col))
+		}
+		seen[same] = keyAt
+		if err := walkJSON(dec, data, append(slices.Clip(path), key)); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return positioned(data, err)
+	}
+	return nil
+}
+
+// nullError says what belongs where crew.json holds a null.
+func nullError(path []string) error {
+	expected := map[string]string{
+		"version":           "the config's version, 1",
+		"maximumInProgress": "the number of slots, a whole number of at least 1",
+		"pools":             "an object of pool names and caps (or leave it out for no pools)",
+		"retain":            "a whole number of at least 1 (or leave it out to keep every finished run)",
+		"retainFor":         `a duration such as "30d" (or leave it out to keep runs of any age)`,
+		"logMax":            `a size such as "10MiB" (or leave it out for logs without a cap)`,
+		"group":             "a group name (or leave it out)",
+	}
+	want, ok := expected[path[0]]
+	switch {
+	case len(path) == 2 && path[0] == "pools":
+		want = "the pool's cap, a whole number of at least 1"
+	case !ok || len(path) > 1:
+		want = "a value (crew.json holds no nulls)"
+	}
+	return fmt.Errorf("malformed config: %s is null; it must be %s", keyName(path), want)
+}
+
+// keyName names a key by its path: "maximumInProgress", or "deploy" in "pools".
+func keyName(path []string) string {
+	name := strconv.Quote(path[len(path)-1])
+	for i := len(path) - 2; i >= 0; i-- {
+		name += " in " + strconv.Quote(path[i])
+	}
+	return name
+}
+
+// skipPunct is the offset of the first byte at or after off that is not
+// space or the ',' and ':' between JSON tokens: where the next token starts.
+func skipPunct(data []byte, off int64) int64 {
+	for off < int64(len(data)) && strings.IndexByte(" \t\r\n,:", data[off]) >= 0 {
+		off++
+	}
+	return off
 }
 
 // decodeLimits validates and converts the retention and log fields.
@@ -233,11 +347,15 @@ func positioned(data []byte, err error) error {
 
 // at locates byte offset off of data as a 1-based line and column.
 func at(data []byte, off int64, err error) *SyntaxError {
+	line, col := lineCol(data, off)
+	return &SyntaxError{Line: line, Col: col, Err: err}
+}
+
+// lineCol is byte offset off of data as a 1-based line and column.
+func lineCol(data []byte, off int64) (line, col int) {
 	off = min(max(off, 0), int64(len(data)))
 	before := data[:off]
-	line := bytes.Count(before, []byte{'\n'}) + 1
-	col := int(off) - bytes.LastIndexByte(before, '\n')
-	return &SyntaxError{Line: line, Col: col, Err: err}
+	return bytes.Count(before, []byte{'\n'}) + 1, int(off) - bytes.LastIndexByte(before, '\n')
 }
 
 // valueStart finds the start of the JSON scalar that ends just before

@@ -2,6 +2,7 @@ package record
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -146,5 +147,56 @@ func TestDecodeConfigErrorPlaces(t *testing.T) {
 	}
 	if _, err := DecodeConfig([]byte(`{"version":1,"maximumInProgress":"2"}`)); !strings.Contains(err.Error(), `"maximumInProgress" is a JSON string`) {
 		t.Errorf("the field is named as in the file: %v", err)
+	}
+}
+
+// Issue 23, item 13b and c: a null where a value belongs read as its zero
+// ("maximumInProgress is 0"), and a key given twice, at any depth, was
+// taken as its last value. Both are refused, pointing at the place.
+func TestDecodeConfigNullsAndDuplicates(t *testing.T) {
+	tests := []struct {
+		data      string
+		line, col int
+		at        string // what is there
+		want      string
+	}{
+		{"{\n  \"version\": 1,\n  \"maximumInProgress\": null\n}\n", 3, 24, "n",
+			`"maximumInProgress" is null; it must be the number of slots, a whole number of at least 1`},
+		{`{"version":null,"maximumInProgress":2}`, 1, 12, "n", `"version" is null; it must be the config's version, 1`},
+		{`{"version":1,"maximumInProgress":2,"pools":{"deploy":null}}`, 1, 54, "n",
+			`"deploy" in "pools" is null; it must be the pool's cap, a whole number of at least 1`},
+		{`{"version":1,"maximumInProgress":2,"pools":null}`, 1, 44, "n", `"pools" is null; it must be an object of pool names and caps`},
+		{`{"version":1,"maximumInProgress":2,"retain":null}`, 1, 45, "n", `"retain" is null; it must be a whole number of at least 1 (or leave it out`},
+		{`{"version":1,"maximumInProgress":2,"retainFor" : null}`, 1, 50, "n", `"retainFor" is null; it must be a duration`},
+		{`{"version":1,"maximumInProgress":2,"logMax":null}`, 1, 45, "n", `"logMax" is null; it must be a size`},
+		{`{"version":1,"maximumInProgress":2,"group":null}`, 1, 44, "n", `"group" is null`},
+		{"{\n  \"version\": 1,\n  \"maximumInProgress\": 2,\n  \"maximumInProgress\": 8\n}\n", 4, 3, `"`,
+			`"maximumInProgress" is given twice (first at 3:3); keep one`},
+		{`{"version":1,"maximumInProgress":2,"pools":{"a":1,"b":1,"a":2}}`, 1, 57, `"`,
+			`"a" in "pools" is given twice (first at 1:45); keep one`},
+		{`{"version":1,"maximumInProgress":2,"pools":{"a":1},"pools":{"b":1}}`, 1, 52, `"`, `"pools" is given twice (first at 1:36)`},
+		{`{"version":1,"maximumInProgress":2,"MaximumInProgress":3}`, 1, 36, `"`,
+			`"MaximumInProgress" is given twice (first at 1:14)`}, // encoding/json takes either case
+		{`{"version":1,"maximumInProgress":2,"pools":{"\u0061":1,"a":2}}`, 1, 56, `"`, `"a" in "pools" is given twice`},
+	}
+	for _, tc := range tests {
+		_, err := DecodeConfig([]byte(tc.data))
+		var syn *SyntaxError
+		if !errors.As(err, &syn) {
+			t.Errorf("DecodeConfig(%q) = %v, want a *SyntaxError", tc.data, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), fmt.Sprintf("%d:%d: malformed config: ", tc.line, tc.col)) {
+			t.Errorf("DecodeConfig(%q) = %q, want %d:%d: ...%s", tc.data, err, tc.line, tc.col, tc.want)
+			continue
+		}
+		if got := strings.Split(tc.data, "\n")[tc.line-1][tc.col-1 : tc.col]; got != tc.at {
+			t.Errorf("DecodeConfig(%q) points at %q, want %q", tc.data, got, tc.at)
+		}
+	}
+	// Pools that differ in case are different pools; repeated values are fine.
+	cfg, err := DecodeConfig([]byte(`{"version":1,"maximumInProgress":4,"pools":{"a":1,"A":1}}`))
+	if err != nil || len(cfg.Pools) != 2 {
+		t.Errorf("pools a and A: %+v, %v", cfg, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,11 @@ type Item struct {
 	Path    string  `json:"path"`
 	Outcome Outcome `json:"outcome"`
 	Reason  string  `json:"reason"`
+	// HolderPIDs, for an orphan, are the processes shown holding its
+	// owner lock (Options.Holders); HoldersUnknown says why they could
+	// not be listed.
+	HolderPIDs     []int  `json:"holderPids,omitempty"`
+	HoldersUnknown string `json:"holderPidsUnknown,omitempty"`
 }
 
 // Report is `crew recover`'s result.
@@ -69,6 +75,9 @@ type Options struct {
 	// Now is the clock; Host names this machine in quarantine notes.
 	Now  func() time.Time
 	Host string
+	// Holders, if set, lists the processes that hold a run's slot, as
+	// the kernel shows them, for the report on an orphan.
+	Holders func(record.RunID) ([]int, error)
 }
 
 // Recover brings every record in the active set to the truth and sweeps
@@ -233,7 +242,7 @@ func (r *recoverer) entry(e runstore.ActiveEntry) []Item {
 	case owner.Owner == record.Alive && owner.Supervisor == record.Alive:
 		return one(Alive, "")
 	case owner.Owner == record.Alive:
-		return one(Orphaned, orphanReason(e.Rec))
+		return []Item{r.orphan(item, e.Rec)}
 	case dry:
 		return one(Finalized, "would finalize as interrupted: the owner lock is free")
 	}
@@ -248,13 +257,44 @@ func lockIDs(rec *record.Run) *record.LockIDs {
 	return rec.Locks
 }
 
-func orphanReason(rec *record.Run) string {
+// orphan reports a run whose supervisor is gone while its command still
+// runs, naming the processes shown to hold its slot where the kernel can
+// show them (the record has no command pid if the supervisor died before
+// recording the start).
+func (r *recoverer) orphan(item Item, rec *record.Run) Item {
 	cmd := "the command (its start was not recorded)"
 	if rec.TaskPID != 0 {
 		cmd = fmt.Sprintf("command pid %d (process group %d)", rec.TaskPID, rec.PGID)
 	}
-	return fmt.Sprintf("supervisor process %d on host %s is gone, but %s still runs and holds the slot; left running (stop it, or let it finish, then run crew recover again)",
-		rec.SupervisorPID, rec.Host, cmd)
+	held := ""
+	if r.opts.Holders != nil {
+		pids, err := r.opts.Holders(rec.RunID)
+		switch {
+		case err != nil:
+			item.HoldersUnknown = err.Error()
+			held = fmt.Sprintf(" (which processes hold it, crew cannot tell: %v)", err)
+		case len(pids) == 1:
+			item.HolderPIDs = pids
+			held = fmt.Sprintf(" (pid %d holds it)", pids[0])
+		case len(pids) > 1:
+			item.HolderPIDs = pids
+			held = fmt.Sprintf(" (pids %s hold it)", joinPIDs(pids))
+		default:
+			held = " (crew can see no process holding it: another user's?)"
+		}
+	}
+	item.Outcome = Orphaned
+	item.Reason = fmt.Sprintf("supervisor process %d on host %s is gone, but %s still runs and holds the slot%s; left running (stop it, or let it finish, then run crew recover again)",
+		rec.SupervisorPID, rec.Host, cmd, held)
+	return item
+}
+
+func joinPIDs(pids []int) string {
+	s := make([]string, len(pids))
+	for i, p := range pids {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ", ")
 }
 
 // finalize finalizes a dead run and reports what happened.

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
@@ -46,6 +47,9 @@ func (s *Store) ListTickets() ([]TicketEntry, error) {
 	}
 	defer dir.Close()
 	names, err := listNames(dir)
+	if err == nil {
+		err = failpoint.Error("queue-list")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list the queue in %s: %w", s.display(queueDir), unwrapPath(err))
 	}
@@ -74,6 +78,12 @@ func (s *Store) ListTickets() ([]TicketEntry, error) {
 	slices.SortFunc(out, func(a, b TicketEntry) int { return strings.Compare(string(a.ID), string(b.ID)) })
 	return out, nil
 }
+
+// QueuePath is where the queue's tickets are, for messages.
+func (s *Store) QueuePath() string { return s.display(queueDir) }
+
+// TicketPath is where ticket id is, for messages.
+func (s *Store) TicketPath(id record.RunID) string { return s.display(queueDir, ticketName(id)) }
 
 // WaiterState says whether the start waiting under ticket id still lives.
 func (s *Store) WaiterState(id record.RunID) record.Liveness {

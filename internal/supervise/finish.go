@@ -38,7 +38,7 @@ func (s *supervisor) finish() error {
 func (s *supervisor) leftovers() (pids []int, held bool) {
 	held, err := s.Locks.OwnerHeldByOthers()
 	if err != nil {
-		s.Warn(fmt.Sprintf("run %s: %v; it keeps its slot until its owner lock is free", s.rec.RunID, err))
+		s.Warn(fmt.Errorf("run %s: %w; it keeps its slot until its owner lock is free", s.rec.RunID, err))
 	}
 	if !held {
 		return nil, false
@@ -59,7 +59,7 @@ func (s *supervisor) leaveToLeftovers(pids []int) error {
 	}
 	s.done = true
 	end := s.rec.CommandEnded
-	s.Warn(fmt.Sprintf("run %s: %s, but %s until they exit; the run is final then (`crew stop %s` ends them)",
+	s.Note(fmt.Sprintf("run %s: %s, but %s until they exit; the run is final then (`crew stop %s` ends them)",
 		s.rec.RunID, end.Describe(), end.Holders(), s.rec.RunID.Short()))
 	return nil
 }
@@ -96,7 +96,7 @@ func (s *supervisor) internalFailure(cause error) error {
 		code := 125
 		s.rec.Finish(record.Failed, s.now(), &code, "crew internal error: "+cause.Error())
 		if err := s.finish(); err != nil {
-			s.Warn(fmt.Sprintf("run %s: could not record the failure (%v); `crew recover` will finalize it", id, err))
+			s.Warn(fmt.Errorf("run %s: could not record the failure (%w); `crew recover` will finalize it", id, err))
 		}
 	}
 	return &InternalError{RunID: id, Err: cause}

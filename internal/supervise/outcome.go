@@ -76,11 +76,11 @@ func (s *supervisor) retryFinish(first error) error {
 		}
 		err := s.Locks.FinishAgain(s.rec)
 		if err == nil {
-			s.Warn(fmt.Sprintf("run %s: its end is recorded after all (%s)", id, outcomeWords(s.rec)))
+			s.Warn(fmt.Errorf("run %s: its end is recorded after all (%s)", id, outcomeWords(s.rec)))
 			return nil
 		}
 		if err.Error() != last.Error() {
-			s.Warn(fmt.Sprintf("run %s: still cannot record its end: %v", id, err))
+			s.Warn(fmt.Errorf("run %s: still cannot record its end: %w", id, err))
 		}
 		last = err
 		if time.Now().After(deadline) {
@@ -107,14 +107,14 @@ func (s *supervisor) unrecorded(err, keepErr error) error {
 
 // retryNotice is the first word to the user: what could not be recorded,
 // where the outcome is kept, and what crew does now.
-func (s *supervisor) retryNotice(first, keepErr error) string {
-	msg := fmt.Sprintf("run %s ended (%s), but crew cannot record it: %v; ", s.rec.RunID, outcomeWords(s.rec), first)
+func (s *supervisor) retryNotice(first, keepErr error) error {
+	then := fmt.Sprintf("retrying for up to %s while holding the slot (interrupt crew to give up; `crew recover` records it later)", finishRetryFor)
 	if keepErr != nil {
-		msg += fmt.Sprintf("nor keep it in %s (%v); ", s.Locks.OwnerPath(), keepErr)
-	} else {
-		msg += fmt.Sprintf("the outcome is kept in %s; ", s.Locks.OwnerPath())
+		return fmt.Errorf("run %s ended (%s), but crew cannot record it: %w; nor keep it in %s (%w); %s",
+			s.rec.RunID, outcomeWords(s.rec), first, s.Locks.OwnerPath(), keepErr, then)
 	}
-	return msg + fmt.Sprintf("retrying for up to %s while holding the slot (interrupt crew to give up; `crew recover` records it later)", finishRetryFor)
+	return fmt.Errorf("run %s ended (%s), but crew cannot record it: %w; the outcome is kept in %s; %s",
+		s.rec.RunID, outcomeWords(s.rec), first, s.Locks.OwnerPath(), then)
 }
 
 // outcomeWords says how a final record ends, for messages.

@@ -19,7 +19,7 @@ import (
 // finished runs' directory becomes a file. It returns the supervisor, with
 // the run's end described, and a function that makes the record writable
 // again.
-func unrecordable(t *testing.T, warn func(string)) (*supervisor, func()) {
+func unrecordable(t *testing.T, warn func(error)) (*supervisor, func()) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "state")
 	st := runstore.New(root)
@@ -58,7 +58,7 @@ type warnings struct {
 	msgs []string
 }
 
-func (w *warnings) add(m string) { w.mu.Lock(); w.msgs = append(w.msgs, m); w.mu.Unlock() }
+func (w *warnings) add(err error) { w.mu.Lock(); w.msgs = append(w.msgs, err.Error()); w.mu.Unlock() }
 
 func (w *warnings) all() []string {
 	w.mu.Lock()
@@ -101,9 +101,9 @@ func TestFinishGivesUpAfterTheBound(t *testing.T) {
 func TestFinishRetrySucceedsOnceWritable(t *testing.T) {
 	var fix func()
 	var w warnings
-	s, fix := unrecordable(t, func(m string) {
-		w.add(m)
-		if strings.Contains(m, "cannot record it") {
+	s, fix := unrecordable(t, func(err error) {
+		w.add(err)
+		if strings.Contains(err.Error(), "cannot record it") {
 			fix() // as if space came back while crew waits
 		}
 	})

@@ -112,13 +112,13 @@ func (o *output) logErr() error {
 // report warns about what did not reach its destination: a log left
 // incomplete, or crew's own stdout or stderr that failed (a reader that
 // went away: `crew start ... | head -1`) while the log kept everything.
-func (o *output) report(warn func(string), id string, logPath string) {
+func (o *output) report(warn func(error), id string, logPath string) {
 	if err := o.logErr(); err != nil {
-		warn(fmt.Sprintf("run %s: the log %s is incomplete: %v", id, logPath, err))
+		warn(fmt.Errorf("run %s: the log %s is incomplete: %w", id, logPath, err))
 	}
 	for i, name := range []string{"stdout", "stderr"}[:len(o.tees)] {
 		if err := o.tees[i].outErr; err != nil {
-			warn(fmt.Sprintf("run %s: crew's %s failed (%v); the command's output went on into the log %s", id, name, err, logPath))
+			warn(fmt.Errorf("run %s: crew's %s failed (%w); the command's output went on into the log %s", id, name, err, logPath))
 		}
 	}
 }

@@ -43,7 +43,7 @@ func TestTeeKeepsLoggingWhenTheOutputFails(t *testing.T) {
 	}
 	var warnings []string
 	o := &output{tees: []*tee{t1, {log: log}}}
-	o.report(func(w string) { warnings = append(warnings, w) }, "r-1", "/state/logs/r-1.log")
+	o.report(func(err error) { warnings = append(warnings, err.Error()) }, "r-1", "/state/logs/r-1.log")
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "run r-1: crew's stdout failed (broken pipe); the command's output went on into the log /state/logs/r-1.log") {
 		t.Errorf("warnings %q", warnings)
 	}

@@ -79,7 +79,7 @@ func (s *supervisor) ptyFor() *ptyTerm {
 	}
 	t, err := openPTY(tty, out)
 	if err != nil {
-		s.Warn(fmt.Sprintf("the command runs with pipes, not a terminal of its own: %v (--no-pty asks for pipes without this warning)", err))
+		s.Warn(fmt.Errorf("the command runs with pipes, not a terminal of its own: %w (--no-pty asks for pipes without this warning)", err))
 		return nil
 	}
 	return t

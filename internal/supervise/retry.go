@@ -85,7 +85,7 @@ func (e ending) short(timeout time.Duration) string {
 func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRequest) {
 	w, err := s.Store.WatchStopRequests(s.rec.RunID)
 	if err != nil {
-		s.Warn(err.Error() + "; crew stop will have to wait for the next attempt")
+		s.Warn(fmt.Errorf("%w; crew stop will have to wait for the next attempt", err))
 	}
 	pending := func() *record.StopRequest { return nil }
 	if w != nil {
@@ -101,7 +101,7 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 		if req != nil && s.mayAct(req) {
 			ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid(), RequesterUID: s.requesterOf(req)}
 			if err := w.Acknowledge(req, ack); err != nil {
-				s.Warn(err.Error())
+				s.Warn(err)
 			}
 			return RequestedSignal(req), req
 		}

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -73,12 +74,12 @@ func (s *supervisor) refuseStop(req *record.StopRequest, uid int) {
 	s.refused = append(s.refused, key)
 	msg := fmt.Sprintf("refused a stop request (%s) written by %s: run %s belongs to %s, and only its own user or root may stop it; nothing was signalled",
 		sig, runstore.UserName(uid), s.rec.RunID, runstore.UserName(s.uid))
-	s.Warn(msg)
+	s.Warn(errors.New(msg))
 	s.rec.AddEvent(s.now(), "%s", msg)
 	if s.rec.State != record.Running {
 		return // provisioning: the record is written when the command starts
 	}
 	if err := s.Store.UpdateActive(s.rec); err != nil {
-		s.Warn(fmt.Sprintf("run %s: %v", s.rec.RunID, err))
+		s.Warn(fmt.Errorf("run %s: %w", s.rec.RunID, err))
 	}
 }

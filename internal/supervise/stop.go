@@ -50,7 +50,7 @@ func (l *waitLoop) checkStopRequest() {
 	}
 	ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid(), PGID: s.pgid, RequesterUID: s.requesterOf(req)}
 	if err := l.watch.Acknowledge(req, ack); err != nil {
-		s.Warn(err.Error())
+		s.Warn(err)
 	}
 }
 

@@ -6,6 +6,7 @@
 package supervise
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,9 +37,11 @@ type Request struct {
 	// Signals delivers the stop signals crew received (SIGINT, SIGTERM,
 	// SIGHUP); they are forwarded to the command's process group.
 	Signals <-chan os.Signal
-	// Warn receives warnings for the user; Note, what crew says about the
-	// run that is no warning (a retry).
-	Warn, Note func(string)
+	// Warn receives warnings for the user, as errors so that crew's own
+	// line breaks (errors.Join) can be told from text in the state root;
+	// Note, what crew says about the run that is no warning (a retry).
+	Warn func(error)
+	Note func(string)
 	// Now is the clock.
 	Now func() time.Time
 	// Finished, if set, runs once the run is final and its slot free.
@@ -78,7 +81,7 @@ type supervisor struct {
 
 func newSupervisor(req Request) *supervisor {
 	if req.Warn == nil {
-		req.Warn = func(string) {}
+		req.Warn = func(error) {}
 	}
 	if req.Note == nil {
 		req.Note = func(string) {}
@@ -113,7 +116,7 @@ func (s *supervisor) run() error {
 	if planted != "" {
 		// Told to the user, and kept in the run's history (a detached
 		// run has no one to tell).
-		s.Warn(planted)
+		s.Warn(errors.New(planted))
 		s.rec.AddEvent(s.now(), "%s", planted)
 	}
 	defer logw.Close()
@@ -136,7 +139,7 @@ func (s *supervisor) run() error {
 		}
 	}
 	if err := logw.Close(); err != nil && !s.logFailed {
-		s.Warn(fmt.Sprintf("run %s: the log %s could not be put together (%v); crew logs still shows it whole", id, s.Store.LogPath(id), err))
+		s.Warn(fmt.Errorf("run %s: the log %s could not be put together (%w); crew logs still shows it whole", id, s.Store.LogPath(id), err))
 	}
 	code := *s.rec.ExitCode // the record may be left running to the processes the command left
 	if err := s.finish(); err != nil {

@@ -96,7 +96,7 @@ func (s *supervisor) newWaitLoop() *waitLoop {
 	l := &waitLoop{s: s, child: watchChild(s.cmd), jobs: startJobControl(s.Stdin)}
 	w, err := s.Store.WatchStopRequests(s.rec.RunID)
 	if err != nil {
-		s.Warn(err.Error() + "; crew stop will have to signal the command itself")
+		s.Warn(fmt.Errorf("%w; crew stop will have to signal the command itself", err))
 	}
 	l.watch = w
 	l.poll = time.NewTicker(stopPollInterval)

@@ -1,0 +1,42 @@
+package dispatch
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// Issue 23, item 12: an attempt that cannot list the queue decides
+// nothing. A start not yet in line is refused with why; a waiting start
+// keeps its place and retries, saying why it cannot be decided.
+func TestUnreadableQueueDecidesNothing(t *testing.T) {
+	d := New(filepath.Join(t.TempDir(), "state"))
+	qErr := &QueueError{Path: "/r/queue", Err: errors.New("list the queue in /r/queue: input/output error")}
+	req := AdmitRequest{Task: "t", Wait: true}
+
+	res, ar, err := d.unreadableQueue(req, nil, qErr)
+	if res != nil || ar != nil || !errors.Is(err, qErr) {
+		t.Fatalf("newcomer: %v, %v, %v; want the queue's error", res, ar, err)
+	}
+	for _, want := range []string{"not admitted: crew cannot tell whether waiting starts are owed the free slots, so nothing was recorded: ",
+		"cannot read the queue of waiting starts (list the queue in /r/queue: input/output error)", "Fix: make /r/queue a directory crew can list"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+
+	res, ar, err = d.unreadableQueue(req, &runstore.Waiter{}, qErr)
+	if res != nil || err != nil || ar == nil {
+		t.Fatalf("waiter: %v, %v, %v; want it to keep waiting", res, ar, err)
+	}
+	if ar.verdict.Admit || ar.verdict.Reason != admission.WaitQueue || ar.undecided() != qErr {
+		t.Errorf("waiter's attempt: %+v, undecided %v", ar.verdict, ar.undecided())
+	}
+	if p := ar.progress(req); p.QueueErr != qErr.Error() || p.Admitted {
+		t.Errorf("progress %+v, want the queue's error", p)
+	}
+}
