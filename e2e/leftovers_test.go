@@ -7,6 +7,7 @@ package e2e
 // commands than slots.
 
 import (
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -71,8 +72,14 @@ func TestLeftoversHoldTheSlot(t *testing.T) {
 			require.Len(t, s.Active, 1, "A holds its slot while its leftover lives")
 			assert.True(t, s.Active[0].HoldsSlot)
 			assert.Equal(t, 1, e.status().SlotsInUse)
-			txt := e.run("status", "A").Stdout
-			assert.Regexp(t, heldBy, txt)
+			txt := e.run("status").Stdout
+			assert.Regexp(t, `A +exited `, txt, "the state column says the command has ended")
+			assert.Regexp(t, `: command exited with status 0; (1 process it left still holds the slot: pid|\d+ processes it left still hold the slot: pids) `, txt)
+			assert.Contains(t, txt, fmt.Sprint(left.pid), "the note names the leftover's pid: %s", txt)
+			rep, _ := e.recover("--dry-run")
+			require.Len(t, rep.Items, 1)
+			assert.Contains(t, rep.Items[0].Reason, "command exited with status 0 at ")
+			assert.Contains(t, rep.Items[0].Reason, "but processes it left still hold the slot")
 
 			cmd, _ := o.sleeper("B", 50*time.Millisecond)
 			r := e.run(append([]string{"start", "B", "--"}, cmd...)...)

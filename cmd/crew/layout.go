@@ -72,7 +72,7 @@ func stateColor(state string) string {
 		return "32" // green
 	case "failed", "interrupted", "timed out":
 		return "31" // red
-	case "stopped", "orphaned", "gone":
+	case "stopped", "orphaned", "gone", "exited":
 		return "33" // yellow
 	case "running", "provisioning", "waiting", "queued", "retrying":
 		return "36" // cyan

@@ -186,6 +186,8 @@ func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string,
 // unless its owner says otherwise.
 func activeState(r dispatch.RunView) string {
 	switch {
+	case r.Orphaned && r.CommandEnded != nil:
+		return "exited" // what it left holds the slot
 	case r.Orphaned:
 		return "orphaned"
 	case r.Owner == "dead":
@@ -221,6 +223,9 @@ func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time)
 		rows = append(rows, []cell{{text: r.RunID.Short()}, {text: quoteTask(r.Task)}, {text: state, color: stateColor(state)},
 			{text: shortDuration(now.Sub(since))}, {text: dashIfEmpty(r.Pool)}, {text: termSafe(r.Host)}, {text: pidOrDash(r.TaskPID)}, {text: shellQuote(r.Command)}})
 		switch {
+		case r.Orphaned && r.CommandEnded != nil:
+			notes = append(notes, fmt.Sprintf("%s: %s; %s; `crew stop %s` ends them", r.RunID.Short(),
+				termSafe(r.CommandEnded.Describe()), leftoversWord(&r), r.RunID.Short()))
 		case r.Orphaned:
 			notes = append(notes, fmt.Sprintf("%s: orphaned: its supervisor (pid %d) is gone; the command still runs and holds its slot: %s",
 				r.RunID.Short(), r.SupervisorPID, heldBy(&r)))
@@ -359,12 +364,29 @@ func stateWord(r record.Run) string {
 
 func ownerWord(r dispatch.RunView) string {
 	switch {
+	case r.Orphaned && r.CommandEnded != nil:
+		return "the command has ended; " + leftoversWord(&r)
 	case r.Orphaned:
 		return "orphaned (supervisor gone, command alive)"
 	case r.OwnerAlive:
 		return "alive"
 	default:
 		return "gone (holds no slot)"
+	}
+}
+
+// leftoversWord says what holds the slot of a run whose command has ended:
+// "2 processes it left still hold the slot: pids 4711, 4712".
+func leftoversWord(r *dispatch.RunView) string {
+	switch n := len(r.HolderPIDs); {
+	case r.HoldersUnknown != "":
+		return "processes it left still hold the slot (which, crew cannot tell: " + termSafe(r.HoldersUnknown) + ")"
+	case n == 0:
+		return "processes it left still hold the slot (none crew can see)"
+	case n == 1:
+		return fmt.Sprintf("1 process it left still holds the slot: pid %d", r.HolderPIDs[0])
+	default:
+		return fmt.Sprintf("%d processes it left still hold the slot: %s", n, holdersWord(r))
 	}
 }
 

@@ -284,6 +284,11 @@ func (r *recoverer) orphan(item Item, rec *record.Run) Item {
 		}
 	}
 	item.Outcome = Orphaned
+	if end := rec.CommandEnded; end != nil {
+		item.Reason = fmt.Sprintf("%s at %s, but processes it left still hold the slot%s; left running (stop them with crew stop, or let them finish: the run is final then)",
+			end.Describe(), end.At.UTC().Format(time.RFC3339), held)
+		return item
+	}
 	item.Reason = fmt.Sprintf("supervisor process %d on host %s is gone, but %s still runs and holds the slot%s; left running (stop it, or let it finish, then run crew recover again)",
 		rec.SupervisorPID, rec.Host, cmd, held)
 	return item
