@@ -32,16 +32,23 @@ var sharedCases = []struct {
 	{"SignalledAsReserved", func(t *testing.T, f *fleet) {
 		f.initMax(1)
 		gate := filepath.Join(t.TempDir(), "reserved")
+		// The stop-signal failpoint's gate is open from the start: it only
+		// marks the moment crew's watcher has taken the signal.
+		taken := filepath.Join(t.TempDir(), "taken")
+		require.NoError(t, os.WriteFile(taken, nil, 0o600))
 		cmd, ob := f.obs.sleeper("early", 50*time.Millisecond)
-		p := f.start("h1", []string{"CREW_FAILPOINT=reserved:wait:" + gate}, startArgs("early", cmd)...)
+		p := f.start("h1", []string{"CREW_FAILPOINT=reserved:wait:" + gate + ",stop-signal:wait:" + taken}, startArgs("early", cmd)...)
 		eventually(t, 20*time.Second, "the start to hold its reservation", func() bool {
 			_, err := os.Stat(gate + ".reached")
 			return err == nil
 		})
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM)) // our own child
-		// The failpoint holds admission; the signal reaches crew's watcher
-		// within microseconds, and the reservation goes on only after this.
-		time.Sleep(300 * time.Millisecond)
+		// The failpoint holds admission; the reservation goes on only once
+		// crew's watcher has taken the signal.
+		eventually(t, 20*time.Second, "crew to take the signal", func() bool {
+			_, err := os.Stat(taken + ".reached")
+			return err == nil
+		})
 		require.NoError(t, os.WriteFile(gate, nil, 0o600))
 		r := p.wait(t, 20*time.Second)
 		wantCode(t, r, "a start signalled as its run was reserved", 143)

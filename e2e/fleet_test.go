@@ -213,13 +213,9 @@ func fleetStopAndWaitAcrossHosts(t *testing.T, c *etcdCluster) {
 	f := newEtcdFleet(t, c)
 	f.initMax(2)
 	p, ob := f.victim("h1", "remote", nil)
+	// crew wait can only exit with the run's stopped code (143, checked
+	// below) if it waited for the stop.
 	w := f.start("h3", nil, "wait", "remote")
-	time.Sleep(200 * time.Millisecond)
-	select {
-	case <-w.done:
-		t.Fatalf("crew wait returned while the run still runs: exit %d: %s", w.res.Code, w.res.Stderr)
-	default:
-	}
 	r, took, err := f.tryRunFor(30*time.Second, "h2", nil, "stop", "--grace", "2s", "remote")
 	require.NoError(t, err)
 	wantCode(t, r, "crew stop on h2 of a run on h1", 0)
@@ -285,7 +281,6 @@ func fleetOneActivePerTask(t *testing.T, c *etcdCluster) {
 	for finished() < n-1 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // a second admitted start would not end either: give none a head start
 	refused := 0
 	var admitted []started
 	for _, s := range all {
@@ -541,6 +536,16 @@ func (f *fleet) victim(host, task string, extraEnv []string, flags ...string) (*
 	cmd, ob := f.obs.gated(task, gate)
 	p := f.start(host, extraEnv, startArgs(task, cmd, flags...)...)
 	ob.waitStarted(f.t, 20*time.Second)
+	// Its record says running too: the command's start line comes before
+	// crew records it.
+	eventually(f.t, 20*time.Second, "the run of "+task+" to be recorded running", func() bool {
+		for _, r := range f.status().Active {
+			if r.Task == task && r.State == "running" {
+				return true
+			}
+		}
+		return false
+	})
 	return p, ob
 }
 

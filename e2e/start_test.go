@@ -165,9 +165,28 @@ func TestProductionBinaryHasNoFailpoints(t *testing.T) {
 	data, err := os.ReadFile(bin)
 	require.NoError(t, err)
 	assert.NotContains(t, string(data), "CREW_FAILPOINT", "production build contains failpoint code")
+	assert.NotContains(t, string(data), "admission-locked", "production build contains failpoint names")
 	test, err := os.ReadFile(crewBin)
 	require.NoError(t, err)
 	assert.Contains(t, string(test), "CREW_FAILPOINT", "the check above would notice failpoints")
+	assert.Contains(t, string(test), "admission-locked", "the check above would notice failpoint names")
+}
+
+// A mistyped failpoint (or an action its kind does not take) stops a
+// failpoints build at once, naming what exists: a test that means to
+// force an interleaving can never silently force nothing.
+func TestMistypedFailpointIsRefused(t *testing.T) {
+	e := newEnv(t)
+	for spec, want := range map[string]string{
+		"admision-locked:kill":  `crew: CREW_FAILPOINT: "admision-locked" is not a failpoint; the failpoints are admission-lock, admission-contended, admission-locked,`,
+		"fence:kill":            `crew: CREW_FAILPOINT: failpoint fence takes skip, not "kill"`,
+		"admission-locked:wait": "crew: CREW_FAILPOINT: admission-locked:wait needs an argument (a path)",
+	} {
+		r := e.runEnv([]string{"CREW_FAILPOINT=" + spec}, "start", "x", "--", "true")
+		assert.Equal(t, 125, r.Code, "%s: %s", spec, r.Stderr)
+		assert.Contains(t, r.Stderr, want, spec)
+		assert.Empty(t, e.status("x").Finished, "%s: nothing ran", spec)
+	}
 }
 
 // TestProductionBinaryIsStatic: the binary `make build` makes (what the

@@ -90,7 +90,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 	}
 	// Released when attempt returns: after the reservation is durable.
 	defer adm.Release()
-	failpoint.Hit("admission-locked")
+	failpoint.Hit(failpoint.AdmissionLocked)
 
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
@@ -125,7 +125,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 			return nil, nil, err
 		}
 		res.Warnings = warnings
-		failpoint.Hit("reserved")
+		failpoint.Hit(failpoint.Reserved)
 		return res, nil, nil
 	}
 	if reaped.n > 0 {

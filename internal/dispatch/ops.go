@@ -34,7 +34,7 @@ func (d *Dispatcher) WaitRun(ctx context.Context, id record.RunID) (*record.Run,
 		if rec, err := w.look(); rec != nil || err != nil {
 			return rec, err
 		}
-		failpoint.Hit("wait-poll")
+		failpoint.Hit(failpoint.WaitPoll)
 		select {
 		case <-ctx.Done():
 			return nil, ErrWaitTimeout

@@ -301,7 +301,7 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reser
 			}
 			return nil, d.gaveUp(ar, w, req)
 		}
-		failpoint.Hit("queue-woken")
+		failpoint.Hit(failpoint.QueueWoken)
 	}
 }
 

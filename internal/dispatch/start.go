@@ -75,7 +75,7 @@ func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
 		}
 		return "", err
 	}
-	failpoint.Hit("admitted")
+	failpoint.Hit(failpoint.Admitted)
 
 	sreq := supervise.Request{Store: d.Store, Rec: res.Rec, Locks: res.Locks, Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
@@ -125,6 +125,7 @@ func WatchStopSignals(signals <-chan os.Signal, admit func(ctx context.Context))
 			} else {
 				got.Store(int32(syscall.SIGTERM))
 			}
+			failpoint.Hit(failpoint.StopSignal)
 			cancel()
 		case <-done:
 		}

@@ -6,10 +6,10 @@ package failpoint
 const Enabled = false
 
 // Hit does nothing in production builds.
-func Hit(string) {}
+func Hit(Name) {}
 
 // Skip is always false in production builds.
-func Skip(string) bool { return false }
+func Skip(Name) bool { return false }
 
 // Error is always nil in production builds.
-func Error(string) error { return nil }
+func Error(Name) error { return nil }

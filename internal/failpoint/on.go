@@ -14,26 +14,23 @@ import (
 // Enabled is true: this binary was built with -tags failpoints.
 const Enabled = true
 
-type rule struct {
-	action string
-	arg    string
-}
-
-var rules = sync.OnceValue(func() map[string]rule {
-	m := map[string]rule{}
-	for _, spec := range strings.Split(os.Getenv("CREW_FAILPOINT"), ",") {
-		if spec == "" {
-			continue
-		}
-		name, rest, _ := strings.Cut(spec, ":")
-		action, arg, _ := strings.Cut(rest, ":")
-		m[name] = rule{action: action, arg: arg}
+// rules are CREW_FAILPOINT's, read once. A CREW_FAILPOINT that names no
+// failpoint, or gives one an action it does not take, stops the process
+// at its start (init), before it can do anything a test would then take
+// for what it meant to force.
+var rules = sync.OnceValue(func() map[Name]rule {
+	m, err := parseRules(os.Getenv("CREW_FAILPOINT"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "crew: %v\n", err)
+		os.Exit(125)
 	}
 	return m
 })
 
+func init() { rules() }
+
 // Hit runs the rule for the named step, if any.
-func Hit(name string) {
+func Hit(name Name) {
 	r, ok := rules()[name]
 	if !ok {
 		return
@@ -51,7 +48,7 @@ func Hit(name string) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	case "panic":
-		panic("failpoint " + name)
+		panic("failpoint " + name.String())
 	}
 }
 
@@ -65,7 +62,7 @@ var errnos = map[string]syscall.Errno{
 // rule <name>:error:<ERRNO> fails it every time; <name>:error:<ERRNO>:<path>
 // fails it until <path> exists, and creates <path>.reached on the first
 // failure, so that a test knows the step failed before it lets it pass.
-func Error(name string) error {
+func Error(name Name) error {
 	r, ok := rules()[name]
 	if !ok || r.action != "error" {
 		return nil
@@ -88,7 +85,7 @@ func Error(name string) error {
 }
 
 // Skip reports whether the named mechanism is to be skipped.
-func Skip(name string) bool {
+func Skip(name Name) bool {
 	r, ok := rules()[name]
 	return ok && r.action == "skip"
 }

@@ -193,7 +193,7 @@ func (s *starter) admit(ctx context.Context) (*reserved, error) {
 			unavailableSince = time.Time{}
 		}
 		if res != nil {
-			failpoint.Hit("reserved")
+			failpoint.Hit(failpoint.Reserved)
 		}
 		if err != nil || res != nil {
 			if res != nil && s.req.OnWait != nil && s.ticket != nil {

@@ -133,7 +133,7 @@ func (f *Fleet) SuperviseDetached(id record.RunID, leaseID string, rev int64, gr
 		return err
 	}
 	defer l.release()
-	failpoint.Hit("detach-handover") // tests: die holding the run, before its command starts
+	failpoint.Hit(failpoint.DetachHandover) // tests: die holding the run, before its command starts
 	ctx, cancel := f.ctx()
 	resp, err := f.cli.Get(ctx, f.k.active(id))
 	cancel()

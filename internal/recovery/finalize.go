@@ -82,7 +82,7 @@ func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) 
 	case err != nil:
 		return 0, nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	failpoint.Hit("recover-locked")
+	failpoint.Hit(failpoint.RecoverLocked)
 
 	outcome := Reaped
 	rec, err := st.ReadDone(id)

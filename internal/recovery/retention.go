@@ -210,7 +210,7 @@ func (pr *lazyPrune) shard(shard string, ids []record.RunID) (more bool, err err
 		if err != nil || rec.FinishedAt == nil || !pr.line.lets(*rec.FinishedAt, created) {
 			continue // gone meanwhile, unreadable (crew prune reports it), or kept
 		}
-		failpoint.Hit("lazy-prune")
+		failpoint.Hit(failpoint.LazyPrune)
 		switch err := pr.st.RemoveFinished(id); {
 		case errors.Is(err, runstore.ErrRunBusy):
 			continue

@@ -89,7 +89,7 @@ var errStartOver = errors.New("the admission lock was replaced while being locke
 // A note naming this process is written beside the lock, so that a waiter
 // who times out can say who is in the way.
 func (s *Store) LockAdmission(ctx context.Context, timeout time.Duration) (*Admission, error) {
-	if failpoint.Skip("admission-lock") {
+	if failpoint.Skip(failpoint.AdmissionLock) {
 		return &Admission{s: s}, nil // test builds only: prove the race tests can fail
 	}
 	start := time.Now()
@@ -132,7 +132,7 @@ func (s *Store) lockAdmission(ctx context.Context, timeout time.Duration) (*Admi
 		return nil, err
 	}
 	defer locks.Close()
-	l, err := lockfs.Acquire(ctx, locks, admissionLockName, timeout, func() { failpoint.Hit("admission-contended") })
+	l, err := lockfs.Acquire(ctx, locks, admissionLockName, timeout, func() { failpoint.Hit(failpoint.AdmissionContended) })
 	if errors.Is(err, lockfs.ErrGone) {
 		if _, lerr := locks.Lstat(admissionLockName); !errors.Is(lerr, fs.ErrNotExist) {
 			return nil, errStartOver // replaced while we waited: lock what is there now

@@ -200,7 +200,7 @@ func (s *Store) RemoveFinished(id record.RunID) error {
 			return fmt.Errorf("remove the log of run %s: %w", id, unwrapPath(err))
 		}
 	}
-	failpoint.Hit("prune-log-removed")
+	failpoint.Hit(failpoint.PruneLogRemoved)
 	dir, err := s.dir(shardDir(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -384,7 +384,7 @@ func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compa
 			e.Appended = now
 			lines = e.encode(lines)
 		}
-		n, werr := len(lines), failpoint.Error("index-append")
+		n, werr := len(lines), failpoint.Error(failpoint.IndexAppend)
 		if werr == nil {
 			n, werr = f.Write(lines)
 		}

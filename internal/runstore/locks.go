@@ -63,7 +63,7 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		_ = owner.RemoveAndRelease()
 		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
 	}
-	failpoint.Hit("owner-locked")
+	failpoint.Hit(failpoint.OwnerLocked)
 	ids, err := lockIDs(owner, sup)
 	if err != nil {
 		_ = sup.RemoveAndRelease()
@@ -118,7 +118,7 @@ func (s *Store) Fence(id record.RunID, want *record.LockIDs) (*RunLocks, error) 
 		return nil, err
 	}
 	defer dir.Close()
-	if failpoint.Skip("fence") {
+	if failpoint.Skip(failpoint.Fence) {
 		return l, nil // test builds only: prove the fence tests can fail
 	}
 	sup, err := lockfs.Take(dir, supervisorLockName(id))

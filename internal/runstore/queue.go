@@ -48,7 +48,7 @@ func (s *Store) ListTickets() ([]TicketEntry, error) {
 	defer dir.Close()
 	names, err := listNames(dir)
 	if err == nil {
-		err = failpoint.Error("queue-list")
+		err = failpoint.Error(failpoint.QueueList)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list the queue in %s: %w", s.display(queueDir), unwrapPath(err))

@@ -195,7 +195,7 @@ func (s *Store) writeDone(rec *record.Run) error {
 		return fmt.Errorf("write finished record of run %s: state %s is not final", rec.RunID, rec.State)
 	}
 	shard := shardDir(rec.RunID)
-	if err := failpoint.Error("finish-write"); err != nil {
+	if err := failpoint.Error(failpoint.FinishWrite); err != nil {
 		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(shard), err)
 	}
 	b, err := rec.Encode()
@@ -261,7 +261,7 @@ func (s *Store) finish(rec *record.Run) error {
 	if err := s.writeDone(rec); err != nil {
 		return err
 	}
-	failpoint.Hit("finalized")
+	failpoint.Hit(failpoint.Finalized)
 	return s.indexAndLeave(rec)
 }
 

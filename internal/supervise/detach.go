@@ -52,7 +52,7 @@ func Detach(req Request) error {
 	if err != nil {
 		return Abandon(req, fmt.Errorf("start the detached supervisor: %w", err))
 	}
-	failpoint.Hit("detach-handover")
+	failpoint.Hit(failpoint.DetachHandover)
 	// The child is not ours to wait for: it outlives us (and, if it
 	// exits first, stays a zombie only until we exit a moment later).
 

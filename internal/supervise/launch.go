@@ -29,7 +29,7 @@ func (s *supervisor) launch(out *output) error {
 		sys.Ctty = fd
 		s.ownsTTY, s.ttyFD = true, fd
 	}
-	if err := failpoint.Error("fork-exec"); err != nil {
+	if err := failpoint.Error(failpoint.ForkExec); err != nil {
 		path, lerr := exec.LookPath(rec.Command[0])
 		if lerr != nil {
 			path = rec.Command[0]

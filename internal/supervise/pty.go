@@ -87,7 +87,7 @@ func (s *supervisor) ptyFor() *ptyTerm {
 
 // openPTY opens a pseudo-terminal with the mode and size of crew's own.
 func openPTY(tty int, out *os.File) (*ptyTerm, error) {
-	if err := failpoint.Error("pty-open"); err != nil {
+	if err := failpoint.Error(failpoint.PTYOpen); err != nil {
 		return nil, fmt.Errorf("open a pseudo-terminal: %w", err)
 	}
 	m, slave, err := pty.Open()

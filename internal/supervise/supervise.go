@@ -168,7 +168,7 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 		return ending{}, s.launchFailure(err)
 	}
 	out.started()
-	failpoint.Hit("launched")
+	failpoint.Hit(failpoint.Launched)
 	if err := s.recordRunning(n); err != nil {
 		return ending{}, s.internalFailure(err)
 	}
@@ -178,7 +178,7 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	s.pty.close() // keystrokes from now on are the shell's
 	out.drain()
 	s.pty.release() // once the command's output is all out, raw as written
-	failpoint.Hit("exited")
+	failpoint.Hit(failpoint.Exited)
 	s.reclaimTTY()
 	end := s.endingOf(ws, stop)
 	out.report(s.Warn, string(s.rec.RunID), s.Store.LogPath(s.rec.RunID))
