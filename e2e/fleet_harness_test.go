@@ -213,3 +213,9 @@ func wantCode(t *testing.T, r result, what string, codes ...int) {
 func shortErr(r result) string {
 	return string(bytes.TrimSpace([]byte(strings.ReplaceAll(r.Stderr, "\n", " | "))))
 }
+
+// gated is an observed command that waits for gate (polling, so that it is
+// never stuck for long in one sleep after its gate opened or its shell died).
+func (o *observer) gated(label, gate string) ([]string, *obsRun) {
+	return o.cmd(label, `while [ ! -e "$1" ]; do sleep 0.02; done`, gate)
+}

@@ -89,12 +89,6 @@ func (o *observer) sleeper(label string, d time.Duration) ([]string, *obsRun) {
 	return o.cmd(label, fmt.Sprintf("sleep %.3f", d.Seconds()))
 }
 
-// gated is an observed command that waits for gate (polling, so that it is
-// never stuck for long in one sleep after its gate opened or its shell died).
-func (o *observer) gated(label, gate string) ([]string, *obsRun) {
-	return o.cmd(label, `while [ ! -e "$1" ]; do sleep 0.02; done`, gate)
-}
-
 func (r *obsRun) read() {
 	defer close(r.done)
 	// Blocks until the command opens its end (or cleanup does).
