@@ -49,7 +49,11 @@ func forcedRace(t *testing.T, sabotage string) int {
 		}
 		return []string{"CREW_FAILPOINT=" + strings.Join(rules, ",")}
 	}
-	first := e.start(fp("owner-locked:wait:"+gate), "start", "--lock-timeout", "20s", "first", "--", "true")
+	// The first one's command runs until the second has ended: a first
+	// run that ended before the second was let in would free its slot, and
+	// under load the second can take that long to be scheduled.
+	hold, release := e.gate("first-runs")
+	first := e.start(fp("owner-locked:wait:"+gate), append([]string{"start", "--lock-timeout", "20s", "first", "--"}, waitCmd(hold)...)...)
 	eventually(t, 10*time.Second, "the first start to be inside the critical section", func() bool { return exists(gate + ".reached") })
 
 	second := e.start(fp("admission-contended:wait:"+contended), "start", "--lock-timeout", "20s", "second", "--", "true")
@@ -61,8 +65,9 @@ func forcedRace(t *testing.T, sabotage string) int {
 		second.wait(t, 10*time.Second)
 	}
 	openGate()
-	r1 := first.wait(t, 10*time.Second)
 	r2 := second.wait(t, 10*time.Second)
+	release()
+	r1 := first.wait(t, 10*time.Second)
 	admitted := 0
 	for _, r := range []result{r1, r2} {
 		switch r.Code {
