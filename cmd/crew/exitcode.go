@@ -3,8 +3,7 @@ package main
 import (
 	"errors"
 
-	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Exit codes. Everything a script can branch on is here, in one place:
@@ -52,7 +51,7 @@ func (e *usageError) Unwrap() error { return e.err }
 // --quiet want it to end: with their code (code < 0: crew's own, 75 or
 // 76), and without a message if quiet.
 type chosenRefusal struct {
-	err   error // a *dispatch.RefusedError, wrapped
+	err   error // a *vocab.RefusedError, wrapped
 	code  int
 	quiet bool
 }
@@ -69,21 +68,21 @@ func (e *exitStatus) Error() string { return "" }
 // exitCodeFor maps an error returned by a command to crew's exit code.
 func exitCodeFor(err error) int {
 	var (
-		refused  *dispatch.RefusedError
+		refused  *vocab.RefusedError
 		chosen   *chosenRefusal
-		usage    *dispatch.UsageError
-		ambig    *dispatch.AmbiguousError
+		usage    *vocab.UsageError
+		ambig    *vocab.AmbiguousError
 		cliUsage *usageError
-		notFound *dispatch.NotFoundError
-		exited   *supervise.ExitError
-		launch   *supervise.LaunchError
-		signal   *supervise.SignalledError
+		notFound *vocab.NotFoundError
+		exited   *vocab.ExitError
+		launch   *vocab.LaunchError
+		signal   *vocab.SignalledError
 		timeout  *waitTimeoutError
 		noLog    *noLogError
 		failed   *itemsFailedError
 		status   *exitStatus
-		nested   *dispatch.NestedDeadlockError
-		noPerm   *dispatch.NotPermittedError
+		nested   *vocab.NestedDeadlockError
+		noPerm   *vocab.NotPermittedError
 	)
 	switch {
 	case err == nil:
@@ -99,7 +98,7 @@ func exitCodeFor(err error) int {
 	case errors.As(err, &noPerm):
 		return exitNoPerm
 	case errors.As(err, &refused):
-		if refused.Kind == dispatch.TaskActive {
+		if refused.Kind == vocab.TaskActive {
 			return exitTaskActive
 		}
 		return exitSlotsBusy
@@ -125,7 +124,7 @@ func exitCodeFor(err error) int {
 // for the user: the command's own exit status says it all, or a refusal
 // crew start was asked to keep quiet about (--quiet).
 func silent(err error) bool {
-	var exited *supervise.ExitError
+	var exited *vocab.ExitError
 	var status *exitStatus
 	var chosen *chosenRefusal
 	return errors.As(err, &exited) || errors.As(err, &status) || (errors.As(err, &chosen) && chosen.quiet)

@@ -10,20 +10,20 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // fleetStore is crew on a store shared by many hosts (etcd: internal/fleet).
 // It is linked only into a crew built with -tags etcd (fleet_etcd.go), so
 // the local default never pays the etcd client's start-up cost.
 type fleetStore interface {
-	Init(maxInProgress int, setMax bool, pools []dispatch.PoolChange, changes ...dispatch.ConfigChange) (*dispatch.InitResult, error)
-	Start(req dispatch.StartRequest, leaseTTL time.Duration) (record.RunID, error)
-	Status(taskFilter string) (*dispatch.Snapshot, error)
+	Init(maxInProgress int, setMax bool, pools []vocab.PoolChange, changes ...vocab.ConfigChange) (*vocab.InitResult, error)
+	Start(req vocab.StartRequest, leaseTTL time.Duration) (record.RunID, error)
+	Status(taskFilter string) (*vocab.Snapshot, error)
 	Recover(opts recovery.Options) (*recovery.Report, error)
-	History(q dispatch.HistoryQuery) (*dispatch.History, error)
+	History(q vocab.HistoryQuery) (*vocab.History, error)
 	Prune(opts recovery.PruneOptions) (*recovery.PruneReport, error)
 	PruneConfigured(dryRun bool) (*recovery.PruneReport, error)
 	// LogHere says whether a run's log is on this host (in the local
@@ -39,9 +39,9 @@ type fleetStore interface {
 type runOps interface {
 	Resolve(arg string) (record.RunID, error)
 	TaskOf(id record.RunID) string
-	Run(id record.RunID) (*dispatch.RunView, error)
+	Run(id record.RunID) (*vocab.RunView, error)
 	StopWaiter(id record.RunID, sig syscall.Signal) (bool, error)
-	Stop(id record.RunID, opts dispatch.StopOptions) (*record.Run, error)
+	Stop(id record.RunID, opts vocab.StopOptions) (*record.Run, error)
 	WaitRun(ctx context.Context, id record.RunID) (*record.Run, error)
 }
 

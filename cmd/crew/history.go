@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type historyOptions struct {
@@ -58,7 +58,7 @@ func (o *historyOptions) run(args []string, s streams) error {
 	case o.since < 0:
 		return &usageError{fmt.Errorf("--since must not be negative, not %s", o.since)}
 	}
-	q := dispatch.HistoryQuery{Failed: o.failed, Limit: o.limit}
+	q := vocab.HistoryQuery{Failed: o.failed, Limit: o.limit}
 	if len(args) == 1 {
 		q.Task = args[0]
 		if err := record.ValidateTask(q.Task); err != nil {
@@ -94,7 +94,7 @@ func (o *historyOptions) run(args []string, s streams) error {
 // printHistoryProblems lists what history could not show: finished
 // records crew cannot read (each may be a run that belongs in the list),
 // and what is wrong with the index of finished runs.
-func printHistoryProblems(w io.Writer, problems []dispatch.Problem) {
+func printHistoryProblems(w io.Writer, problems []vocab.Problem) {
 	if len(problems) == 0 {
 		return
 	}
@@ -105,7 +105,7 @@ func printHistoryProblems(w io.Writer, problems []dispatch.Problem) {
 }
 
 // history reads the local state root's history or the etcd store's.
-func (o *historyOptions) history(q dispatch.HistoryQuery) (*dispatch.History, error) {
+func (o *historyOptions) history(q vocab.HistoryQuery) (*vocab.History, error) {
 	fl, err := o.fleet()
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type initOptions struct {
@@ -77,14 +78,14 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	if o.maxSet && o.max < 1 {
 		return &usageError{fmt.Errorf("--max must be at least 1, not %d", o.max)}
 	}
-	var pools []dispatch.PoolChange
+	var pools []vocab.PoolChange
 	for _, spec := range o.pools {
 		name, n, ok := strings.Cut(spec, "=")
 		max, err := strconv.Atoi(n)
 		if !ok || err != nil || name == "" {
 			return &usageError{fmt.Errorf("--pool wants NAME=N (such as deploy=1), not %q", spec)}
 		}
-		pools = append(pools, dispatch.PoolChange{Name: name, Max: max})
+		pools = append(pools, vocab.PoolChange{Name: name, Max: max})
 	}
 	if o.group != "" && o.noGroup {
 		return &usageError{fmt.Errorf("--group and --no-group do not go together")}
@@ -130,7 +131,7 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 }
 
 // runFleet is crew init on an etcd store: the cap and the pools.
-func (o *initOptions) runFleet(fl fleetStore, pools []dispatch.PoolChange, changes []dispatch.ConfigChange, s streams) error {
+func (o *initOptions) runFleet(fl fleetStore, pools []vocab.PoolChange, changes []vocab.ConfigChange, s streams) error {
 	res, err := fl.Init(o.max, o.maxSet, pools, changes...)
 	if err != nil {
 		return err
@@ -140,7 +141,7 @@ func (o *initOptions) runFleet(fl fleetStore, pools []dispatch.PoolChange, chang
 }
 
 // report says what crew init wrote.
-func (o *initOptions) report(res *dispatch.InitResult, s streams) {
+func (o *initOptions) report(res *vocab.InitResult, s streams) {
 	if res.MovedAside != "" {
 		fmt.Fprintf(s.Err, "crew: %s was unusable (%s); moved it to %s. Nothing in it was carried over: "+
 			"compare the two, and set its pools again with `crew init --pool NAME=N`\n", res.Path, res.Broken, res.MovedAside)
@@ -162,7 +163,7 @@ func (o *initOptions) report(res *dispatch.InitResult, s streams) {
 
 // share applies --group or --no-group after the config is written.
 func (o *initOptions) share(d *dispatch.Dispatcher, s streams) error {
-	var res *dispatch.ShareResult
+	var res *vocab.ShareResult
 	var err error
 	switch {
 	case o.group != "":

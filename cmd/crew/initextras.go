@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/bytesize"
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // initExtras are crew init's retention and log-cap flags.
@@ -28,26 +28,26 @@ func (x *initExtras) flags(cmd *cobra.Command) {
 }
 
 // changes are the config changes the flags given ask for.
-func (x *initExtras) changes(cmd *cobra.Command) ([]dispatch.ConfigChange, error) {
-	var out []dispatch.ConfigChange
+func (x *initExtras) changes(cmd *cobra.Command) ([]vocab.ConfigChange, error) {
+	var out []vocab.ConfigChange
 	f := cmd.Flags()
 	if f.Changed("retain") {
 		if x.retain < 0 {
 			return nil, &usageError{fmt.Errorf("--retain must be at least 1 (or 0 to keep any number of finished runs), not %d", x.retain)}
 		}
-		out = append(out, dispatch.SetRetain(x.retain))
+		out = append(out, vocab.SetRetain(x.retain))
 	}
 	if f.Changed("retain-for") {
 		if x.retainFor < 0 {
 			return nil, &usageError{fmt.Errorf("--retain-for must be positive (or 0 to keep finished runs of any age), not %s", duration.Format(x.retainFor))}
 		}
-		out = append(out, dispatch.SetRetainFor(x.retainFor))
+		out = append(out, vocab.SetRetainFor(x.retainFor))
 	}
 	if f.Changed("log-max") {
 		if x.logMax > 0 && x.logMax < record.MinLogMax {
 			return nil, &usageError{fmt.Errorf("--log-max %s is too small: the least is %s (or 0 for no cap)", bytesize.Flag(x.logMax), bytesize.Flag(record.MinLogMax))}
 		}
-		out = append(out, dispatch.SetLogMax(x.logMax))
+		out = append(out, vocab.SetLogMax(x.logMax))
 	}
 	return out, nil
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 func TestTruncate(t *testing.T) {
@@ -142,16 +142,16 @@ func TestPrintSnapshotFits80Columns(t *testing.T) {
 	started := now.Add(-130 * time.Second)
 	finished := now.Add(-10 * time.Second)
 	code := 2
-	snap := &dispatch.Snapshot{Root: "/home/me/.local/state/crew", MaximumInProgress: 4, SlotsInUse: 2,
-		Pools: []dispatch.PoolView{{Name: "deploy", MaximumInProgress: 1, InUse: 1}},
-		Active: []dispatch.RunView{
+	snap := &vocab.Snapshot{Root: "/home/me/.local/state/crew", MaximumInProgress: 4, SlotsInUse: 2,
+		Pools: []vocab.PoolView{{Name: "deploy", MaximumInProgress: 1, InUse: 1}},
+		Active: []vocab.RunView{
 			{Run: record.Run{RunID: id(0x3f2a9c0d), Task: "build", State: record.Running, CreatedAt: started, StartedAt: &started, TaskPID: 4712,
 				Command: []string{"make", "-j12", "CFLAGS=-O2 -g", "all", "install", "DESTDIR=/var/tmp/a/very/long/path/to/somewhere"}},
 				OwnerAlive: true, SupervisorAlive: true, Owner: "alive"},
 			{Run: record.Run{RunID: id(0xa1b2c3d4), Task: "deploy:prod-eu-west-1-canary-stage", State: record.Running, CreatedAt: started, StartedAt: &started,
 				TaskPID: 4720, SupervisorPID: 4711, Pool: "deploy", Command: []string{"./deploy.sh", "it's"}}, Orphaned: true, OwnerAlive: true, Owner: "alive"},
 		},
-		Finished: []dispatch.RunView{
+		Finished: []vocab.RunView{
 			{Run: record.Run{RunID: id(0x77aa88bb), Task: "test", State: record.Failed, CreatedAt: started, StartedAt: &started, FinishedAt: &finished,
 				ExitCode: &code, Reason: "command exited with status 2 after printing a very long complaint about everything"}},
 		},
@@ -177,7 +177,7 @@ func TestPrintSnapshotFits80Columns(t *testing.T) {
 // crew status RUN shows the run's history (its events).
 func TestPrintRunShowsHistory(t *testing.T) {
 	at := time.Date(2026, 11, 29, 10, 2, 11, 0, time.UTC)
-	r := &dispatch.RunView{Run: record.Run{RunID: "r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69", Task: "build", State: record.Succeeded,
+	r := &vocab.RunView{Run: record.Run{RunID: "r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69", Task: "build", State: record.Succeeded,
 		Command: []string{"make"}, CreatedAt: at, StartedAt: &at, FinishedAt: &at,
 		Events: []record.Event{{At: at, What: "admitted"}, {At: at, What: "succeeded"}}}}
 	var buf bytes.Buffer

@@ -19,8 +19,7 @@ import (
 	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type result struct {
@@ -46,7 +45,7 @@ func newRoot(t *testing.T) string {
 // holds its locks) until the test ends.
 func holdSlot(t *testing.T, root, task string) record.RunID {
 	t.Helper()
-	res, err := dispatch.New(root).Admit(context.Background(), dispatch.AdmitRequest{Task: task, Command: []string{"true"}, LockTimeout: time.Second})
+	res, err := dispatch.New(root).Admit(context.Background(), vocab.AdmitRequest{Task: task, Command: []string{"true"}, LockTimeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(res.Locks.Release)
 	return res.Rec.RunID
@@ -114,28 +113,28 @@ func TestExitCodeFor(t *testing.T) {
 		code int
 	}{
 		{"nil", nil, 0},
-		{"slots busy", &dispatch.RefusedError{Kind: dispatch.SlotsBusy}, 75},
-		{"task active", &dispatch.RefusedError{Kind: dispatch.TaskActive, Holders: []admission.Holder{{}}}, 76},
-		{"wrapped slots busy", wrap(&dispatch.RefusedError{Kind: dispatch.SlotsBusy}), 75},
-		{"wrapped task active", wrap(&dispatch.RefusedError{Kind: dispatch.TaskActive, Holders: []admission.Holder{{}}}), 76},
-		{"dispatch usage", &dispatch.UsageError{Err: errors.New("bad")}, 64},
+		{"slots busy", &vocab.RefusedError{Kind: vocab.SlotsBusy}, 75},
+		{"task active", &vocab.RefusedError{Kind: vocab.TaskActive, Holders: []admission.Holder{{}}}, 76},
+		{"wrapped slots busy", wrap(&vocab.RefusedError{Kind: vocab.SlotsBusy}), 75},
+		{"wrapped task active", wrap(&vocab.RefusedError{Kind: vocab.TaskActive, Holders: []admission.Holder{{}}}), 76},
+		{"dispatch usage", &vocab.UsageError{Err: errors.New("bad")}, 64},
 		{"cli usage", &usageError{errors.New("bad flag")}, 64},
-		{"wrapped usage", wrap(&dispatch.UsageError{Err: errors.New("bad")}), 64},
-		{"not found", &supervise.LaunchError{NotFound: true}, 127},
-		{"not executable", &supervise.LaunchError{}, 126},
-		{"command's own exit status", &supervise.ExitError{Code: 3}, 3},
-		{"command killed by SIGKILL", wrap(&supervise.ExitError{Code: 137}), 137},
-		{"unknown run", &dispatch.NotFoundError{Err: errors.New("x")}, 64},
+		{"wrapped usage", wrap(&vocab.UsageError{Err: errors.New("bad")}), 64},
+		{"not found", &vocab.LaunchError{NotFound: true}, 127},
+		{"not executable", &vocab.LaunchError{}, 126},
+		{"command's own exit status", &vocab.ExitError{Code: 3}, 3},
+		{"command killed by SIGKILL", wrap(&vocab.ExitError{Code: 137}), 137},
+		{"unknown run", &vocab.NotFoundError{Err: errors.New("x")}, 64},
 		{"recover items failed", &itemsFailedError{2}, 1},
 		{"no log", &noLogError{"x"}, 1},
 		{"wait timeout", &waitTimeoutError{"x"}, 124},
-		{"signalled INT", &supervise.SignalledError{Signal: syscall.SIGINT}, 130},
-		{"signalled TERM", &supervise.SignalledError{Signal: syscall.SIGTERM}, 143},
-		{"signalled HUP", &supervise.SignalledError{Signal: syscall.SIGHUP}, 129},
-		{"not permitted", wrap(&dispatch.NotPermittedError{Err: errors.New("another user's run")}), 77},
-		{"internal", &supervise.InternalError{Err: errors.New("disk full")}, 125},
-		{"lock timeout", &runstore.LockTimeoutError{}, 125},
-		{"config", &runstore.ConfigError{Path: "crew.json", Err: errors.New("bad")}, 125},
+		{"signalled INT", &vocab.SignalledError{Signal: syscall.SIGINT}, 130},
+		{"signalled TERM", &vocab.SignalledError{Signal: syscall.SIGTERM}, 143},
+		{"signalled HUP", &vocab.SignalledError{Signal: syscall.SIGHUP}, 129},
+		{"not permitted", wrap(&vocab.NotPermittedError{Err: errors.New("another user's run")}), 77},
+		{"internal", &vocab.InternalError{Err: errors.New("disk full")}, 125},
+		{"lock timeout", &vocab.LockTimeoutError{}, 125},
+		{"config", &vocab.ConfigError{Path: "crew.json", Err: errors.New("bad")}, 125},
 		{"other", errors.New("something else"), 125},
 	}
 	for _, c := range cases {
@@ -423,7 +422,7 @@ func TestRecoverThroughTheCLI(t *testing.T) {
 	assert.NoDirExists(t, root)
 
 	d := dispatch.New(root)
-	res, err := d.Admit(context.Background(), dispatch.AdmitRequest{Task: "dead", Command: []string{"true"}, LockTimeout: time.Second})
+	res, err := d.Admit(context.Background(), vocab.AdmitRequest{Task: "dead", Command: []string{"true"}, LockTimeout: time.Second})
 	require.NoError(t, err)
 	res.Locks.Release()
 

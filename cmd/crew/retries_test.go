@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // TestRetryAndTimeoutWords: how text shows a timed-out run, a run
@@ -24,15 +24,15 @@ func TestRetryAndTimeoutWords(t *testing.T) {
 	assert.Equal(t, "failed", stateWord(record.Run{State: record.Failed}))
 	assert.Equal(t, "stopped", stateWord(record.Run{State: record.Stopped, TimedOut: true}), "only a failed run is shown timed out")
 
-	between := dispatch.RunView{Run: record.Run{RunID: id, Task: "t", State: record.Running, Retries: 2, RetryDelay: record.Duration(5 * time.Second),
+	between := vocab.RunView{Run: record.Run{RunID: id, Task: "t", State: record.Running, Retries: 2, RetryDelay: record.Duration(5 * time.Second),
 		Attempts: []record.Attempt{{Number: 1, StartedAt: now.Add(-time.Minute), EndedAt: &end, ExitCode: &code, Reason: "command exited with status 1"}}}}
 	assert.Equal(t, "retrying", activeState(between))
 	between.Attempts = append(between.Attempts, record.Attempt{Number: 2, StartedAt: now})
 	assert.Equal(t, "running", activeState(between), "an attempt runs")
 
 	var buf bytes.Buffer
-	finished := dispatch.RunView{Run: record.Run{RunID: id, Task: "t", State: record.Succeeded, Retries: 2, CreatedAt: now, FinishedAt: &now,
+	finished := vocab.RunView{Run: record.Run{RunID: id, Task: "t", State: record.Succeeded, Retries: 2, CreatedAt: now, FinishedAt: &now,
 		Attempts: []record.Attempt{{Number: 1}, {Number: 2}}}}
-	printFinished(&buf, screen{width: 200}, []dispatch.RunView{finished}, now, false)
+	printFinished(&buf, screen{width: 200}, []vocab.RunView{finished}, now, false)
 	assert.Contains(t, buf.String(), "  attempt 2 of 3\n")
 }

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type startOptions struct {
@@ -172,8 +172,8 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if o.detach {
 		stdin = nil
 	}
-	runID, err := start(dispatch.StartRequest{
-		AdmitRequest: dispatch.AdmitRequest{
+	runID, err := start(vocab.StartRequest{
+		AdmitRequest: vocab.AdmitRequest{
 			Task:        args[0],
 			Command:     args[dash:],
 			Dir:         wd,
@@ -201,7 +201,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Warn:    func(err error) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termError(err)) },
 		Note:    view.note,
 	})
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	if errors.As(err, &refused) {
 		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
 		if recordRefusal != nil {
@@ -219,8 +219,8 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 
 // store is where crew start admits the run: the etcd store (with its lease
 // TTL; refusals are not logged there) or the local state root.
-func (o *startOptions) store(cmd *cobra.Command) (start func(dispatch.StartRequest) (record.RunID, error),
-	recordRefusal func(string, *dispatch.RefusedError, int), done func(), err error) {
+func (o *startOptions) store(cmd *cobra.Command) (start func(vocab.StartRequest) (record.RunID, error),
+	recordRefusal func(string, *vocab.RefusedError, int), done func(), err error) {
 	fl, err := o.fleet()
 	if err != nil {
 		return nil, nil, nil, err
@@ -231,7 +231,7 @@ func (o *startOptions) store(cmd *cobra.Command) (start func(dispatch.StartReque
 			fl.Close()
 			return nil, nil, nil, err
 		}
-		return func(r dispatch.StartRequest) (record.RunID, error) { return fl.Start(r, ttl) }, nil, func() { fl.Close() }, nil
+		return func(r vocab.StartRequest) (record.RunID, error) { return fl.Start(r, ttl) }, nil, func() { fl.Close() }, nil
 	}
 	if cmd.Flags().Changed("lease-ttl") {
 		return nil, nil, nil, &usageError{fmt.Errorf("--lease-ttl is for an etcd store (--store or CREW_STORE); a local run's slot is held by a lock that dies with its processes")}

@@ -8,10 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/bytesize"
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // startExtras are crew start's --tag, --log-max, --timeout, --retries
@@ -51,7 +50,7 @@ func (x *startExtras) checkRetries(cmd *cobra.Command) error {
 }
 
 // check validates the flags and returns the run's log cap as
-// dispatch.AdmitRequest takes it.
+// vocab.AdmitRequest takes it.
 func (x *startExtras) check(cmd *cobra.Command, detach bool) (int64, error) {
 	if err := x.checkRetries(cmd); err != nil {
 		return 0, err
@@ -64,7 +63,7 @@ func (x *startExtras) check(cmd *cobra.Command, detach bool) (int64, error) {
 	}
 	switch {
 	case x.logMax == 0:
-		return dispatch.LogMaxNone, nil
+		return vocab.LogMaxNone, nil
 	case x.logMax < record.MinLogMax:
 		return 0, &usageError{fmt.Errorf("--log-max %s is too small: the least is %s (or 0 for no cap)", bytesize.Flag(x.logMax), bytesize.Flag(record.MinLogMax))}
 	}
@@ -86,7 +85,7 @@ func (e *taskError) Unwrap() error { return e.err }
 // crew.json (whose message starts PATH:LINE:COL, compiler-style, for
 // editors to jump to).
 func aboutTask(task string, err error) error {
-	var cfg *runstore.ConfigError
+	var cfg *vocab.ConfigError
 	if err == nil || silent(err) || exitCodeFor(err) == exitUsage || errors.As(err, &cfg) {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type statusOptions struct {
@@ -109,7 +110,7 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string, now time.Time) {
+func printSnapshot(w io.Writer, sc screen, snap *vocab.Snapshot, task string, now time.Time) {
 	cfg := "no config, default cap"
 	if snap.ConfigExists {
 		cfg = "config " + termSafe(snap.ConfigPath)
@@ -170,9 +171,9 @@ func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string,
 			fmt.Fprintf(w, "  %s%s\n", termSafe(p.Error), held)
 		}
 	}
-	title = fmt.Sprintf("Last %d finished runs, newest finish first", dispatch.FinishedShown)
+	title = fmt.Sprintf("Last %d finished runs, newest finish first", vocab.FinishedShown)
 	if task != "" {
-		title = fmt.Sprintf("Last %d finished runs of %s, newest finish first", dispatch.FinishedShown, quoteTask(task))
+		title = fmt.Sprintf("Last %d finished runs of %s, newest finish first", vocab.FinishedShown, quoteTask(task))
 	}
 	fmt.Fprintf(w, "\n%s:\n", title)
 	if len(snap.Finished) == 0 {
@@ -184,7 +185,7 @@ func printSnapshot(w io.Writer, sc screen, snap *dispatch.Snapshot, task string,
 
 // activeState is an active run's state as status shows it: the record's,
 // unless its owner says otherwise.
-func activeState(r dispatch.RunView) string {
+func activeState(r vocab.RunView) string {
 	switch {
 	case r.Orphaned && r.CommandEnded != nil:
 		return "exited" // what it left holds the slot
@@ -209,7 +210,7 @@ func betweenAttempts(r record.Run) *record.Attempt {
 
 // printActive is status's table of active runs, with a note under it for
 // each run whose owner is not simply alive.
-func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time) {
+func printActive(w io.Writer, sc screen, snap *vocab.Snapshot, now time.Time) {
 	pools := len(snap.Pools) > 0
 	var rows [][]cell
 	var notes []string
@@ -265,7 +266,7 @@ func printActive(w io.Writer, sc screen, snap *dispatch.Snapshot, now time.Time)
 }
 
 // printFinished is a table of finished runs: status's and history's.
-func printFinished(w io.Writer, sc screen, runs []dispatch.RunView, now time.Time, withTask bool) {
+func printFinished(w io.Writer, sc screen, runs []vocab.RunView, now time.Time, withTask bool) {
 	var rows [][]cell
 	for _, r := range runs {
 		started := r.CreatedAt
@@ -295,7 +296,7 @@ func printFinished(w io.Writer, sc screen, runs []dispatch.RunView, now time.Tim
 	sc.table(w, cols, rows)
 }
 
-func printRun(w io.Writer, sc screen, r *dispatch.RunView, now time.Time) {
+func printRun(w io.Writer, sc screen, r *vocab.RunView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("Run", fmt.Sprintf("%s (%s)", r.RunID, r.RunID.Short()))
@@ -362,7 +363,7 @@ func stateWord(r record.Run) string {
 	return termSafe(string(r.State))
 }
 
-func ownerWord(r dispatch.RunView) string {
+func ownerWord(r vocab.RunView) string {
 	switch {
 	case r.Orphaned && r.CommandEnded != nil:
 		return "the command has ended; " + leftoversWord(&r)
@@ -377,7 +378,7 @@ func ownerWord(r dispatch.RunView) string {
 
 // leftoversWord says what holds the slot of a run whose command has ended:
 // "2 processes it left still hold the slot: pids 4711, 4712".
-func leftoversWord(r *dispatch.RunView) string {
+func leftoversWord(r *vocab.RunView) string {
 	switch n := len(r.HolderPIDs); {
 	case r.HoldersUnknown != "":
 		return "processes it left still hold the slot (which, crew cannot tell: " + termSafe(r.HoldersUnknown) + ")"
@@ -391,7 +392,7 @@ func leftoversWord(r *dispatch.RunView) string {
 }
 
 // heldBy says which processes hold an orphan's slot, for status's note.
-func heldBy(r *dispatch.RunView) string {
+func heldBy(r *vocab.RunView) string {
 	switch {
 	case r.HoldersUnknown != "":
 		return "which processes, crew cannot tell: " + termSafe(r.HoldersUnknown)
@@ -402,7 +403,7 @@ func heldBy(r *dispatch.RunView) string {
 }
 
 // holdersWord lists the processes that hold an orphan's slot.
-func holdersWord(r *dispatch.RunView) string {
+func holdersWord(r *vocab.RunView) string {
 	switch {
 	case r.HoldersUnknown != "":
 		return "cannot tell: " + termSafe(r.HoldersUnknown)
@@ -448,7 +449,7 @@ func dashIfEmpty(s string) string {
 
 // printTaskStory explains one task: its active run's history, its place in
 // the queue, and its last refused start if nothing ran since.
-func printTaskStory(w io.Writer, snap *dispatch.Snapshot, task string) {
+func printTaskStory(w io.Writer, snap *vocab.Snapshot, task string) {
 	for _, r := range snap.Active {
 		fmt.Fprintf(w, "\nHistory of %s (%s):\n", r.RunID.Short(), r.RunID)
 		for _, ev := range r.Events {
@@ -464,7 +465,7 @@ func printTaskStory(w io.Writer, snap *dispatch.Snapshot, task string) {
 }
 
 // findWaiting looks for a waiting start (a queue ticket) with this id.
-func (o *statusOptions) findWaiting(d *dispatch.Dispatcher, id record.RunID) *dispatch.QueueView {
+func (o *statusOptions) findWaiting(d *dispatch.Dispatcher, id record.RunID) *vocab.QueueView {
 	snap, err := d.Status("")
 	if err != nil {
 		return nil
@@ -479,7 +480,7 @@ func (o *statusOptions) findWaiting(d *dispatch.Dispatcher, id record.RunID) *di
 
 // printWaiting shows a start that is still in the queue: its run id is
 // already known, its run record is not written yet.
-func (o *statusOptions) printWaiting(s streams, q *dispatch.QueueView) error {
+func (o *statusOptions) printWaiting(s streams, q *vocab.QueueView) error {
 	if o.json {
 		return writeJSON(s.Out, map[string]any{
 			"runId": q.RunID, "task": q.Task, "state": "queued", "createdAt": q.Since,
@@ -505,7 +506,7 @@ func (o *statusOptions) runFleet(fl fleetStore, args []string, s streams) error 
 		if record.IsShortID(args[0]) {
 			// A run's short id, or else a task's name.
 			got, err := fl.Resolve(args[0])
-			var ambiguous *dispatch.AmbiguousError
+			var ambiguous *vocab.AmbiguousError
 			if errors.As(err, &ambiguous) {
 				return err
 			}

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/bytesize"
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // printStorage is status's retention, log cap and size lines.
-func printStorage(w io.Writer, snap *dispatch.Snapshot) {
+func printStorage(w io.Writer, snap *vocab.Snapshot) {
 	if snap.ConfigError == nil {
 		cfg := record.Config{Retain: snap.Retention.Retain, RetainFor: time.Duration(snap.Retention.RetainForSeconds) * time.Second}
 		fmt.Fprintf(w, "Retention: %s\n", describeRetention(cfg))

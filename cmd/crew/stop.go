@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type stopOptions struct {
@@ -94,7 +94,7 @@ func (o *stopOptions) run(arg string, s streams) error {
 		return withTask(task, err)
 	}
 	before, _ := d.Run(id)
-	rec, err := d.Stop(id, dispatch.StopOptions{Signal: sig, Grace: o.grace})
+	rec, err := d.Stop(id, vocab.StopOptions{Signal: sig, Grace: o.grace})
 	if err != nil {
 		return withTask(task, err)
 	}
@@ -116,7 +116,7 @@ func (o *stopOptions) run(arg string, s streams) error {
 // withTask names the task in a refusal to stop another user's run, as crew
 // stop's other lines do; other errors say what they say.
 func withTask(task string, err error) error {
-	var noPerm *dispatch.NotPermittedError
+	var noPerm *vocab.NotPermittedError
 	if errors.As(err, &noPerm) {
 		return fmt.Errorf("%s: %w", task, err)
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type waitOptions struct {
@@ -68,11 +68,11 @@ func (o *waitOptions) run(args []string, s streams) error {
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	var views []*dispatch.RunView
+	var views []*vocab.RunView
 	code := 0
 	for _, id := range ids {
 		rec, err := d.WaitRun(ctx, id)
-		if errors.Is(err, dispatch.ErrWaitTimeout) {
+		if errors.Is(err, vocab.ErrWaitTimeout) {
 			return &waitTimeoutError{fmt.Sprintf("%s: timed out after %s waiting for run %s", quoteTask(d.TaskOf(id)), o.timeout, id)}
 		}
 		if err != nil {
@@ -85,7 +85,7 @@ func (o *waitOptions) run(args []string, s streams) error {
 		if v, err := d.Run(id); err == nil {
 			views = append(views, v)
 		} else {
-			views = append(views, &dispatch.RunView{Run: *rec}) // pruned since: what the wait read
+			views = append(views, &vocab.RunView{Run: *rec}) // pruned since: what the wait read
 		}
 	}
 	if o.json {

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/admission"
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 func TestWaitFlag(t *testing.T) {
@@ -92,18 +92,18 @@ func TestDescribeWait(t *testing.T) {
 	since := time.Now().Add(-time.Minute)
 	run := &admission.Holder{RunID: "r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69", Task: "build", Since: since}
 	cases := []struct {
-		p    dispatch.WaitProgress
+		p    vocab.WaitProgress
 		want string
 	}{
-		{dispatch.WaitProgress{Position: 3, Reason: admission.WaitSlot, InUse: 4, Maximum: 4, Oldest: run},
+		{vocab.WaitProgress{Position: 3, Reason: admission.WaitSlot, InUse: 4, Maximum: 4, Oldest: run},
 			"waiting for a slot: 3rd in line, 4/4 slots busy (oldest: build 3f2a9c0d, 1m0s)"},
-		{dispatch.WaitProgress{Position: 1, Reason: admission.WaitPool, Pool: "deploy", PoolInUse: 1, PoolMax: 1, InUse: 2, Maximum: 4},
+		{vocab.WaitProgress{Position: 1, Reason: admission.WaitPool, Pool: "deploy", PoolInUse: 1, PoolMax: 1, InUse: 2, Maximum: 4},
 			"waiting for a slot in pool deploy: 1st in line, 1/1 pool slots busy (2/4 in all)"},
-		{dispatch.WaitProgress{Position: 2, Reason: admission.WaitTask, BlockingRun: run},
+		{vocab.WaitProgress{Position: 2, Reason: admission.WaitTask, BlockingRun: run},
 			"waiting for its run 3f2a9c0d to end (running 1m0s), 2nd in line"},
-		{dispatch.WaitProgress{Position: 12, Reason: admission.WaitTask},
+		{vocab.WaitProgress{Position: 12, Reason: admission.WaitTask},
 			"waiting for an older waiting start of the task to go first, 12th in line"},
-		{dispatch.WaitProgress{Reason: admission.WaitQueue, QueueErr: "cannot read the queue of waiting starts (list the queue in /r/queue: input/output error)"},
+		{vocab.WaitProgress{Reason: admission.WaitQueue, QueueErr: "cannot read the queue of waiting starts (list the queue in /r/queue: input/output error)"},
 			"waiting, its place in line kept, for the queue to be readable (retrying): cannot read the queue of waiting starts (list the queue in /r/queue: input/output error)"},
 	}
 	for _, c := range cases {
@@ -120,11 +120,11 @@ func TestWaitViewOffTerminal(t *testing.T) {
 	var buf bytes.Buffer
 	v := newWaitView(&buf, "t", false)
 	id := record.RunID("r-20261129T100211.123456789Z-3f2a9c0d1e4b5a69")
-	p := dispatch.WaitProgress{RunID: id, Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
+	p := vocab.WaitProgress{RunID: id, Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
 	v.update(p)
 	p.Position = 1
 	v.update(p)
-	v.update(dispatch.WaitProgress{RunID: id, Admitted: true, Since: p.Since})
+	v.update(vocab.WaitProgress{RunID: id, Admitted: true, Since: p.Since})
 	v.close()
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 2, buf.String())
@@ -138,7 +138,7 @@ func TestWaitViewOffTerminal(t *testing.T) {
 func TestWaitViewShowsAConfigProblem(t *testing.T) {
 	var buf bytes.Buffer
 	v := newWaitView(&buf, "t", false)
-	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
+	p := vocab.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
 	v.update(p)
 	broken := p
 	broken.Reason, broken.ConfigErr = admission.WaitConfig, "/r/crew.json:1:2: malformed JSON: x; fix it"
@@ -159,7 +159,7 @@ func TestWaitViewShowsAConfigProblem(t *testing.T) {
 func TestWaitViewOnTerminalShowsAConfigProblem(t *testing.T) {
 	var buf bytes.Buffer
 	v := &waitView{w: &buf, terminal: true, task: "t", stop: make(chan struct{})}
-	v.update(dispatch.WaitProgress{RunID: "r-1", Position: 2, Reason: admission.WaitConfig, ConfigErr: "/r/crew.json:1:2: bad", Since: time.Now()})
+	v.update(vocab.WaitProgress{RunID: "r-1", Position: 2, Reason: admission.WaitConfig, ConfigErr: "/r/crew.json:1:2: bad", Since: time.Now()})
 	v.close()
 	assert.Contains(t, buf.String(), "\r\x1b[Kcrew: t: waiting, 2nd in line, for crew.json to be fixed (retrying): /r/crew.json:1:2: bad")
 }
@@ -168,9 +168,9 @@ func TestWaitViewOnTerminalShowsAConfigProblem(t *testing.T) {
 func TestWaitViewQuiet(t *testing.T) {
 	var buf bytes.Buffer
 	v := newWaitView(&buf, "t", true)
-	p := dispatch.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
+	p := vocab.WaitProgress{RunID: "r-1", Position: 1, Reason: admission.WaitSlot, InUse: 1, Maximum: 1, Since: time.Now()}
 	v.update(p)
-	v.update(dispatch.WaitProgress{RunID: "r-1", Admitted: true, Since: p.Since})
+	v.update(vocab.WaitProgress{RunID: "r-1", Admitted: true, Since: p.Since})
 	v.close()
 	assert.Empty(t, buf.String())
 }

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/crew-dev/crew/internal/admission"
-	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // waitView shows a waiting start to a human. On a terminal it keeps one
@@ -26,7 +26,7 @@ type waitView struct {
 	task     string
 
 	mu      sync.Mutex
-	last    *dispatch.WaitProgress
+	last    *vocab.WaitProgress
 	printed bool
 	problem string // the config problem last shown
 	stop    chan struct{}
@@ -45,7 +45,7 @@ func newWaitView(w io.Writer, task string, quiet bool) *waitView {
 func (v *waitView) prefix() string { return "crew: " + quoteTask(v.task) + ": " }
 
 // update is dispatch's OnWait callback.
-func (v *waitView) update(p dispatch.WaitProgress) {
+func (v *waitView) update(p vocab.WaitProgress) {
 	if v.quiet {
 		return
 	}
@@ -126,7 +126,7 @@ func (v *waitView) close() {
 
 // describeWait says why a start waits, shortest first: the task is named
 // by the line's prefix, runs by their short ids.
-func describeWait(p dispatch.WaitProgress) string {
+func describeWait(p vocab.WaitProgress) string {
 	pos := ordinal(p.Position) + " in line"
 	if p.ConfigErr != "" {
 		return fmt.Sprintf("waiting, %s, for crew.json to be fixed (retrying): %s", pos, p.ConfigErr)

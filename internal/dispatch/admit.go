@@ -14,41 +14,8 @@ import (
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// AdmitRequest asks for a slot for one run of Task.
-type AdmitRequest struct {
-	Task    string
-	Command []string
-	Dir     string
-	// Pool is a configured pool whose cap the run also needs a slot in.
-	Pool string
-	// Force admits past the caps and the queue (never past the task's own
-	// active run).
-	Force bool
-	// LockTimeout bounds each wait for the admission lock.
-	LockTimeout time.Duration
-	// Wait joins the queue instead of refusing, for at most WaitTimeout
-	// (zero: no limit).
-	Wait        bool
-	WaitTimeout time.Duration
-	// OnWait, if set, hears about the wait: once when the run joins the
-	// queue, after every re-evaluation, and once when it is admitted.
-	OnWait func(WaitProgress)
-	// LogMax caps the run's log in bytes; 0: crew.json's logMax;
-	// LogMaxNone: no cap.
-	LogMax int64
-	// Timeout, Retries and RetryDelay go into the run's record, where its
-	// supervisor (foreground or detached) reads them: crew start
-	// --timeout (per attempt), --retries, --retry-delay.
-	Timeout    time.Duration
-	Retries    int
-	RetryDelay time.Duration
-	// Parent is the run whose command called this crew start
-	// (CREW_RUN_ID), if any: a start that could only wait for its own
-	// ancestors is refused with a *NestedDeadlockError.
-	Parent record.RunID
-}
 
 // Reservation is an admitted run: its provisioning record is durable and
 // this process holds its locks.
@@ -64,12 +31,12 @@ type Reservation struct {
 // queue and waits for its turn. Every decision is made inside the admission
 // critical section: under the admission lock it re-reads the active set and
 // the queue, decides, and makes the reservation durable before letting go.
-func (d *Dispatcher) Admit(ctx context.Context, req AdmitRequest) (*Reservation, error) {
+func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reservation, error) {
 	if err := record.ValidateNewTask(req.Task); err != nil {
-		return nil, usagef("invalid task name: %w", err)
+		return nil, vocab.Usagef("invalid task name: %w", err)
 	}
 	if len(req.Command) == 0 {
-		return nil, usagef("missing command: give it after --, as in `crew start TASK -- COMMAND [ARGS...]`")
+		return nil, vocab.Usagef("missing command: give it after --, as in `crew start TASK -- COMMAND [ARGS...]`")
 	}
 	if !req.Wait {
 		res, _, err := d.attempt(ctx, req, nil)
@@ -83,7 +50,7 @@ func (d *Dispatcher) Admit(ctx context.Context, req AdmitRequest) (*Reservation,
 // who lines up behind every waiting start. When the run is not admitted
 // and req.Wait is set, a newcomer's ticket is created (in the same
 // critical section, so nobody can slip in between) and returned.
-func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.Waiter) (*Reservation, *attemptResult, error) {
+func (d *Dispatcher) attempt(ctx context.Context, req vocab.AdmitRequest, w *runstore.Waiter) (*Reservation, *attemptResult, error) {
 	adm, err := d.Store.LockAdmission(ctx, req.LockTimeout)
 	if err != nil {
 		return nil, nil, err
@@ -151,9 +118,9 @@ func (d *Dispatcher) attempt(ctx context.Context, req AdmitRequest, w *runstore.
 // queueFor reads the queue for an attempt, with the warnings its
 // unreadable tickets call for. A queue that cannot be listed is an error,
 // except for a newcomer with --force, which skips the line anyway.
-func (d *Dispatcher) queueFor(adm *runstore.Admission, req AdmitRequest, w *runstore.Waiter) (line, []error, error) {
+func (d *Dispatcher) queueFor(adm *runstore.Admission, req vocab.AdmitRequest, w *runstore.Waiter) (line, []error, error) {
 	l, err := d.liveQueue(adm)
-	var qe *QueueError
+	var qe *vocab.QueueError
 	if errors.As(err, &qe) && req.Force && w == nil {
 		return line{}, []error{fmt.Errorf("cannot read the queue of waiting starts (%w): --force skipped it", qe.Err)}, nil
 	}
@@ -166,9 +133,9 @@ func UnknownPool(name string, cfg record.Config) error { return unknownPool(name
 
 func unknownPool(name string, cfg record.Config) error {
 	if len(cfg.Pools) == 0 {
-		return usagef("unknown pool %q: no pools are configured (add one with `crew init --pool %s=N`)", name, name)
+		return vocab.Usagef("unknown pool %q: no pools are configured (add one with `crew init --pool %s=N`)", name, name)
 	}
-	return usagef("unknown pool %q; configured pools: %s", name, strings.Join(cfg.PoolNames(), ", "))
+	return vocab.Usagef("unknown pool %q; configured pools: %s", name, strings.Join(cfg.PoolNames(), ", "))
 }
 
 // maxReapsPerAdmission bounds the finalizing an admission does for dead
@@ -201,7 +168,7 @@ func (d *Dispatcher) reap(set *activeSet, task string) reapResult {
 
 // reserve creates the run's locks and its durable provisioning record. On
 // failure it leaves nothing behind. A queued run keeps its ticket's id.
-func (d *Dispatcher) reserve(adm *runstore.Admission, req AdmitRequest, cfg record.Config, u admission.Usage, v admission.Verdict, w *runstore.Waiter) (*Reservation, error) {
+func (d *Dispatcher) reserve(adm *runstore.Admission, req vocab.AdmitRequest, cfg record.Config, u admission.Usage, v admission.Verdict, w *runstore.Waiter) (*Reservation, error) {
 	now := d.now()
 	for attempt := 0; ; attempt++ {
 		id := record.NewRunID(now)
@@ -224,7 +191,7 @@ func (d *Dispatcher) reserve(adm *runstore.Admission, req AdmitRequest, cfg reco
 
 // provisioning is the reservation's record: what was admitted, and what
 // admission saw.
-func (d *Dispatcher) provisioning(id record.RunID, req AdmitRequest, cfg record.Config, u admission.Usage, v admission.Verdict, now time.Time) *record.Run {
+func (d *Dispatcher) provisioning(id record.RunID, req vocab.AdmitRequest, cfg record.Config, u admission.Usage, v admission.Verdict, now time.Time) *record.Run {
 	rec := &record.Run{
 		Version:           record.RecordVersion,
 		RunID:             id,

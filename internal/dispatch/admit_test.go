@@ -18,6 +18,7 @@ import (
 	"github.com/crew-dev/crew/internal/helperproc"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // With a cap of N, N reservations are admitted and the next one is refused
@@ -40,9 +41,9 @@ func TestAdmitNeverOverAdmits(t *testing.T) {
 			res, err := d.Admit(context.Background(), admitReq("one-too-many"))
 			require.Error(t, err)
 			assert.Nil(t, res)
-			var refused *dispatch.RefusedError
+			var refused *vocab.RefusedError
 			require.ErrorAs(t, err, &refused)
-			assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+			assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 			assert.Equal(t, "one-too-many", refused.Task)
 			assert.Equal(t, n, refused.InUse)
 			assert.Equal(t, n, refused.Maximum)
@@ -88,11 +89,11 @@ func TestAdmitConcurrentNeverOverAdmits(t *testing.T) {
 			res, err := d.Admit(context.Background(), admitReq(fmt.Sprintf("racer-%d", i)))
 			mu.Lock()
 			defer mu.Unlock()
-			var r *dispatch.RefusedError
+			var r *vocab.RefusedError
 			switch {
 			case err == nil:
 				admitted = append(admitted, res)
-			case errors.As(err, &r) && r.Kind == dispatch.SlotsBusy:
+			case errors.As(err, &r) && r.Kind == vocab.SlotsBusy:
 				refused++
 			default:
 				other = append(other, err)
@@ -126,9 +127,9 @@ func TestAdmitRefusesSecondRunOfTheSameTask(t *testing.T) {
 		req.Force = force
 		res, err := d.Admit(context.Background(), req)
 		assert.Nil(t, res)
-		var refused *dispatch.RefusedError
+		var refused *vocab.RefusedError
 		require.ErrorAs(t, err, &refused, "force=%v", force)
-		assert.Equal(t, dispatch.TaskActive, refused.Kind, "--force never admits a second run of a task")
+		assert.Equal(t, vocab.TaskActive, refused.Kind, "--force never admits a second run of a task")
 		require.Len(t, refused.Holders, 1)
 		assert.Equal(t, first.Rec.RunID, refused.Holders[0].RunID)
 		assert.Equal(t, 1, refused.InUse)
@@ -176,9 +177,9 @@ func TestAdmitForcePastTheCap(t *testing.T) {
 
 	// Both count: a third, unforced, run sees 2/1.
 	_, err = d.Admit(context.Background(), admitReq("c"))
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 	assert.Equal(t, 2, refused.InUse)
 	assert.Equal(t, 1, refused.Maximum)
 }
@@ -192,7 +193,7 @@ func TestAdmitSelfHealsDeadRuns(t *testing.T) {
 	id := dead.Rec.RunID
 
 	_, err := d.Admit(context.Background(), admitReq("other"))
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused, "the slot is held while the owner lives")
 
 	releaseAll(dead) // every process of the run is gone
@@ -228,9 +229,9 @@ func TestAdmitCountsOrphans(t *testing.T) {
 	orphanize(t, d, orphan)
 
 	_, err := d.Admit(context.Background(), admitReq("other"))
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 	assert.True(t, exists(lay(d).active(orphan.Rec.RunID)))
 }
 
@@ -255,7 +256,7 @@ func TestAdmitIgnoresFinalizedLeftovers(t *testing.T) {
 }
 
 func TestAdmitBadInputCreatesNothing(t *testing.T) {
-	cases := map[string]dispatch.AdmitRequest{
+	cases := map[string]vocab.AdmitRequest{
 		"empty task":        {Task: "", Command: []string{"true"}},
 		"control character": {Task: "bad\nname", Command: []string{"true"}},
 		"too long":          {Task: strings.Repeat("x", record.MaxTaskBytes+1), Command: []string{"true"}},
@@ -269,7 +270,7 @@ func TestAdmitBadInputCreatesNothing(t *testing.T) {
 			req.LockTimeout = time.Second
 			res, err := d.Admit(context.Background(), req)
 			assert.Nil(t, res)
-			var usage *dispatch.UsageError
+			var usage *vocab.UsageError
 			require.ErrorAs(t, err, &usage)
 			assert.NotEmpty(t, usage.Error())
 			assert.NoDirExists(t, d.Store.Root(), "a usage error creates nothing")
@@ -307,9 +308,9 @@ func TestAdmitCorruptRecordWithLiveOwnerFailsClosed(t *testing.T) {
 
 	res, err := d.Admit(context.Background(), admitReq("a"))
 	assert.Nil(t, res)
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 	assert.Equal(t, 1, refused.InUse)
 	require.Len(t, refused.Holders, 1)
 	assert.Equal(t, id, refused.Holders[0].RunID)
@@ -379,7 +380,7 @@ func TestAdmitLockTimeoutNamesTheHolder(t *testing.T) {
 	start := time.Now()
 	res, err := d.Admit(context.Background(), req)
 	assert.Nil(t, res)
-	var timeout *runstore.LockTimeoutError
+	var timeout *vocab.LockTimeoutError
 	require.ErrorAs(t, err, &timeout)
 	assert.Equal(t, os.Getpid(), timeout.Holder.PID)
 	assert.Less(t, time.Since(start), 3*time.Second)
@@ -392,7 +393,7 @@ func TestAdmitCorruptConfig(t *testing.T) {
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte(`{"version":1,"maximumInProgress":0}`), 0o600))
 	res, err := d.Admit(context.Background(), admitReq("a"))
 	assert.Nil(t, res)
-	var cfgErr *runstore.ConfigError
+	var cfgErr *vocab.ConfigError
 	require.ErrorAs(t, err, &cfgErr)
 	assert.Empty(t, activeNames(t, d))
 	ents, err := os.ReadDir(lay(d).ownersDir())

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // BenchmarkAdmissionScan is one pass through the admission critical
@@ -30,7 +31,7 @@ func BenchmarkAdmissionScan(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				_, err := d.Admit(context.Background(), admitReq("t0"))
-				var refused *dispatch.RefusedError
+				var refused *vocab.RefusedError
 				if !errors.As(err, &refused) {
 					b.Fatalf("Admit = %v, want a refusal", err)
 				}

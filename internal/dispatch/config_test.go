@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/admission"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // A hand-broken crew.json neither empties the queue nor admits anyone:
@@ -60,7 +60,7 @@ func TestBrokenConfigPlainAndTimedStarts(t *testing.T) {
 	require.NoError(t, d.Store.Ensure())
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte(`{"version": 1}`), 0o600))
 	_, err := d.Admit(t.Context(), admitReq("plain"))
-	var ce *runstore.ConfigError
+	var ce *vocab.ConfigError
 	require.ErrorAs(t, err, &ce)
 	w := startWaiter(t, d, "timed", "", 100*time.Millisecond)
 	w.await(t)

@@ -15,6 +15,7 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // newDispatcher returns a dispatcher on a state root that does not exist
@@ -32,8 +33,8 @@ func setCap(t *testing.T, d *dispatch.Dispatcher, n int) {
 	require.Equal(t, n, res.New)
 }
 
-func admitReq(task string) dispatch.AdmitRequest {
-	return dispatch.AdmitRequest{Task: task, Command: []string{"true"}, LockTimeout: 5 * time.Second}
+func admitReq(task string) vocab.AdmitRequest {
+	return vocab.AdmitRequest{Task: task, Command: []string{"true"}, LockTimeout: 5 * time.Second}
 }
 
 // admit reserves a slot for task and fails the test if it is refused. The
@@ -140,10 +141,10 @@ func contains(list []string, s string) bool {
 }
 
 // startRequest is a StartRequest with buffers for the command's output.
-func startRequest(task string, command ...string) (dispatch.StartRequest, *bytes.Buffer, *bytes.Buffer) {
+func startRequest(task string, command ...string) (vocab.StartRequest, *bytes.Buffer, *bytes.Buffer) {
 	var stdout, stderr bytes.Buffer
-	return dispatch.StartRequest{
-		AdmitRequest: dispatch.AdmitRequest{Task: task, Command: command, LockTimeout: 5 * time.Second},
+	return vocab.StartRequest{
+		AdmitRequest: vocab.AdmitRequest{Task: task, Command: command, LockTimeout: 5 * time.Second},
 		Grace:        200 * time.Millisecond,
 		Stdout:       &stdout,
 		Stderr:       &stderr,

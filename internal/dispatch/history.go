@@ -1,40 +1,16 @@
 package dispatch
 
 import (
-	"time"
-
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// HistoryVersion is the version of the `crew history --json` schema.
-const HistoryVersion = 1
-
-// HistoryQuery selects the finished runs crew history shows.
-type HistoryQuery struct {
-	Task   string    // only this task's runs ("" for all)
-	Failed bool      // only runs that did not succeed
-	Since  time.Time // only runs that finished at or after it
-	Limit  int       // at most this many (0: all)
-}
-
-// History is `crew history`: finished runs, newest finish first.
-type History struct {
-	Version int       `json:"version"`
-	Runs    []RunView `json:"runs"`
-	// Problems are finished records that could not be read, and what is
-	// wrong with the index of finished runs, if anything.
-	Problems []Problem `json:"problems"`
-	// Unindexed, if set, says why the runs were found from the records
-	// rather than the index of finished runs (which crew recover builds).
-	Unindexed string `json:"unindexed,omitempty"`
-}
 
 // History lists finished runs, newest finish first. It reads the index of
 // finished runs and the records of the runs it returns, so its cost
 // follows what it shows (and, with filters, how far back matches lie),
 // not the history; it never creates or changes a file.
-func (d *Dispatcher) History(q HistoryQuery) (*History, error) {
+func (d *Dispatcher) History(q vocab.HistoryQuery) (*vocab.History, error) {
 	st := d.Store
 	fq := runstore.FinishedQuery{Limit: q.Limit, Since: q.Since}
 	if q.Task != "" || q.Failed {
@@ -55,7 +31,7 @@ func (d *Dispatcher) History(q HistoryQuery) (*History, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &History{Version: HistoryVersion, Runs: make([]RunView, 0, len(fin.Runs)), Problems: []Problem{}, Unindexed: fin.Unindexed}
+	h := &vocab.History{Version: vocab.HistoryVersion, Runs: make([]vocab.RunView, 0, len(fin.Runs)), Problems: []vocab.Problem{}, Unindexed: fin.Unindexed}
 	for _, r := range fin.Runs {
 		h.Runs = append(h.Runs, d.finishedView(r))
 	}
@@ -66,13 +42,13 @@ func (d *Dispatcher) History(q HistoryQuery) (*History, error) {
 // finishedProblems are what status and history report of a look at the
 // finished runs: the records that could not be read, and what is wrong
 // with the index of finished runs.
-func finishedProblems(st *runstore.Store, fin *runstore.Finished) []Problem {
-	out := []Problem{}
+func finishedProblems(st *runstore.Store, fin *runstore.Finished) []vocab.Problem {
+	out := []vocab.Problem{}
 	for _, b := range fin.Bad {
-		out = append(out, Problem{Path: b.Path, Error: b.Err.Error()})
+		out = append(out, vocab.Problem{Path: b.Path, Error: b.Err.Error()})
 	}
 	if fin.IndexProblem != "" {
-		out = append(out, Problem{Path: st.IndexPath(), Error: fin.IndexProblem})
+		out = append(out, vocab.Problem{Path: st.IndexPath(), Error: fin.IndexProblem})
 	}
 	return out
 }

@@ -7,35 +7,15 @@ import (
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// InitResult says what Init found and wrote.
-type InitResult struct {
-	Path    string
-	Existed bool // a readable crew.json was there before
-	Old     int  // its maximumInProgress, if it existed
-	New     int
-	Pools   map[string]int // the pools now configured
-	// Broken, if crew.json was unusable, is why; MovedAside is where it
-	// was moved, so that nothing it held (pools) is lost silently.
-	Broken     string
-	MovedAside string
-	// Config is crew.json as it is now.
-	Config record.Config
-}
-
-// PoolChange sets a pool's cap; a cap of 0 removes the pool.
-type PoolChange struct {
-	Name string
-	Max  int
-}
 
 // Init creates the state root and writes crew.json. With setMax it sets the
 // cap (repairing an unreadable config); without, it keeps what is there.
 // The write happens under the admission lock, so no admission reads a
 // config in the middle of a change and recovery can tell crew.json's
 // temporary files from live ones.
-func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lockTimeout time.Duration, changes ...ConfigChange) (*InitResult, error) {
+func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []vocab.PoolChange, lockTimeout time.Duration, changes ...vocab.ConfigChange) (*vocab.InitResult, error) {
 	if err := checkInit(maxInProgress, setMax, pools); err != nil {
 		return nil, err
 	}
@@ -56,7 +36,7 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 	if err != nil && !setMax {
 		return nil, err // nothing to put in its place
 	}
-	res := &InitResult{Path: st.ConfigPath(), Existed: exists && err == nil, Old: cfg.MaximumInProgress}
+	res := &vocab.InitResult{Path: st.ConfigPath(), Existed: exists && err == nil, Old: cfg.MaximumInProgress}
 	if err != nil {
 		// Repairing: keep the broken file, start from scratch.
 		if res.Broken, res.MovedAside, err = moveAside(adm, err, d.now()); err != nil {
@@ -85,17 +65,17 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []PoolChange, lo
 
 // CheckInit validates crew init's cap and pool changes; ApplyPools makes
 // the changes to a config's pools. Every backend uses both.
-func CheckInit(maxInProgress int, setMax bool, pools []PoolChange) error {
+func CheckInit(maxInProgress int, setMax bool, pools []vocab.PoolChange) error {
 	return checkInit(maxInProgress, setMax, pools)
 }
 
-func ApplyPools(current map[string]int, changes []PoolChange) map[string]int {
+func ApplyPools(current map[string]int, changes []vocab.PoolChange) map[string]int {
 	return applyPools(current, changes)
 }
 
-func checkInit(maxInProgress int, setMax bool, pools []PoolChange) error {
+func checkInit(maxInProgress int, setMax bool, pools []vocab.PoolChange) error {
 	if setMax && maxInProgress < 1 {
-		return usagef("maximumInProgress must be at least 1, not %d", maxInProgress)
+		return vocab.Usagef("maximumInProgress must be at least 1, not %d", maxInProgress)
 	}
 	for _, p := range pools {
 		validate := record.ValidateNewPoolName // a pool added or changed
@@ -103,10 +83,10 @@ func checkInit(maxInProgress int, setMax bool, pools []PoolChange) error {
 			validate = record.ValidatePoolName // removing one an older crew accepted
 		}
 		if err := validate(p.Name); err != nil {
-			return &UsageError{Err: err}
+			return &vocab.UsageError{Err: err}
 		}
 		if p.Max < 0 {
-			return usagef("pool %q: cap must be at least 1 (or 0 to remove the pool), not %d", p.Name, p.Max)
+			return vocab.Usagef("pool %q: cap must be at least 1 (or 0 to remove the pool), not %d", p.Name, p.Max)
 		}
 	}
 	return nil
@@ -116,7 +96,7 @@ func checkInit(maxInProgress int, setMax bool, pools []PoolChange) error {
 // new one, unless there is no file to move (a state root that cannot be
 // opened): that error is the caller's.
 func moveAside(adm *runstore.Admission, loadErr error, now time.Time) (why, movedTo string, err error) {
-	var ce *runstore.ConfigError
+	var ce *vocab.ConfigError
 	if !errors.As(loadErr, &ce) {
 		return "", "", loadErr
 	}
@@ -124,7 +104,7 @@ func moveAside(adm *runstore.Admission, loadErr error, now time.Time) (why, move
 	return ce.Message(), movedTo, err
 }
 
-func applyPools(current map[string]int, changes []PoolChange) map[string]int {
+func applyPools(current map[string]int, changes []vocab.PoolChange) map[string]int {
 	if len(changes) == 0 {
 		return current
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 func TestInitWritesAndKeepsTheCap(t *testing.T) {
@@ -68,7 +68,7 @@ func TestInitChangesTheCapForTheNextAdmission(t *testing.T) {
 	setCap(t, d, 1)
 	admit(t, d, "a")
 	_, err := d.Admit(context.Background(), admitReq("b"))
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
 
 	setCap(t, d, 2)
@@ -83,13 +83,13 @@ func TestInitCorruptConfig(t *testing.T) {
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte("{oops"), 0o600))
 
 	_, err := d.Init(3, false, nil, time.Second)
-	var cfgErr *runstore.ConfigError
+	var cfgErr *vocab.ConfigError
 	require.ErrorAs(t, err, &cfgErr, "without --max there is nothing to put in its place")
 	b, err := os.ReadFile(lay(d).config())
 	require.NoError(t, err)
 	assert.Equal(t, "{oops", string(b), "and the file is left as it was")
 
-	res, err := d.Init(3, true, []dispatch.PoolChange{{Name: "test", Max: 2}}, time.Second)
+	res, err := d.Init(3, true, []vocab.PoolChange{{Name: "test", Max: 2}}, time.Second)
 	require.NoError(t, err, "--max repairs it")
 	assert.False(t, res.Existed)
 	assert.Equal(t, 3, res.New)
@@ -113,7 +113,7 @@ func TestInitWaitsForTheAdmissionLock(t *testing.T) {
 	defer lock.Release()
 
 	_, err = d.Init(3, true, nil, 50*time.Millisecond)
-	var timeout *runstore.LockTimeoutError
+	var timeout *vocab.LockTimeoutError
 	require.ErrorAs(t, err, &timeout)
 	assert.NoFileExists(t, lay(d).config())
 }

@@ -11,10 +11,8 @@ import (
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// ErrWaitTimeout is a wait that ran out of time.
-var ErrWaitTimeout = errors.New("timed out")
 
 // WaitRun blocks until the run has a final record and no longer holds its
 // slot, and returns the record. A run whose processes are all gone without
@@ -37,7 +35,7 @@ func (d *Dispatcher) WaitRun(ctx context.Context, id record.RunID) (*record.Run,
 		failpoint.Hit(failpoint.WaitPoll)
 		select {
 		case <-ctx.Done():
-			return nil, ErrWaitTimeout
+			return nil, vocab.ErrWaitTimeout
 		case <-time.After(delay):
 		}
 	}
@@ -111,9 +109,9 @@ func (w *runWait) missing() (*record.Run, error) {
 		return prunedRun(w.id, end), nil
 	}
 	if w.saw {
-		return nil, &RunGoneError{ID: w.id}
+		return nil, &vocab.RunGoneError{ID: w.id}
 	}
-	return nil, &NotFoundError{Err: fmt.Errorf("run %s left the queue without being admitted (or ran, and was removed before crew could see it)", w.id)}
+	return nil, &vocab.NotFoundError{Err: fmt.Errorf("run %s left the queue without being admitted (or ran, and was removed before crew could see it)", w.id)}
 }
 
 // prunedRun is a run whose record was removed before a waiter read it, as
@@ -123,15 +121,6 @@ func prunedRun(id record.RunID, end runstore.IndexedEnd) *record.Run {
 	return &record.Run{Version: record.RecordVersion, RunID: id, Task: end.Task, State: end.State, ExitCode: end.Exit,
 		FinishedAt: &fin, Events: []record.Event{},
 		Reason: "its record was removed (pruned) before crew could read it; the index of finished runs tells how it ended"}
-}
-
-// RunGoneError is a run a waiter saw, whose record was removed before it
-// could read it (by hand, or by a prune while nothing held it), and which
-// the index of finished runs no longer lists: its exit status is unknown.
-type RunGoneError struct{ ID record.RunID }
-
-func (e *RunGoneError) Error() string {
-	return fmt.Sprintf("run %s ended, but its record was removed before crew could read it, and the index of finished runs no longer lists it: its exit status is unknown", e.ID)
 }
 
 // stillCounted reports whether a run with a final record may still be

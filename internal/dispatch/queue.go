@@ -12,37 +12,13 @@ import (
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // pollInterval is the fallback re-evaluation of a waiter, for changes no
 // one rang about: a run or waiter killed with SIGKILL frees its place
 // without any file changing. Jittered so waiters do not poll in step.
 const pollInterval = 2 * time.Second
-
-// WaitProgress tells a waiting start where it stands.
-type WaitProgress struct {
-	RunID     record.RunID
-	Task      string
-	Admitted  bool
-	Position  int // 1-based place in line
-	Reason    admission.Reason
-	InUse     int
-	Maximum   int
-	Pool      string
-	PoolInUse int
-	PoolMax   int
-	// Oldest is the longest-running run holding a slot, if any.
-	Oldest *admission.Holder
-	// BlockingRun is the task's own active run, when that is the reason.
-	BlockingRun *admission.Holder
-	Since       time.Time
-	// ConfigErr, if set, is why nothing can be admitted: crew.json is
-	// unusable. The waiter keeps its place and retries.
-	ConfigErr string
-	// QueueErr, if set, is why nothing can be decided: the queue cannot
-	// be listed. The waiter keeps its place and retries.
-	QueueErr string
-}
 
 // attemptResult is a start that was not admitted on this attempt.
 type attemptResult struct {
@@ -53,7 +29,7 @@ type attemptResult struct {
 	warnings []error
 	waiter   *runstore.Waiter
 	// configErr: crew.json is unusable, nothing was decided.
-	configErr *runstore.ConfigError
+	configErr *vocab.ConfigError
 	// queueErr: the queue cannot be listed, nothing was decided.
 	queueErr error
 }
@@ -66,21 +42,21 @@ func (ar *attemptResult) undecided() error {
 	return ar.queueErr
 }
 
-func (ar *attemptResult) refusal(req AdmitRequest) *RefusedError {
+func (ar *attemptResult) refusal(req vocab.AdmitRequest) *vocab.RefusedError {
 	return Refusal(req.Task, req.Pool, ar.cfg, ar.usage, ar.verdict, ar.warnings)
 }
 
 // Refusal is the error for a start that verdict v does not admit: every
 // backend refuses in the same words.
-func Refusal(task, pool string, cfg record.Config, u admission.Usage, v admission.Verdict, warnings []error) *RefusedError {
-	e := &RefusedError{Kind: SlotsBusy, Task: task, InUse: u.InUse, Maximum: cfg.MaximumInProgress,
+func Refusal(task, pool string, cfg record.Config, u admission.Usage, v admission.Verdict, warnings []error) *vocab.RefusedError {
+	e := &vocab.RefusedError{Kind: vocab.SlotsBusy, Task: task, InUse: u.InUse, Maximum: cfg.MaximumInProgress,
 		Holders: u.Holders, Warnings: warnings, Pool: pool, PoolInUse: u.PoolUse[pool],
 		PoolMax: cfg.Pools[pool], Ahead: v.Ahead}
 	switch {
 	case v.Reason == admission.WaitTask && v.BlockingRun != nil:
-		e.Kind, e.Holders = TaskActive, []admission.Holder{*v.BlockingRun}
+		e.Kind, e.Holders = vocab.TaskActive, []admission.Holder{*v.BlockingRun}
 	case v.Reason == admission.WaitTask:
-		e.Kind, e.Holders, e.OlderTicket = TaskActive, nil, v.BlockingTicket
+		e.Kind, e.Holders, e.OlderTicket = vocab.TaskActive, nil, v.BlockingTicket
 	case v.QueueAhead:
 		e.QueueAhead = true
 	case v.Reason == admission.WaitPool:
@@ -89,9 +65,9 @@ func Refusal(task, pool string, cfg record.Config, u admission.Usage, v admissio
 	return e
 }
 
-func (ar *attemptResult) progress(req AdmitRequest) WaitProgress {
+func (ar *attemptResult) progress(req vocab.AdmitRequest) vocab.WaitProgress {
 	since, _ := ar.waiter.ID().CreatedAt()
-	p := WaitProgress{RunID: ar.waiter.ID(), Task: req.Task, Position: ar.verdict.Position, Reason: ar.verdict.Reason,
+	p := vocab.WaitProgress{RunID: ar.waiter.ID(), Task: req.Task, Position: ar.verdict.Position, Reason: ar.verdict.Reason,
 		InUse: ar.usage.InUse, Maximum: ar.cfg.MaximumInProgress, Pool: req.Pool,
 		PoolInUse: ar.usage.PoolUse[req.Pool], PoolMax: ar.cfg.Pools[req.Pool],
 		BlockingRun: ar.verdict.BlockingRun, Oldest: ar.usage.Oldest(), Since: since}
@@ -105,7 +81,7 @@ func (ar *attemptResult) progress(req AdmitRequest) WaitProgress {
 }
 
 // gaveUp is the error of a waiting start whose --wait=D ran out.
-func (d *Dispatcher) gaveUp(ar *attemptResult, w *runstore.Waiter, req AdmitRequest) error {
+func (d *Dispatcher) gaveUp(ar *attemptResult, w *runstore.Waiter, req vocab.AdmitRequest) error {
 	if latest := d.evaluate(w, req); latest != nil {
 		ar = latest
 	}
@@ -121,8 +97,8 @@ func (d *Dispatcher) gaveUp(ar *attemptResult, w *runstore.Waiter, req AdmitRequ
 // Nothing can be decided: a plain start fails with the error (exit 125);
 // a waiting start keeps its place in line, or takes one, and retries
 // until the config is fixed or its wait runs out.
-func (d *Dispatcher) unconfigured(adm *runstore.Admission, req AdmitRequest, w *runstore.Waiter, cfgErr error) (*Reservation, *attemptResult, error) {
-	var ce *runstore.ConfigError
+func (d *Dispatcher) unconfigured(adm *runstore.Admission, req vocab.AdmitRequest, w *runstore.Waiter, cfgErr error) (*Reservation, *attemptResult, error) {
+	var ce *vocab.ConfigError
 	if !req.Wait || !errors.As(cfgErr, &ce) {
 		return nil, nil, cfgErr
 	}
@@ -150,26 +126,12 @@ func (d *Dispatcher) unconfigured(adm *runstore.Admission, req AdmitRequest, w *
 // whether waiting starts are owed the slot cannot be told, so nothing is
 // decided (fail closed). A start not yet in line fails with the error
 // (exit 125); a waiting start keeps its place and retries.
-func (d *Dispatcher) unreadableQueue(req AdmitRequest, w *runstore.Waiter, qErr error) (*Reservation, *attemptResult, error) {
+func (d *Dispatcher) unreadableQueue(req vocab.AdmitRequest, w *runstore.Waiter, qErr error) (*Reservation, *attemptResult, error) {
 	if w == nil {
 		return nil, nil, fmt.Errorf("not admitted: crew cannot tell whether waiting starts are owed the free slots, so nothing was recorded: %w", qErr)
 	}
 	return nil, &attemptResult{verdict: admission.Verdict{Reason: admission.WaitQueue}, pool: req.Pool, waiter: w, queueErr: qErr}, nil
 }
-
-// QueueError is a queue that cannot be listed: nobody can tell whether
-// waiting starts are owed a free slot, so no start is let past them.
-type QueueError struct {
-	Path string // the queue's directory
-	Err  error
-}
-
-func (e *QueueError) Error() string {
-	return fmt.Sprintf("cannot read the queue of waiting starts (%v). Fix: make %s a directory crew can list "+
-		"(its owner, mode 0700, or 2770 in a root shared with a group), then try again", e.Err, e.Path)
-}
-
-func (e *QueueError) Unwrap() error { return e.Err }
 
 // line is the queue as liveQueue read it.
 type line struct {
@@ -204,7 +166,7 @@ func (l line) warnings() []error {
 func (d *Dispatcher) liveQueue(adm *runstore.Admission) (line, error) {
 	entries, err := d.Store.ListTickets()
 	if err != nil {
-		return line{}, &QueueError{Path: d.Store.QueuePath(), Err: err}
+		return line{}, &vocab.QueueError{Path: d.Store.QueuePath(), Err: err}
 	}
 	l := line{tickets: make([]admission.Ticket, 0, len(entries))}
 	for _, e := range entries {
@@ -233,7 +195,7 @@ func (d *Dispatcher) liveQueue(adm *runstore.Admission) (line, error) {
 
 // joinQueue creates this process's ticket; the caller holds the admission
 // lock, which is what makes arrival order total.
-func (d *Dispatcher) joinQueue(adm *runstore.Admission, req AdmitRequest, queue []admission.Ticket) (*runstore.Waiter, error) {
+func (d *Dispatcher) joinQueue(adm *runstore.Admission, req vocab.AdmitRequest, queue []admission.Ticket) (*runstore.Waiter, error) {
 	now := d.now()
 	id := record.NewRunID(now)
 	if len(queue) > 0 {
@@ -247,14 +209,14 @@ func (d *Dispatcher) joinQueue(adm *runstore.Admission, req AdmitRequest, queue 
 // admitWaiting is Admit with --wait: attempt, and while not admitted,
 // sleep on the bell (rung by whoever frees a slot this waiter may take),
 // with a slow poll as a fallback, until admitted, timed out or cancelled.
-func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reservation, error) {
+func (d *Dispatcher) admitWaiting(ctx context.Context, req vocab.AdmitRequest) (*Reservation, error) {
 	var deadline <-chan time.Time
 	if req.WaitTimeout > 0 {
 		t := time.NewTimer(req.WaitTimeout)
 		defer t.Stop()
 		deadline = t.C
 	}
-	report := func(p WaitProgress) {
+	report := func(p vocab.WaitProgress) {
 		if req.OnWait != nil {
 			req.OnWait(p)
 		}
@@ -281,7 +243,7 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req AdmitRequest) (*Reser
 		if res != nil {
 			if w != nil {
 				since, _ := w.ID().CreatedAt()
-				report(WaitProgress{RunID: res.Rec.RunID, Task: req.Task, Admitted: true, Since: since})
+				report(vocab.WaitProgress{RunID: res.Rec.RunID, Task: req.Task, Admitted: true, Since: since})
 				w = nil
 			}
 			return res, nil
@@ -312,7 +274,7 @@ var errWaitTimeout = errors.New("wait timed out")
 // decided (configBroken: crew.json is unusable, or the queue cannot be
 // listed) every poll tries again: nobody rings when it is fixed by hand,
 // and the waiter must stop showing the problem once it is.
-func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Waiter, req AdmitRequest, deadline <-chan time.Time, report func(WaitProgress), configBroken bool) error {
+func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Waiter, req vocab.AdmitRequest, deadline <-chan time.Time, report func(vocab.WaitProgress), configBroken bool) error {
 	for {
 		poll := time.NewTimer(pollInterval + rand.N(pollInterval/2))
 		select {
@@ -349,7 +311,7 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Wait
 // evaluate decides for a waiter without the admission lock (read-only), to
 // see whether taking the lock is worth it. It returns nil if the waiter
 // looks admissible (or the state cannot be read: let the lock decide).
-func (d *Dispatcher) evaluate(w *runstore.Waiter, req AdmitRequest) *attemptResult {
+func (d *Dispatcher) evaluate(w *runstore.Waiter, req vocab.AdmitRequest) *attemptResult {
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
 		return nil
@@ -372,7 +334,7 @@ func (d *Dispatcher) evaluate(w *runstore.Waiter, req AdmitRequest) *attemptResu
 
 // capacityLeft reports whether a run of req's pool would fit under the
 // caps right now, ignoring the queue; it reads only the active set.
-func (d *Dispatcher) capacityLeft(req AdmitRequest) bool {
+func (d *Dispatcher) capacityLeft(req vocab.AdmitRequest) bool {
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
 		return true // cannot tell: let the full evaluation decide

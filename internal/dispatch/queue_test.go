@@ -16,7 +16,7 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // waiter is a waiting Admit running in the background.
@@ -27,7 +27,7 @@ type waiter struct {
 	err  error
 
 	mu       sync.Mutex
-	progress []dispatch.WaitProgress
+	progress []vocab.WaitProgress
 }
 
 // startWaiter calls Admit with Wait for task in the background and returns
@@ -40,7 +40,7 @@ func startWaiter(t *testing.T, d *dispatch.Dispatcher, task, pool string, timeou
 	req.Pool = pool
 	req.Wait = true
 	req.WaitTimeout = timeout
-	req.OnWait = func(p dispatch.WaitProgress) {
+	req.OnWait = func(p vocab.WaitProgress) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.progress = append(w.progress, p)
@@ -89,11 +89,11 @@ func (w *waiter) await(t *testing.T) {
 	}
 }
 
-func (w *waiter) lastProgress() dispatch.WaitProgress {
+func (w *waiter) lastProgress() vocab.WaitProgress {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.progress) == 0 {
-		return dispatch.WaitProgress{}
+		return vocab.WaitProgress{}
 	}
 	return w.progress[len(w.progress)-1]
 }
@@ -139,9 +139,9 @@ func TestQueueIsFIFOAndNewcomersDoNotJump(t *testing.T) {
 	// refused because waiters are owed the slot.
 	releaseAll(holder)
 	_, err = d.Admit(context.Background(), admitReq("newcomer"))
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 	assert.True(t, refused.QueueAhead)
 	assert.Equal(t, 2, refused.Ahead)
 	assert.Contains(t, err.Error(), "2 waiting start(s) are ahead in the queue")
@@ -169,15 +169,15 @@ func TestQueueWaitTimeout(t *testing.T) {
 
 	for _, c := range []struct {
 		task string
-		kind dispatch.RefusalKind
-	}{{"other", dispatch.SlotsBusy}, {"holder", dispatch.TaskActive}} {
+		kind vocab.RefusalKind
+	}{{"other", vocab.SlotsBusy}, {"holder", vocab.TaskActive}} {
 		req := admitReq(c.task)
 		req.Wait = true
 		req.WaitTimeout = 100 * time.Millisecond
 		start := time.Now()
 		res, err := d.Admit(context.Background(), req)
 		assert.Nil(t, res)
-		var refused *dispatch.RefusedError
+		var refused *vocab.RefusedError
 		require.ErrorAs(t, err, &refused, c.task)
 		assert.Equal(t, c.kind, refused.Kind, c.task)
 		assert.Equal(t, 100*time.Millisecond, refused.WaitedFor)
@@ -208,7 +208,7 @@ func TestQueueSignalWhileWaiting(t *testing.T) {
 	sigs <- syscall.SIGTERM
 	r := awaitStart(t, done, 10*time.Second)
 	assert.Equal(t, 143, r.code)
-	var sig *supervise.SignalledError
+	var sig *vocab.SignalledError
 	require.ErrorAs(t, r.err, &sig)
 	assert.Empty(t, sig.RunID)
 	assert.Empty(t, queueFiles(t, d))
@@ -261,7 +261,7 @@ func TestRecoverSweepsDeadTickets(t *testing.T) {
 // waiters that can run, and two waiters of one task go oldest first.
 func TestQueueHasNoHeadOfLineBlocking(t *testing.T) {
 	d := newDispatcher(t)
-	_, err := d.Init(3, true, []dispatch.PoolChange{{Name: "deploy", Max: 1}}, time.Second)
+	_, err := d.Init(3, true, []vocab.PoolChange{{Name: "deploy", Max: 1}}, time.Second)
 	require.NoError(t, err)
 	req := admitReq("deploy-a")
 	req.Pool = "deploy"
@@ -302,16 +302,16 @@ func TestQueueHasNoHeadOfLineBlocking(t *testing.T) {
 	snap, err = d.Status("")
 	require.NoError(t, err)
 	require.Len(t, snap.Pools, 1)
-	assert.Equal(t, dispatch.PoolView{Name: "deploy", MaximumInProgress: 1, InUse: 1}, snap.Pools[0])
+	assert.Equal(t, vocab.PoolView{Name: "deploy", MaximumInProgress: 1, InUse: 1}, snap.Pools[0])
 }
 
 func TestPools(t *testing.T) {
 	d := newDispatcher(t)
-	res, err := d.Init(3, true, []dispatch.PoolChange{{Name: "deploy", Max: 1}, {Name: "test", Max: 2}}, time.Second)
+	res, err := d.Init(3, true, []vocab.PoolChange{{Name: "deploy", Max: 1}, {Name: "test", Max: 2}}, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"deploy": 1, "test": 2}, res.Pools)
 
-	poolReq := func(task, pool string) dispatch.AdmitRequest {
+	poolReq := func(task, pool string) vocab.AdmitRequest {
 		r := admitReq(task)
 		r.Pool = pool
 		return r
@@ -322,9 +322,9 @@ func TestPools(t *testing.T) {
 	assert.Equal(t, "deploy", first.Rec.Pool)
 
 	_, err = d.Admit(context.Background(), poolReq("d2", "deploy"))
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 	assert.True(t, refused.PoolFull)
 	assert.Equal(t, "deploy", refused.Pool)
 	assert.Equal(t, 1, refused.PoolInUse)
@@ -345,20 +345,20 @@ func TestPools(t *testing.T) {
 
 	// An unknown pool is a usage error naming the configured ones.
 	_, err = d.Admit(context.Background(), poolReq("x", "nope"))
-	var usage *dispatch.UsageError
+	var usage *vocab.UsageError
 	require.ErrorAs(t, err, &usage)
 	assert.Contains(t, usage.Error(), `unknown pool "nope"; configured pools: deploy, test`)
 
 	snap, err := d.Status("")
 	require.NoError(t, err)
-	assert.Equal(t, []dispatch.PoolView{{Name: "deploy", MaximumInProgress: 1, InUse: 2}, {Name: "test", MaximumInProgress: 2, InUse: 0}}, snap.Pools)
+	assert.Equal(t, []vocab.PoolView{{Name: "deploy", MaximumInProgress: 1, InUse: 2}, {Name: "test", MaximumInProgress: 2, InUse: 0}}, snap.Pools)
 
 	// Removing a pool keeps the others and the cap.
-	res, err = d.Init(0, false, []dispatch.PoolChange{{Name: "test", Max: 0}}, time.Second)
+	res, err = d.Init(0, false, []vocab.PoolChange{{Name: "test", Max: 0}}, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"deploy": 1}, res.Pools)
 	assert.Equal(t, 3, res.New)
-	res, err = d.Init(0, false, []dispatch.PoolChange{{Name: "deploy", Max: 0}}, time.Second)
+	res, err = d.Init(0, false, []vocab.PoolChange{{Name: "deploy", Max: 0}}, time.Second)
 	require.NoError(t, err)
 	assert.Empty(t, res.Pools)
 	_, err = d.Admit(context.Background(), poolReq("y", "deploy"))
@@ -367,15 +367,15 @@ func TestPools(t *testing.T) {
 }
 
 func TestInitRejectsBadPools(t *testing.T) {
-	for name, change := range map[string]dispatch.PoolChange{
+	for name, change := range map[string]vocab.PoolChange{
 		"empty name":    {Name: "", Max: 1},
 		"control char":  {Name: "a\nb", Max: 1},
 		"negative size": {Name: "deploy", Max: -1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := newDispatcher(t)
-			_, err := d.Init(2, true, []dispatch.PoolChange{change}, time.Second)
-			var usage *dispatch.UsageError
+			_, err := d.Init(2, true, []vocab.PoolChange{change}, time.Second)
+			var usage *vocab.UsageError
 			require.ErrorAs(t, err, &usage)
 			assert.NoDirExists(t, d.Store.Root(), "bad input changes nothing")
 		})

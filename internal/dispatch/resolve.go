@@ -8,14 +8,8 @@ import (
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// Ref is what a RUN|TASK argument names: a run (or a waiting start's
-// ticket), or a task.
-type Ref struct {
-	Run  record.RunID
-	Task string
-}
 
 // Lookup reads a RUN|TASK argument. In this order, it is:
 //
@@ -31,45 +25,45 @@ type Ref struct {
 //
 // An id prefix or short id that fits several runs is a usage error that
 // lists them (*AmbiguousError); one that fits none is *NotFoundError.
-func (d *Dispatcher) Lookup(arg string) (Ref, error) {
+func (d *Dispatcher) Lookup(arg string) (vocab.Ref, error) {
 	st := d.Store
 	if record.LooksLikeRunID(arg) {
 		id := record.RunID(arg)
 		_, err := st.ReadRun(id)
 		if err == nil || st.HasTicket(id) {
-			return Ref{Run: id}, nil
+			return vocab.Ref{Run: id}, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return Ref{}, err // unreadable, or a state root crew refuses: not "no such run"
+			return vocab.Ref{}, err // unreadable, or a state root crew refuses: not "no such run"
 		}
-		return Ref{}, &NotFoundError{Err: fmt.Errorf("no run %s in the state root %s", arg, st.Root())}
+		return vocab.Ref{}, &vocab.NotFoundError{Err: fmt.Errorf("no run %s in the state root %s", arg, st.Root())}
 	}
 	if record.IsRunIDShaped(arg) {
 		id, err := d.findRun(arg, func(id record.RunID) bool { return strings.HasPrefix(string(id), arg) })
-		var nf *NotFoundError
+		var nf *vocab.NotFoundError
 		if !errors.As(err, &nf) || record.ValidateTask(arg) != nil {
-			return Ref{Run: id}, err
+			return vocab.Ref{Run: id}, err
 		}
 		if has, herr := d.taskHasRuns(arg); herr != nil || !has {
-			return Ref{}, err // not a run, and no (older crew's) task of that name either
+			return vocab.Ref{}, err // not a run, and no (older crew's) task of that name either
 		}
-		return Ref{Task: arg}, nil
+		return vocab.Ref{Task: arg}, nil
 	}
 	if err := record.ValidateTask(arg); err != nil {
-		return Ref{}, usagef("invalid task name: %w", err)
+		return vocab.Ref{}, vocab.Usagef("invalid task name: %w", err)
 	}
 	if !record.IsShortID(arg) {
-		return Ref{Task: arg}, nil
+		return vocab.Ref{Task: arg}, nil
 	}
 	if has, err := d.taskHasRuns(arg); err != nil || has {
-		return Ref{Task: arg}, err
+		return vocab.Ref{Task: arg}, err
 	}
 	id, err := d.findRun(arg, func(id record.RunID) bool { return id.HasShort(arg) })
-	var nf *NotFoundError
+	var nf *vocab.NotFoundError
 	if errors.As(err, &nf) {
-		return Ref{Task: arg}, nil
+		return vocab.Ref{Task: arg}, nil
 	}
-	return Ref{Run: id}, err
+	return vocab.Ref{Run: id}, err
 }
 
 // Resolve turns a RUN|TASK argument (see Lookup) into a run id: a task
@@ -85,7 +79,7 @@ func (d *Dispatcher) Resolve(arg string) (record.RunID, error) {
 		return "", err
 	}
 	if id == "" {
-		return "", &NotFoundError{Err: fmt.Errorf("task %q has no runs in the state root %s", ref.Task, d.Store.Root())}
+		return "", &vocab.NotFoundError{Err: fmt.Errorf("task %q has no runs in the state root %s", ref.Task, d.Store.Root())}
 	}
 	return id, nil
 }
@@ -136,9 +130,9 @@ const maxCandidates = 8
 // findRun finds the one run or waiting start whose id match accepts.
 func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.RunID, error) {
 	st := d.Store
-	var cands []Candidate
+	var cands []vocab.Candidate
 	seen := map[record.RunID]bool{}
-	add := func(c Candidate) {
+	add := func(c vocab.Candidate) {
 		if !seen[c.ID] {
 			seen[c.ID] = true
 			cands = append(cands, c)
@@ -150,13 +144,13 @@ func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.
 	}
 	for _, e := range entries {
 		if e.ID != "" && e.Rec != nil && !e.Finished && match(e.ID) {
-			add(Candidate{ID: e.ID, Task: e.Rec.Task, State: string(e.Rec.State)})
+			add(vocab.Candidate{ID: e.ID, Task: e.Rec.Task, State: string(e.Rec.State)})
 		}
 	}
 	queue, _ := d.liveQueue(nil) // unreadable: no waiting start to find there
 	for _, t := range queue.tickets {
 		if match(t.ID) {
-			add(Candidate{ID: t.ID, Task: t.Task, State: "waiting"})
+			add(vocab.Candidate{ID: t.ID, Task: t.Task, State: "waiting"})
 		}
 	}
 	refs, total, err := st.FinishedMatching(match, maxCandidates)
@@ -165,56 +159,20 @@ func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.
 	}
 	more := 0
 	for _, r := range refs {
-		add(Candidate{ID: r.ID, Task: r.Task, State: string(r.State)})
+		add(vocab.Candidate{ID: r.ID, Task: r.Task, State: string(r.State)})
 	}
 	more = total - len(refs)
 	switch {
 	case len(cands) == 1 && more == 0:
 		return cands[0].ID, nil
 	case len(cands) == 0:
-		return "", &NotFoundError{Err: fmt.Errorf("no run's id begins with %s in the state root %s", arg, st.Root())}
+		return "", &vocab.NotFoundError{Err: fmt.Errorf("no run's id begins with %s in the state root %s", arg, st.Root())}
 	}
 	if len(cands) > maxCandidates {
 		more += len(cands) - maxCandidates
 		cands = cands[:maxCandidates]
 	}
-	return "", &AmbiguousError{Arg: arg, Candidates: cands, More: more}
-}
-
-// Candidate is one of the runs an ambiguous argument could mean.
-type Candidate struct {
-	ID    record.RunID
-	Task  string
-	State string
-}
-
-// AmbiguousError is a run id prefix or short id that fits several runs.
-type AmbiguousError struct {
-	Arg        string
-	Candidates []Candidate
-	More       int
-}
-
-func (e *AmbiguousError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s is ambiguous: it fits %d runs:", e.Arg, len(e.Candidates)+e.More)
-	for _, c := range e.Candidates {
-		fmt.Fprintf(&b, "\n  %s  %s  %s", c.ID, c.State, quoteName(c.Task))
-	}
-	if e.More > 0 {
-		fmt.Fprintf(&b, "\n  and %d more", e.More)
-	}
-	b.WriteString("\ngive more of the id")
-	return b.String()
-}
-
-// quoteName quotes a task name if it has a space or a quote, so a list of
-// them stays readable.
-func quoteName(s string) string {
-	if strings.ContainsAny(s, " \t\"") {
-		return fmt.Sprintf("%q", s)
-	}
-	return s
+	return "", &vocab.AmbiguousError{Arg: arg, Candidates: cands, More: more}
 }
 
 // TaskOf is the task of a run or waiting start, for messages; "" if

@@ -11,6 +11,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // finishRun admits and finishes a run of task, and returns its id.
@@ -32,7 +33,7 @@ func TestLookup(t *testing.T) {
 	test := finishRun(t, d, "test")
 	active := admit(t, d, "deploy").Rec.RunID
 
-	for arg, want := range map[string]dispatch.Ref{
+	for arg, want := range map[string]vocab.Ref{
 		string(build):           {Run: build},
 		string(build)[:40]:      {Run: build},
 		build.Short():           {Run: build},
@@ -53,7 +54,7 @@ func TestLookup(t *testing.T) {
 	cafe := finishRun(t, d, test.Short()[:6])
 	got, err := d.Lookup(test.Short()[:6])
 	require.NoError(t, err)
-	assert.Equal(t, dispatch.Ref{Task: test.Short()[:6]}, got)
+	assert.Equal(t, vocab.Ref{Task: test.Short()[:6]}, got)
 	id, err := d.Resolve(test.Short()[:6])
 	require.NoError(t, err)
 	assert.Equal(t, cafe, id, "the task's latest run")
@@ -65,7 +66,7 @@ func TestLookup(t *testing.T) {
 	common := string(build)[:12] // r-YYYYMMDDTH: the same hour, most likely
 	if strings.HasPrefix(string(active), common) && strings.HasPrefix(string(test), common) {
 		_, err = d.Lookup(common)
-		var amb *dispatch.AmbiguousError
+		var amb *vocab.AmbiguousError
 		require.True(t, errors.As(err, &amb), "%v", err)
 		assert.Equal(t, 4, len(amb.Candidates)+amb.More)
 		for _, want := range []record.RunID{build, test, active} {
@@ -75,12 +76,12 @@ func TestLookup(t *testing.T) {
 	}
 
 	_, err = d.Lookup("r-1999")
-	var nf *dispatch.NotFoundError
+	var nf *vocab.NotFoundError
 	require.True(t, errors.As(err, &nf), "%v", err)
 	assert.Contains(t, err.Error(), "no run's id begins with r-1999")
 	_, err = d.Resolve("never-ran")
 	require.True(t, errors.As(err, &nf), "%v", err)
 	_, err = d.Lookup("bad\nname")
-	var usage *dispatch.UsageError
+	var usage *vocab.UsageError
 	require.True(t, errors.As(err, &usage), "%v", err)
 }

@@ -7,24 +7,12 @@ import (
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// ConfigChange is one change `crew init` makes to crew.json besides the
-// cap and the pools.
-type ConfigChange func(*record.Config)
-
-// SetRetain sets how many finished runs to keep; 0 removes the limit.
-func SetRetain(n int) ConfigChange { return func(c *record.Config) { c.Retain = n } }
-
-// SetRetainFor sets how long finished runs are kept; 0 removes the limit.
-func SetRetainFor(d time.Duration) ConfigChange { return func(c *record.Config) { c.RetainFor = d } }
-
-// SetLogMax sets the default log cap; 0 removes it.
-func SetLogMax(n int64) ConfigChange { return func(c *record.Config) { c.LogMax = n } }
 
 // CheckChanges validates config changes the way crew init does, for
 // every backend.
-func CheckChanges(changes ...ConfigChange) error {
+func CheckChanges(changes ...vocab.ConfigChange) error {
 	var probe record.Config
 	for _, c := range changes {
 		c(&probe)
@@ -35,24 +23,20 @@ func CheckChanges(changes ...ConfigChange) error {
 func checkChange(c record.Config) error {
 	switch {
 	case c.Retain < 0:
-		return usagef("--retain must be at least 1 (or 0 to keep any number of finished runs), not %d", c.Retain)
+		return vocab.Usagef("--retain must be at least 1 (or 0 to keep any number of finished runs), not %d", c.Retain)
 	case c.RetainFor < 0:
-		return usagef("--retain-for must be positive (or 0 to keep finished runs of any age), not %s", c.RetainFor)
+		return vocab.Usagef("--retain-for must be positive (or 0 to keep finished runs of any age), not %s", c.RetainFor)
 	case c.LogMax < 0:
-		return usagef("--log-max must not be negative")
+		return vocab.Usagef("--log-max must not be negative")
 	case c.LogMax > 0 && c.LogMax < record.MinLogMax:
-		return usagef("--log-max must be at least 64KiB (or 0 for no cap), not %d bytes", c.LogMax)
+		return vocab.Usagef("--log-max must be at least 64KiB (or 0 for no cap), not %d bytes", c.LogMax)
 	}
 	return nil
 }
 
-// LogMaxNone, as AdmitRequest.LogMax, asks for a log without a cap
-// whatever crew.json says; 0 there means crew.json's logMax.
-const LogMaxNone = -1
-
 // logMaxFor is the cap of a new run's log: the start's own, else the
 // config's.
-func logMaxFor(req AdmitRequest, cfg record.Config) int64 {
+func logMaxFor(req vocab.AdmitRequest, cfg record.Config) int64 {
 	switch {
 	case req.LogMax > 0:
 		return req.LogMax
@@ -81,15 +65,6 @@ func (d *Dispatcher) PruneLazily() (recovery.LazyReport, error) {
 	return recovery.LazyPrune(d.Store, recovery.PolicyOf(cfg), d.now(), recovery.DefaultLazyLimits)
 }
 
-// NoRetentionError is `crew prune` without flags on a state root whose
-// crew.json sets no retention.
-type NoRetentionError struct{ Path string }
-
-func (e *NoRetentionError) Error() string {
-	return "say what to prune: --older-than D, --keep N, or both; or configure retention with `crew init --retain N` and/or `--retain-for D` (" +
-		e.Path + " sets none)"
-}
-
 // PruneConfigured is `crew prune` without flags: the configured retention,
 // applied in full.
 func (d *Dispatcher) PruneConfigured(dryRun bool) (*recovery.PruneReport, error) {
@@ -98,7 +73,7 @@ func (d *Dispatcher) PruneConfigured(dryRun bool) (*recovery.PruneReport, error)
 		return nil, err
 	}
 	if cfg.KeepsEverything() {
-		return nil, &UsageError{Err: &NoRetentionError{Path: d.Store.ConfigPath()}}
+		return nil, &vocab.UsageError{Err: &vocab.NoRetentionError{Path: d.Store.ConfigPath()}}
 	}
 	return d.Prune(recovery.PruneOptions{Policy: recovery.PolicyOf(cfg), DryRun: dryRun})
 }
@@ -113,21 +88,11 @@ func (d *Dispatcher) OpenLog(id record.RunID) *runstore.LogReader {
 	return d.Store.NewLogReader(id, logMax)
 }
 
-// RetentionView is crew.json's retention as `crew status --json` shows it.
-type RetentionView struct {
-	// Retain: keep the newest Retain finished runs (0: any number).
-	Retain int `json:"retain"`
-	// RetainFor: keep finished runs younger than this ("30d"; "": any
-	// age), also in seconds.
-	RetainFor        string `json:"retainFor"`
-	RetainForSeconds int64  `json:"retainForSeconds"`
-}
-
 // RetentionOf is cfg's retention as status shows it, for every backend.
-func RetentionOf(cfg record.Config) RetentionView { return retentionView(cfg) }
+func RetentionOf(cfg record.Config) vocab.RetentionView { return retentionView(cfg) }
 
-func retentionView(cfg record.Config) RetentionView {
-	v := RetentionView{Retain: cfg.Retain}
+func retentionView(cfg record.Config) vocab.RetentionView {
+	v := vocab.RetentionView{Retain: cfg.Retain}
 	if cfg.RetainFor > 0 {
 		v.RetainFor = duration.Format(cfg.RetainFor)
 		v.RetainForSeconds = int64(cfg.RetainFor / time.Second)

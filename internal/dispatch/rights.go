@@ -8,6 +8,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Who may stop what. A state root shared with a group lets each member
@@ -29,7 +30,7 @@ func (d *Dispatcher) mayStopRun(rec *record.Run) error {
 	}
 	owner, err := d.Store.RunUser(rec.RunID, rec.Locks)
 	if err != nil {
-		return &StopError{Err: fmt.Errorf("%w; only its own user or root may stop it, so crew stop signalled nothing", err)}
+		return &vocab.StopError{Err: fmt.Errorf("%w; only its own user or root may stop it, so crew stop signalled nothing", err)}
 	}
 	return notYours(fmt.Sprintf("run %s", rec.RunID), owner, me, "stop it", "nothing was signalled")
 }
@@ -48,7 +49,7 @@ func (d *Dispatcher) mayStopWaiter(id record.RunID) (gone bool, err error) {
 		return true, nil
 	}
 	if err != nil {
-		return false, &StopError{Err: fmt.Errorf("%w; only its own user or root may take it out of the queue, so crew stop changed nothing", err)}
+		return false, &vocab.StopError{Err: fmt.Errorf("%w; only its own user or root may take it out of the queue, so crew stop changed nothing", err)}
 	}
 	return false, notYours(fmt.Sprintf("the waiting start %s", id), owner, me, "take it out of the queue", "nothing was changed")
 }
@@ -59,7 +60,7 @@ func notYours(what string, owner, me int, action, undone string) error {
 	if record.MayStop(me, owner) {
 		return nil
 	}
-	return &NotPermittedError{Err: fmt.Errorf("%s belongs to %s: only its own user or root may %s, and crew stop runs as %s; %s",
+	return &vocab.NotPermittedError{Err: fmt.Errorf("%s belongs to %s: only its own user or root may %s, and crew stop runs as %s; %s",
 		what, runstore.UserName(owner), action, runstore.UserName(me), undone)}
 }
 

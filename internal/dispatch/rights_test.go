@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // A waiting start leaves the queue only for a stop request of its own
@@ -53,7 +53,7 @@ func TestWaiterIgnoresAnotherUsersStopRequest(t *testing.T) {
 	require.NoError(t, d.Store.WriteStopRequest(id, &own))
 	d.Store.Ring(id)
 	w.await(t)
-	var sig *supervise.SignalledError
+	var sig *vocab.SignalledError
 	require.ErrorAs(t, w.err, &sig)
 	assert.Equal(t, syscall.SIGTERM, sig.Signal)
 }

@@ -8,26 +8,19 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // UnsafeRootError is a state root crew refuses to use: someone other
 // than its user (or the group it was shared with) can write it.
 type UnsafeRootError = runstore.UnsafeRootError
 
-// ShareResult says what Share or Unshare did.
-type ShareResult struct {
-	Root    string
-	Group   string // "" after Unshare
-	Changed int
-	Skipped []string
-}
-
 // Share shares the state root with group (crew init --group): crew.json
 // names the group, then every directory becomes group-owned 2770 and every
 // file 0660, the root last. Running it again converts whatever was made
 // private meanwhile (files of runs that were already running). It happens
 // under the admission lock, so no admission reads a half-changed config.
-func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*ShareResult, error) {
+func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*vocab.ShareResult, error) {
 	gid, err := d.PrepareShare(group)
 	if err != nil {
 		return nil, err
@@ -55,7 +48,7 @@ func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*ShareResul
 	if err != nil {
 		return nil, fmt.Errorf("share the state root with group %s: %w", group, err)
 	}
-	return &ShareResult{Root: st.Root(), Group: group, Changed: rep.Changed, Skipped: rep.Skipped}, nil
+	return &vocab.ShareResult{Root: st.Root(), Group: group, Changed: rep.Changed, Skipped: rep.Skipped}, nil
 }
 
 // PrepareShare checks that group can be given to the state root, and lets
@@ -65,10 +58,10 @@ func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*ShareResul
 func (d *Dispatcher) PrepareShare(group string) (int, error) {
 	gid, err := runstore.LookupGroup(group)
 	if err != nil {
-		return -1, usagef("--group: %v", err)
+		return -1, vocab.Usagef("--group: %v", err)
 	}
 	if !memberOf(gid) {
-		return -1, usagef("--group %s: you are not a member of group %s, and only its members (or root) can give it a directory", group, group)
+		return -1, vocab.Usagef("--group %s: you are not a member of group %s, and only its members (or root) can give it a directory", group, group)
 	}
 	d.Store.PrepareSharing(group, gid)
 	return gid, nil
@@ -77,7 +70,7 @@ func (d *Dispatcher) PrepareShare(group string) (int, error) {
 // Unshare makes a shared state root private again (crew init --no-group):
 // directories 0700 and crew's own files 0600, the root last; then the group
 // leaves crew.json. Other users lose access to it at once.
-func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*ShareResult, error) {
+func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*vocab.ShareResult, error) {
 	st := d.Store
 	adm, err := st.LockAdmission(context.Background(), lockTimeout)
 	if err != nil {
@@ -103,7 +96,7 @@ func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*ShareResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ShareResult{Root: st.Root(), Changed: rep.Changed, Skipped: rep.Skipped}, nil
+	return &vocab.ShareResult{Root: st.Root(), Changed: rep.Changed, Skipped: rep.Skipped}, nil
 }
 
 // memberOf reports whether this process may give a file group gid.

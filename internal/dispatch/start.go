@@ -3,62 +3,28 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// StartRequest is one `crew start`.
-type StartRequest struct {
-	AdmitRequest
-	// Grace is how long the command's process group has between the
-	// forwarded signal and SIGKILL.
-	Grace time.Duration
-	// Stdin, Stdout and Stderr are the command's streams; Stdout and
-	// Stderr are also copied to the run's log file.
-	Stdin          io.Reader
-	Stdout, Stderr io.Writer
-	// Env is the command's environment before crew adds CREW_RUN_ID,
-	// CREW_TASK and CREW_ROOT.
-	Env []string
-	// Signals delivers the stop signals crew received (SIGINT, SIGTERM,
-	// SIGHUP); they are forwarded to the command's process group.
-	Signals <-chan os.Signal
-	// Warn receives warnings for the user (stderr), as errors so that
-	// crew's own line breaks (errors.Join) can be told from text in the
-	// state root; Note, crew's other lines about the run (a retry).
-	Warn func(error)
-	Note func(string)
-	// Detach hands the run to a supervisor process of its own and returns
-	// once the command is running.
-	Detach bool
-	// Tag prefixes each line of the command's output on Stdout and Stderr
-	// with the task's name and a tab (crew start --tag); the log keeps the
-	// output as it was written.
-	Tag bool
-	// NoPTY keeps the command on pipes on an interactive terminal
-	// (crew start --no-pty).
-	NoPTY bool
-}
 
 // Start admits, launches and supervises one run. It returns the run's id
 // (empty if none was reserved) and nil once the command exited 0; every
 // other outcome is a typed error: *RefusedError, *UsageError,
-// *supervise.ExitError (the command's own exit status),
-// *supervise.LaunchError, *supervise.SignalledError,
-// *supervise.InternalError, or crew's own failure.
-func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
+// *vocab.ExitError (the command's own exit status),
+// *vocab.LaunchError, *vocab.SignalledError,
+// *vocab.InternalError, or crew's own failure.
+func (d *Dispatcher) Start(req vocab.StartRequest) (record.RunID, error) {
 	if req.Warn == nil {
 		req.Warn = func(error) {}
 	}
 	res, sig, err := d.admitInterruptibly(req)
-	var refused *RefusedError
+	var refused *vocab.RefusedError
 	switch {
 	case res != nil:
 		for _, w := range res.Warnings {
@@ -71,7 +37,7 @@ func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
 	}
 	if err != nil {
 		if sig != 0 {
-			return "", &supervise.SignalledError{Signal: sig}
+			return "", &vocab.SignalledError{Signal: sig}
 		}
 		return "", err
 	}
@@ -97,7 +63,7 @@ func (d *Dispatcher) Start(req StartRequest) (record.RunID, error) {
 // while waiting for the admission lock or in the queue abandons the wait;
 // a signal that arrives once the run is reserved is returned so the run
 // is recorded as stopped instead of launched.
-func (d *Dispatcher) admitInterruptibly(req StartRequest) (*Reservation, syscall.Signal, error) {
+func (d *Dispatcher) admitInterruptibly(req vocab.StartRequest) (*Reservation, syscall.Signal, error) {
 	var res *Reservation
 	var err error
 	sig := WatchStopSignals(req.Signals, func(ctx context.Context) { res, err = d.Admit(ctx, req.AdmitRequest) })
@@ -138,6 +104,6 @@ func WatchStopSignals(signals <-chan os.Signal, admit func(ctx context.Context))
 
 // RecordRefusal appends a refused start to the state root's refusal log,
 // for `crew status TASK`, with the exit code crew gave it.
-func (d *Dispatcher) RecordRefusal(task string, e *RefusedError, exitCode int) {
+func (d *Dispatcher) RecordRefusal(task string, e *vocab.RefusedError, exitCode int) {
 	d.Store.AppendRefusal(record.Refusal{At: d.now(), Task: task, Reason: e.Error(), ExitCode: exitCode, PID: os.Getpid()})
 }

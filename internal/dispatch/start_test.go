@@ -18,7 +18,7 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 func TestStartSucceeds(t *testing.T) {
@@ -57,7 +57,7 @@ func TestStartPropagatesExitCode(t *testing.T) {
 	d := newDispatcher(t)
 	req, stdout, _ := startRequest("fails", "sh", "-c", "echo partial; exit 3")
 	code, id, err := startCode(d, req)
-	var exited *supervise.ExitError
+	var exited *vocab.ExitError
 	require.ErrorAs(t, err, &exited, "a failing command is not crew's error, only its exit status")
 	assert.Equal(t, 3, code)
 	assert.Equal(t, "partial\n", stdout.String())
@@ -73,7 +73,7 @@ func TestStartCommandKilledBySignal(t *testing.T) {
 	d := newDispatcher(t)
 	req, _, _ := startRequest("suicide", "sh", "-c", "kill -KILL $$")
 	code, id, err := startCode(d, req)
-	require.ErrorAs(t, err, new(*supervise.ExitError))
+	require.ErrorAs(t, err, new(*vocab.ExitError))
 	assert.Equal(t, 128+int(syscall.SIGKILL), code)
 	rec := readDone(t, d, id)
 	assert.Equal(t, record.Failed, rec.State)
@@ -123,12 +123,12 @@ func TestStartOwnerLockHeldWhileRunning(t *testing.T) {
 	assert.NotZero(t, view.TaskPID)
 
 	_, err = d.Admit(context.Background(), admitReq("other"))
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 	_, err = d.Admit(context.Background(), admitReq("holder"))
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.TaskActive, refused.Kind)
+	assert.Equal(t, vocab.TaskActive, refused.Kind)
 
 	require.NoError(t, os.WriteFile(gate, nil, 0o600))
 	r := awaitStart(t, done, 10*time.Second)
@@ -143,7 +143,7 @@ func TestStartCommandNotFound(t *testing.T) {
 	req, stdout, _ := startRequest("missing", "crew-test-no-such-command-7f3a")
 	code, id, err := startCode(d, req)
 	assert.Equal(t, 127, code)
-	var launch *supervise.LaunchError
+	var launch *vocab.LaunchError
 	require.ErrorAs(t, err, &launch)
 	assert.True(t, launch.NotFound)
 	assert.Equal(t, id, launch.RunID)
@@ -167,7 +167,7 @@ func TestStartCommandNotExecutable(t *testing.T) {
 	req, _, _ := startRequest("noexec", script)
 	code, id, err := startCode(d, req)
 	assert.Equal(t, 126, code)
-	var launch *supervise.LaunchError
+	var launch *vocab.LaunchError
 	require.ErrorAs(t, err, &launch)
 	assert.False(t, launch.NotFound)
 	assert.Contains(t, launch.Reason, "not executable")
@@ -179,7 +179,7 @@ func TestStartCommandNotExecutable(t *testing.T) {
 
 // startAndWaitRunning starts req in the background and returns once its
 // command is recorded as running.
-func startAndWaitRunning(t *testing.T, d *dispatch.Dispatcher, req dispatch.StartRequest, ready string) chan startResult {
+func startAndWaitRunning(t *testing.T, d *dispatch.Dispatcher, req vocab.StartRequest, ready string) chan startResult {
 	t.Helper()
 	done := make(chan startResult, 1)
 	go func() {
@@ -234,18 +234,18 @@ func ownChildLeads(pid int) bool {
 
 // startCode runs d.Start and turns its outcome into the exit code crew
 // start would give (cmd/crew maps the same types the same way).
-func startCode(d *dispatch.Dispatcher, req dispatch.StartRequest) (int, record.RunID, error) {
+func startCode(d *dispatch.Dispatcher, req vocab.StartRequest) (int, record.RunID, error) {
 	id, err := d.Start(req)
 	return codeOf(err), id, err
 }
 
 func codeOf(err error) int {
 	var (
-		exited   *supervise.ExitError
-		launch   *supervise.LaunchError
-		signal   *supervise.SignalledError
-		refused  *dispatch.RefusedError
-		internal *supervise.InternalError
+		exited   *vocab.ExitError
+		launch   *vocab.LaunchError
+		signal   *vocab.SignalledError
+		refused  *vocab.RefusedError
+		internal *vocab.InternalError
 	)
 	switch {
 	case err == nil:
@@ -258,7 +258,7 @@ func codeOf(err error) int {
 		return 126
 	case errors.As(err, &signal):
 		return 128 + int(signal.Signal)
-	case errors.As(err, &refused) && refused.Kind == dispatch.TaskActive:
+	case errors.As(err, &refused) && refused.Kind == vocab.TaskActive:
 		return 76
 	case errors.As(err, &refused):
 		return 75
@@ -297,7 +297,7 @@ func TestStartForwardsStopSignal(t *testing.T) {
 	sigs <- syscall.SIGTERM
 	r := awaitStart(t, done, 10*time.Second)
 	assert.Less(t, time.Since(sent), 3*time.Second, "stopped at once, not after the grace period")
-	require.ErrorAs(t, r.err, new(*supervise.ExitError))
+	require.ErrorAs(t, r.err, new(*vocab.ExitError))
 	assert.Equal(t, 143, r.code)
 
 	rec := readDone(t, d, r.id)
@@ -323,7 +323,7 @@ func TestStartEscalatesToSIGKILLAfterGrace(t *testing.T) {
 
 	sigs <- syscall.SIGINT
 	r := awaitStart(t, done, 10*time.Second)
-	require.ErrorAs(t, r.err, new(*supervise.ExitError))
+	require.ErrorAs(t, r.err, new(*vocab.ExitError))
 	assert.Equal(t, 128+int(syscall.SIGKILL), r.code)
 
 	rec := readDone(t, d, r.id)
@@ -351,7 +351,7 @@ func TestStartSignalWhileWaitingForTheLock(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Equal(t, 130, code)
 	assert.Empty(t, id)
-	var sig *supervise.SignalledError
+	var sig *vocab.SignalledError
 	require.ErrorAs(t, err, &sig)
 	assert.Equal(t, syscall.SIGINT, sig.Signal)
 	assert.Empty(t, sig.RunID)
@@ -377,9 +377,9 @@ func TestStartRefusedPassesWarnings(t *testing.T) {
 	code, runID, err := startCode(d, req)
 	assert.Equal(t, 75, code)
 	assert.Empty(t, runID)
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 	require.Len(t, warnings, 1)
 	assert.Contains(t, warnings[0], "counted as holding a slot")
 	assert.Empty(t, stdout.String())

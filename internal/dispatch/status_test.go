@@ -13,16 +13,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 func TestStatusOnMissingRootCreatesNothing(t *testing.T) {
 	d := newDispatcher(t)
 	snap, err := d.Status("")
 	require.NoError(t, err)
-	assert.Equal(t, dispatch.StatusVersion, snap.Version)
+	assert.Equal(t, vocab.StatusVersion, snap.Version)
 	assert.Equal(t, 1, snap.Version)
 	assert.Equal(t, d.Store.Root(), snap.Root)
 	assert.Equal(t, lay(d).config(), snap.ConfigPath)
@@ -60,7 +59,7 @@ func TestStatusActiveRuns(t *testing.T) {
 	assert.Equal(t, 5, snap.MaximumInProgress)
 	assert.Equal(t, 2, snap.SlotsInUse, "the live run and the orphan hold slots; the dead run does not")
 	require.Len(t, snap.Active, 3)
-	byTask := map[string]dispatch.RunView{}
+	byTask := map[string]vocab.RunView{}
 	for _, v := range snap.Active {
 		byTask[v.Task] = v
 	}
@@ -105,7 +104,7 @@ func TestStatusActiveRuns(t *testing.T) {
 func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 	d := newDispatcher(t)
 	var ids []record.RunID
-	for i := range dispatch.FinishedShown + 2 {
+	for i := range vocab.FinishedShown + 2 {
 		task := "even"
 		if i%2 == 1 {
 			task = "odd"
@@ -113,7 +112,7 @@ func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 		req, _, _ := startRequest(task, "sh", "-c", fmt.Sprintf("exit %d", i%2))
 		_, id, err := startCode(d, req)
 		if i%2 == 1 {
-			require.ErrorAs(t, err, new(*supervise.ExitError))
+			require.ErrorAs(t, err, new(*vocab.ExitError))
 		} else {
 			require.NoError(t, err)
 		}
@@ -122,7 +121,7 @@ func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 
 	snap, err := d.Status("")
 	require.NoError(t, err)
-	require.Len(t, snap.Finished, dispatch.FinishedShown)
+	require.Len(t, snap.Finished, vocab.FinishedShown)
 	for i, v := range snap.Finished {
 		assert.Equal(t, ids[len(ids)-1-i], v.RunID, "finished[%d]", i)
 		assert.False(t, v.HoldsSlot)
@@ -137,7 +136,7 @@ func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 
 	snap, err = d.Status("even")
 	require.NoError(t, err)
-	require.Len(t, snap.Finished, (dispatch.FinishedShown+2)/2)
+	require.Len(t, snap.Finished, (vocab.FinishedShown+2)/2)
 	for _, v := range snap.Finished {
 		assert.Equal(t, "even", v.Task)
 	}
@@ -169,8 +168,8 @@ func TestStatusReportsProblems(t *testing.T) {
 	assert.Equal(t, 1, snap.SlotsInUse, "only the record whose owner is alive counts")
 	assert.Empty(t, snap.Active)
 	assert.Empty(t, snap.Finished)
-	byPath := map[string]dispatch.Problem{}
-	var unnamed []dispatch.Problem
+	byPath := map[string]vocab.Problem{}
+	var unnamed []vocab.Problem
 	for _, p := range snap.Problems {
 		if p.Path == "" {
 			unnamed = append(unnamed, p)
@@ -227,7 +226,7 @@ func TestProbeErrorStatusAgreesWithAdmission(t *testing.T) {
 	require.NoError(t, syscall.Mkfifo(lockPath, 0o600))
 
 	_, err := d.Admit(context.Background(), admitReq("next"))
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused, "admission must count a run it cannot probe")
 	assert.Equal(t, 1, refused.InUse)
 

@@ -12,20 +12,8 @@ import (
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
 	"github.com/crew-dev/crew/internal/runstore"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// StopError is a stop that could not be carried out.
-type StopError struct{ Err error }
-
-func (e *StopError) Error() string { return e.Err.Error() }
-func (e *StopError) Unwrap() error { return e.Err }
-
-// StopOptions configures Stop.
-type StopOptions struct {
-	Signal syscall.Signal
-	Grace  time.Duration
-}
 
 const (
 	// ackTimeout is how long a living supervisor has to take up a stop
@@ -46,8 +34,8 @@ func currentUser() string {
 	return fmt.Sprintf("uid %d", os.Getuid())
 }
 
-func (d *Dispatcher) stopRequest(opts StopOptions) *record.StopRequest {
-	return &record.StopRequest{PID: os.Getpid(), User: currentUser(), Signal: supervise.SignalName(opts.Signal),
+func (d *Dispatcher) stopRequest(opts vocab.StopOptions) *record.StopRequest {
+	return &record.StopRequest{PID: os.Getpid(), User: currentUser(), Signal: vocab.SignalName(opts.Signal),
 		Signo: int(opts.Signal), At: d.now(), Grace: opts.Grace.String()}
 }
 
@@ -62,7 +50,7 @@ func (d *Dispatcher) stopRequest(opts StopOptions) *record.StopRequest {
 // /proc and pidfds), and refuses where it cannot prove which they are.
 // Only the run's own user or root may stop a living run (rights.go): for
 // anyone else nothing is written or signalled (*NotPermittedError).
-func (d *Dispatcher) Stop(id record.RunID, opts StopOptions) (*record.Run, error) {
+func (d *Dispatcher) Stop(id record.RunID, opts vocab.StopOptions) (*record.Run, error) {
 	st := d.Store
 	rec, err := st.ReadRun(id)
 	if err != nil {
@@ -128,13 +116,13 @@ func (d *Dispatcher) awaitSupervisor(id record.RunID, req *record.StopRequest, g
 // shows them, then SIGKILL after the grace period, and returns the final
 // record: its own (FinalizeStopped) for an orphan, the supervisor's
 // otherwise. why says why the supervisor did not do it.
-func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts StopOptions, why string) (*record.Run, error) {
+func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts vocab.StopOptions, why string) (*record.Run, error) {
 	t, err := d.findRunProcs(id)
 	if errors.Is(err, proc.ErrUnsupported) {
-		return nil, &StopError{Err: fmt.Errorf("run %s: %s, and %w: nothing was signalled; the stop request stays for its supervisor, if it lives", id, why, err)}
+		return nil, &vocab.StopError{Err: fmt.Errorf("run %s: %s, and %w: nothing was signalled; the stop request stays for its supervisor, if it lives", id, why, err)}
 	}
 	if err != nil {
-		return nil, &StopError{Err: fmt.Errorf("run %s: %s, and its processes cannot be found: %w", id, why, err)}
+		return nil, &vocab.StopError{Err: fmt.Errorf("run %s: %s, and its processes cannot be found: %w", id, why, err)}
 	}
 	defer t.close()
 	if len(t.cmd) == 0 {
@@ -145,7 +133,7 @@ func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts
 		if len(t.supervisors) > 0 {
 			err = fmt.Errorf("%w; the stop request stays, and the supervisor carries it out when it goes on", err)
 		}
-		return nil, &StopError{Err: err}
+		return nil, &vocab.StopError{Err: err}
 	}
 	t.signal(opts.Signal)
 	req.Targets = t.targets()
@@ -169,7 +157,7 @@ func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace
 		}
 		if !gone.IsZero() && time.Since(gone) > ackTimeout {
 			// Only a supervisor that does not answer still holds the run.
-			return nil, &StopError{Err: fmt.Errorf("run %s: %s, so crew stop signalled %s itself; they are gone, but %s",
+			return nil, &vocab.StopError{Err: fmt.Errorf("run %s: %s, so crew stop signalled %s itself; they are gone, but %s",
 				id, why, t.targets(), t.supervisorState())}
 		}
 		select {
@@ -182,7 +170,7 @@ func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace
 		case <-time.After(delay):
 		}
 		if time.Now().After(deadline) {
-			return nil, &StopError{Err: fmt.Errorf("run %s did not end within %s after SIGKILL", id, killTimeout)}
+			return nil, &vocab.StopError{Err: fmt.Errorf("run %s did not end within %s after SIGKILL", id, killTimeout)}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // waiterLeaveTimeout bounds how long crew stop waits for a waiting start
@@ -29,7 +30,7 @@ func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, erro
 	if gone, err := d.mayStopWaiter(id); gone || err != nil {
 		return err != nil, err
 	}
-	req := d.stopRequest(StopOptions{Signal: sig})
+	req := d.stopRequest(vocab.StopOptions{Signal: sig})
 	if err := st.WriteStopRequest(id, req); err != nil {
 		return true, err
 	}
@@ -43,7 +44,7 @@ func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, erro
 			return true, nil
 		}
 		if time.Now().After(deadline) {
-			return true, &StopError{Err: fmt.Errorf("the waiting start %s did not leave the queue within %s; the request stays, and it leaves when it next wakes", id, waiterLeaveTimeout)}
+			return true, &vocab.StopError{Err: fmt.Errorf("the waiting start %s did not leave the queue within %s; the request stays, and it leaves when it next wakes", id, waiterLeaveTimeout)}
 		}
 		time.Sleep(delay)
 	}
@@ -69,5 +70,5 @@ func (d *Dispatcher) stoppedWhileWaiting(w *runstore.Waiter) error {
 	}
 	w.Remove()
 	_ = d.Store.RemoveStopRequest(w.ID())
-	return &supervise.SignalledError{Signal: supervise.RequestedSignal(req), By: req.Who()}
+	return &vocab.SignalledError{Signal: supervise.RequestedSignal(req), By: req.Who()}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Issue 23, item 12: an attempt that cannot list the queue decides
@@ -15,8 +16,8 @@ import (
 // keeps its place and retries, saying why it cannot be decided.
 func TestUnreadableQueueDecidesNothing(t *testing.T) {
 	d := New(filepath.Join(t.TempDir(), "state"))
-	qErr := &QueueError{Path: "/r/queue", Err: errors.New("list the queue in /r/queue: input/output error")}
-	req := AdmitRequest{Task: "t", Wait: true}
+	qErr := &vocab.QueueError{Path: "/r/queue", Err: errors.New("list the queue in /r/queue: input/output error")}
+	req := vocab.AdmitRequest{Task: "t", Wait: true}
 
 	res, ar, err := d.unreadableQueue(req, nil, qErr)
 	if res != nil || ar != nil || !errors.Is(err, qErr) {

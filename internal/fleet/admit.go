@@ -19,14 +19,14 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // starter is one crew start's admission: its lease, and the session and
 // mutex it takes the admission lock with.
 type starter struct {
 	f     *Fleet
-	req   dispatch.StartRequest
+	req   vocab.StartRequest
 	lease *lease
 	sess  *concurrency.Session
 	mu    *concurrency.Mutex
@@ -42,27 +42,11 @@ type reserved struct {
 	warnings []error
 }
 
-// LockTimeoutError is the admission lock not had within --lock-timeout.
-type LockTimeoutError struct {
-	URL    string
-	Waited time.Duration
-	Holder string
-}
-
-func (e *LockTimeoutError) Error() string {
-	return fmt.Sprintf("timed out after %s waiting for the admission lock of etcd store %s, held by %s; "+
-		"if that process is stuck, stop it (the lock goes with its lease), or raise --lock-timeout", e.Waited, e.URL, e.Holder)
-}
-
-// holderNote is what the admission lock's holder says of itself.
+// holderNote is what the admission lock's holder says of itself (JSON).
 type holderNote struct {
 	Host  string    `json:"host"`
 	PID   int       `json:"pid"`
 	Since time.Time `json:"since"`
-}
-
-func (n holderNote) String() string {
-	return fmt.Sprintf("crew process %d on host %s since %s", n.PID, n.Host, n.Since.Local().Format(time.DateTime))
 }
 
 // holderNote is the write that says who holds the admission lock, for a
@@ -81,7 +65,8 @@ func (s *starter) lock(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		return &LockTimeoutError{URL: s.f.Loc.URL, Waited: s.req.LockTimeout, Holder: s.f.lockHolder()}
+		h, herr := s.f.lockHolder()
+		return &vocab.LockTimeoutError{Path: s.f.Loc.URL, Waited: s.req.LockTimeout, Holder: h, HoldErr: herr, Lease: true}
 	}
 	return s.f.wrap("take the admission lock", err)
 }
@@ -92,29 +77,32 @@ func (s *starter) unlock() {
 	_ = s.mu.Unlock(ctx) // if this fails, the key goes with the lease
 }
 
-// lockHolder describes who holds the admission lock, for a timeout.
-func (f *Fleet) lockHolder() string {
+// lockHolder is who holds the admission lock, for a timeout.
+func (f *Fleet) lockHolder() (vocab.Holder, error) {
 	ctx, cancel := f.ctx()
 	defer cancel()
 	resp, err := f.cli.Get(ctx, f.k.admissionHolder())
-	if err != nil || len(resp.Kvs) == 0 {
-		return "a process that has not said who it is"
+	if err != nil {
+		return vocab.Holder{}, err
+	}
+	if len(resp.Kvs) == 0 {
+		return vocab.Holder{}, errors.New("no holder note")
 	}
 	var n holderNote
-	if json.Unmarshal(resp.Kvs[0].Value, &n) != nil {
-		return "a process whose note is unreadable"
+	if err := json.Unmarshal(resp.Kvs[0].Value, &n); err != nil {
+		return vocab.Holder{}, fmt.Errorf("the holder note is unreadable: %w", err)
 	}
-	return n.String()
+	return vocab.Holder{PID: n.PID, Host: n.Host, Since: n.Since}, nil
 }
 
 // Start admits, launches and supervises one run on the fleet: the same
 // meaning and errors as dispatch's Start.
-func (f *Fleet) Start(req dispatch.StartRequest, ttl time.Duration) (record.RunID, error) {
+func (f *Fleet) Start(req vocab.StartRequest, ttl time.Duration) (record.RunID, error) {
 	if req.Warn == nil {
 		req.Warn = func(error) {}
 	}
 	if err := record.ValidateNewTask(req.Task); err != nil {
-		return "", &dispatch.UsageError{Err: err}
+		return "", &vocab.UsageError{Err: err}
 	}
 	l, err := f.grantPatiently(ttl, min(req.LockTimeout, unavailableFor))
 	if err != nil {
@@ -138,7 +126,7 @@ func (f *Fleet) Start(req dispatch.StartRequest, ttl time.Duration) (record.RunI
 		if sig != 0 {
 			return "", signalled(sig, "")
 		}
-		var refused *dispatch.RefusedError
+		var refused *vocab.RefusedError
 		if errors.As(err, &refused) {
 			for _, w := range refused.Warnings {
 				req.Warn(w)
@@ -197,7 +185,7 @@ func (s *starter) admit(ctx context.Context) (*reserved, error) {
 		}
 		if err != nil || res != nil {
 			if res != nil && s.req.OnWait != nil && s.ticket != nil {
-				s.req.OnWait(dispatch.WaitProgress{RunID: res.rec.RunID, Task: s.req.Task, Admitted: true, Since: s.ticket.CreatedAt})
+				s.req.OnWait(vocab.WaitProgress{RunID: res.rec.RunID, Task: s.req.Task, Admitted: true, Since: s.ticket.CreatedAt})
 			}
 			return res, err
 		}
@@ -230,12 +218,12 @@ type attemptResult struct {
 	verdict admission.Verdict
 }
 
-func (ar *attemptResult) refusal(s *starter) *dispatch.RefusedError {
+func (ar *attemptResult) refusal(s *starter) *vocab.RefusedError {
 	return dispatch.Refusal(s.req.Task, s.req.Pool, ar.view.cfg, ar.usage, ar.verdict, ar.view.warnings())
 }
 
-func (ar *attemptResult) progress(s *starter) dispatch.WaitProgress {
-	p := dispatch.WaitProgress{RunID: s.ticket.RunID, Task: s.req.Task, Position: ar.verdict.Position,
+func (ar *attemptResult) progress(s *starter) vocab.WaitProgress {
+	p := vocab.WaitProgress{RunID: s.ticket.RunID, Task: s.req.Task, Position: ar.verdict.Position,
 		Reason: ar.verdict.Reason, InUse: ar.usage.InUse, Maximum: ar.view.cfg.MaximumInProgress, Pool: s.req.Pool,
 		PoolInUse: ar.usage.PoolUse[s.req.Pool], PoolMax: ar.view.cfg.Pools[s.req.Pool],
 		BlockingRun: ar.verdict.BlockingRun, Oldest: ar.usage.Oldest(), Since: s.ticket.CreatedAt}
@@ -503,7 +491,7 @@ func (s *starter) awaitChange(ctx context.Context, wch clientv3.WatchChan, deadl
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypePut && s.f.isStopKey(string(ev.Kv.Key), s.ticket.RunID) {
 					if req, err := record.DecodeStopRequest(ev.Kv.Value); err == nil {
-						return false, &supervise.SignalledError{Signal: syscall.Signal(req.Signo), By: req.Who()}
+						return false, &vocab.SignalledError{Signal: syscall.Signal(req.Signo), By: req.Who()}
 					}
 				}
 				if s.relevant(ev) {
@@ -553,13 +541,13 @@ func (f *Fleet) stopAsked(id record.RunID) error {
 	if err != nil {
 		return nil
 	}
-	return &supervise.SignalledError{Signal: syscall.Signal(req.Signo), By: req.Who()}
+	return &vocab.SignalledError{Signal: syscall.Signal(req.Signo), By: req.Who()}
 }
 
 // logMax is the run's log cap: crew start --log-max, else the config's.
 func (s *starter) logMax(cfg record.Config) int64 {
 	switch {
-	case s.req.LogMax == dispatch.LogMaxNone:
+	case s.req.LogMax == vocab.LogMaxNone:
 		return 0
 	case s.req.LogMax > 0:
 		return s.req.LogMax

@@ -15,11 +15,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/leaseguard"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // SuperviseArg is the hidden command a detached run's supervisor runs as:
@@ -67,13 +67,13 @@ func (s *starter) detach(res *reserved) error {
 	case strings.HasPrefix(line, "launch "):
 		s.lease.handOver() // the child recorded the failure
 		kind, reason, _ := strings.Cut(strings.TrimPrefix(line, "launch "), " ")
-		return &supervise.LaunchError{RunID: id, NotFound: kind == "notfound", Reason: reason}
+		return &vocab.LaunchError{RunID: id, NotFound: kind == "notfound", Reason: reason}
 	}
 	s.lease.handOver() // the child ended the run, or it died: the lease says so
 	if v, err := s.f.Run(id); err == nil && !v.State.Active() {
-		return &supervise.InternalError{RunID: id, Err: fmt.Errorf("detached supervisor ended the run as %s: %s", v.State, v.Reason)}
+		return &vocab.InternalError{RunID: id, Err: fmt.Errorf("detached supervisor ended the run as %s: %s", v.State, v.Reason)}
 	}
-	return &supervise.InternalError{RunID: id, Err: errors.New("detached supervisor exited before the command started; the run's slot frees with its lease, and `crew recover` finalizes it")}
+	return &vocab.InternalError{RunID: id, Err: errors.New("detached supervisor exited before the command started; the run's slot frees with its lease, and `crew recover` finalizes it")}
 }
 
 // abandon records a run this process could not hand over.
@@ -154,13 +154,13 @@ func (f *Fleet) SuperviseDetached(id record.RunID, leaseID string, rev int64, gr
 		return err
 	}
 	defer devnull.Close()
-	s := &starter{f: f, lease: l, req: dispatch.StartRequest{
-		AdmitRequest: dispatch.AdmitRequest{Task: rec.Task, Command: rec.Command, Dir: rec.Dir},
+	s := &starter{f: f, lease: l, req: vocab.StartRequest{
+		AdmitRequest: vocab.AdmitRequest{Task: rec.Task, Command: rec.Command, Dir: rec.Dir},
 		Grace:        grace, Stdin: devnull, Stdout: nil, Stderr: nil, Env: os.Environ(),
 		Signals: signals, Warn: func(error) {},
 	}}
 	s.req.Env = supervise.WithoutCrewVars(s.req.Env)
-	r := &run{s: s, rec: rec, rev: rev, onRunning: func() { tell("running") }, onLaunchFailed: func(le *supervise.LaunchError) {
+	r := &run{s: s, rec: rec, rev: rev, onRunning: func() { tell("running") }, onLaunchFailed: func(le *vocab.LaunchError) {
 		kind := "noexec"
 		if le.NotFound {
 			kind = "notfound"

@@ -24,12 +24,11 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/crew-dev/crew/internal/admission"
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/leaseguard"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
 	"github.com/crew-dev/crew/internal/runstore"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // endpoint is the client URL of the single-member etcd TestMain runs.
@@ -139,8 +138,8 @@ func putActive(t *testing.T, f *Fleet, task string, st record.State) *record.Run
 	return r
 }
 
-func startReq(task string, cmd ...string) dispatch.StartRequest {
-	return dispatch.StartRequest{AdmitRequest: dispatch.AdmitRequest{Task: task, Command: cmd, Dir: "/",
+func startReq(task string, cmd ...string) vocab.StartRequest {
+	return vocab.StartRequest{AdmitRequest: vocab.AdmitRequest{Task: task, Command: cmd, Dir: "/",
 		LockTimeout: 5 * time.Second}, Grace: time.Second, Env: os.Environ()}
 }
 
@@ -294,7 +293,7 @@ func TestStartRecordsTheOutcome(t *testing.T) {
 	_, err := f.Init(1, true, nil)
 	require.NoError(t, err)
 	id, err := f.Start(startReq("a", "sh", "-c", "exit 7"), MinLeaseTTL)
-	var exited *supervise.ExitError
+	var exited *vocab.ExitError
 	require.ErrorAs(t, err, &exited)
 	assert.Equal(t, 7, exited.Code)
 	snap, err := f.Status("a")
@@ -308,7 +307,7 @@ func TestStartRecordsTheOutcome(t *testing.T) {
 	assert.Positive(t, got.PGID)
 
 	_, err = f.Start(startReq("b", "no-such-command-here"), MinLeaseTTL)
-	var launch *supervise.LaunchError
+	var launch *vocab.LaunchError
 	require.ErrorAs(t, err, &launch)
 	assert.True(t, launch.NotFound)
 }
@@ -329,12 +328,12 @@ func TestStartRefusesAtTheCap(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 
 	_, err = f.Start(startReq("b", "true"), MinLeaseTTL)
-	var refused *dispatch.RefusedError
+	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.SlotsBusy, refused.Kind)
+	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
 	_, err = f.Start(startReq("a", "true"), MinLeaseTTL)
 	require.ErrorAs(t, err, &refused)
-	assert.Equal(t, dispatch.TaskActive, refused.Kind)
+	assert.Equal(t, vocab.TaskActive, refused.Kind)
 
 	require.NoError(t, os.WriteFile(gate, nil, 0o600))
 	require.NoError(t, <-done)
@@ -345,20 +344,20 @@ func TestHistoryIsNewestFinishFirstAndFilters(t *testing.T) {
 	for _, c := range []string{"exit 0", "exit 3", "exit 0"} {
 		_, _ = f.Start(startReq("t", "sh", "-c", c), MinLeaseTTL)
 	}
-	h, err := f.History(dispatch.HistoryQuery{})
+	h, err := f.History(vocab.HistoryQuery{})
 	require.NoError(t, err)
 	require.Len(t, h.Runs, 3)
 	for i := 1; i < len(h.Runs); i++ {
 		assert.False(t, h.Runs[i].FinishedAt.After(*h.Runs[i-1].FinishedAt), "newest finish first")
 	}
-	h, err = f.History(dispatch.HistoryQuery{Failed: true})
+	h, err = f.History(vocab.HistoryQuery{Failed: true})
 	require.NoError(t, err)
 	require.Len(t, h.Runs, 1)
 	assert.Equal(t, 3, *h.Runs[0].ExitCode)
-	h, err = f.History(dispatch.HistoryQuery{Limit: 2})
+	h, err = f.History(vocab.HistoryQuery{Limit: 2})
 	require.NoError(t, err)
 	assert.Len(t, h.Runs, 2)
-	h, err = f.History(dispatch.HistoryQuery{Task: "other"})
+	h, err = f.History(vocab.HistoryQuery{Task: "other"})
 	require.NoError(t, err)
 	assert.Empty(t, h.Runs)
 }
@@ -373,7 +372,7 @@ func TestPruneKeepsTheNewestAndTheYoung(t *testing.T) {
 	rep, err := f.Prune(recovery.PruneOptions{Policy: keep, DryRun: true})
 	require.NoError(t, err)
 	assert.Len(t, rep.Removed, 2)
-	h, _ := f.History(dispatch.HistoryQuery{})
+	h, _ := f.History(vocab.HistoryQuery{})
 	assert.Len(t, h.Runs, 3, "a dry run removes nothing")
 
 	young := recovery.Policy{KeepNewest: 0, OlderThan: time.Hour}
@@ -385,7 +384,7 @@ func TestPruneKeepsTheNewestAndTheYoung(t *testing.T) {
 	rep, err = f.Prune(recovery.PruneOptions{Policy: keep})
 	require.NoError(t, err)
 	assert.Len(t, rep.Removed, 2)
-	h, _ = f.History(dispatch.HistoryQuery{})
+	h, _ = f.History(vocab.HistoryQuery{})
 	require.Len(t, h.Runs, 1)
 	_, err = f.Run(rep.Removed[0].RunID)
 	assert.ErrorIs(t, err, fs.ErrNotExist)
@@ -416,12 +415,12 @@ func TestStopFromAnotherHost(t *testing.T) {
 	got, err := other.Resolve("long")
 	require.NoError(t, err)
 	assert.Equal(t, id, got)
-	rec, err := other.Stop(id, dispatch.StopOptions{Signal: syscall.SIGTERM, Grace: time.Second})
+	rec, err := other.Stop(id, vocab.StopOptions{Signal: syscall.SIGTERM, Grace: time.Second})
 	require.NoError(t, err)
 	assert.Equal(t, record.Stopped, rec.State)
 	assert.Contains(t, rec.Reason, "stopped by crew stop")
 	assert.Contains(t, rec.Reason, "@h2")
-	var exited *supervise.ExitError
+	var exited *vocab.ExitError
 	require.ErrorAs(t, <-done, &exited)
 	assert.Equal(t, 128+int(syscall.SIGTERM), exited.Code)
 
@@ -432,7 +431,7 @@ func TestStopFromAnotherHost(t *testing.T) {
 
 func TestFinishingPrunesLazilyUnderTheConfiguredRetention(t *testing.T) {
 	f := open(t)
-	_, err := f.Init(4, true, nil, dispatch.SetRetain(2))
+	_, err := f.Init(4, true, nil, vocab.SetRetain(2))
 	require.NoError(t, err)
 	var ids []record.RunID
 	for range 4 {
@@ -440,7 +439,7 @@ func TestFinishingPrunesLazilyUnderTheConfiguredRetention(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
-	h, err := f.History(dispatch.HistoryQuery{})
+	h, err := f.History(vocab.HistoryQuery{})
 	require.NoError(t, err)
 	require.Len(t, h.Runs, 2, "each finish removes what the retention lets go")
 	assert.Equal(t, ids[3], h.Runs[0].RunID)
@@ -460,7 +459,7 @@ func TestResolveShortIDs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, id, got, "a task names its newest run")
 	_, err = f.Resolve("deadbeef")
-	var nf *dispatch.NotFoundError
+	var nf *vocab.NotFoundError
 	require.ErrorAs(t, err, &nf, "neither a run's short id nor a task")
 }
 
@@ -480,18 +479,18 @@ func TestLockTimeoutNamesTheHolder(t *testing.T) {
 	req := startReq("y", "true")
 	req.LockTimeout = 300 * time.Millisecond
 	_, err = f.Start(req, MinLeaseTTL)
-	var timeout *LockTimeoutError
+	var timeout *vocab.LockTimeoutError
 	require.ErrorAs(t, err, &timeout)
 	assert.Contains(t, err.Error(), "timed out after 300ms waiting for the admission lock of etcd store "+f.Loc.URL)
-	assert.Contains(t, err.Error(), fmt.Sprintf("held by crew process %d on host h1", os.Getpid()))
+	assert.Contains(t, err.Error(), fmt.Sprintf("held by pid %d on host h1", os.Getpid()))
 	h.unlock()
 }
 
 func TestStopRefusesSIGSTOP(t *testing.T) {
 	f := open(t)
 	r := putActive(t, f, "a", record.Running)
-	_, err := f.Stop(r.RunID, dispatch.StopOptions{Signal: syscall.SIGSTOP, Grace: time.Second})
-	var usage *dispatch.UsageError
+	_, err := f.Stop(r.RunID, vocab.StopOptions{Signal: syscall.SIGSTOP, Grace: time.Second})
+	var usage *vocab.UsageError
 	require.ErrorAs(t, err, &usage)
 	assert.Contains(t, err.Error(), "crew stop --signal SIGSTOP is refused on an etcd store: it would freeze the run's lease guard too")
 }

@@ -14,12 +14,13 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Init writes the fleet's config: the same meaning as crew init on a state
 // root. The write is a compare-and-swap on the config key's revision, so
 // two concurrent inits never lose one's change.
-func (f *Fleet) Init(maxInProgress int, setMax bool, pools []dispatch.PoolChange, changes ...dispatch.ConfigChange) (*dispatch.InitResult, error) {
+func (f *Fleet) Init(maxInProgress int, setMax bool, pools []vocab.PoolChange, changes ...vocab.ConfigChange) (*vocab.InitResult, error) {
 	if err := dispatch.CheckInit(maxInProgress, setMax, pools); err != nil {
 		return nil, err
 	}
@@ -37,7 +38,7 @@ func (f *Fleet) Init(maxInProgress int, setMax bool, pools []dispatch.PoolChange
 	}
 }
 
-func (f *Fleet) initOnce(maxInProgress int, setMax bool, pools []dispatch.PoolChange, changes []dispatch.ConfigChange) (*dispatch.InitResult, bool, error) {
+func (f *Fleet) initOnce(maxInProgress int, setMax bool, pools []vocab.PoolChange, changes []vocab.ConfigChange) (*vocab.InitResult, bool, error) {
 	ctx, cancel := f.ctx()
 	defer cancel()
 	key := f.k.config()
@@ -46,7 +47,7 @@ func (f *Fleet) initOnce(maxInProgress int, setMax bool, pools []dispatch.PoolCh
 		return nil, false, f.wrap("read the config", err)
 	}
 	cfg, rev, exists := record.DefaultConfig(), int64(0), len(resp.Kvs) == 1
-	res := &dispatch.InitResult{Path: key}
+	res := &vocab.InitResult{Path: key}
 	var ops []clientv3.Op
 	if exists {
 		rev = resp.Kvs[0].ModRevision
@@ -87,7 +88,7 @@ func (f *Fleet) initOnce(maxInProgress int, setMax bool, pools []dispatch.PoolCh
 
 // Status is crew status on the fleet: read without the admission lock, in
 // one consistent snapshot.
-func (f *Fleet) Status(taskFilter string) (*dispatch.Snapshot, error) {
+func (f *Fleet) Status(taskFilter string) (*vocab.Snapshot, error) {
 	ctx, cancel := f.ctx()
 	defer cancel()
 	v, err := f.read(ctx)
@@ -95,20 +96,20 @@ func (f *Fleet) Status(taskFilter string) (*dispatch.Snapshot, error) {
 		return nil, err
 	}
 	u := v.usage()
-	snap := &dispatch.Snapshot{
-		Version: dispatch.StatusVersion, Root: f.Loc.URL, ConfigPath: f.k.config(), ConfigExists: v.cfgExists,
+	snap := &vocab.Snapshot{
+		Version: vocab.StatusVersion, Root: f.Loc.URL, ConfigPath: f.k.config(), ConfigExists: v.cfgExists,
 		MaximumInProgress: v.cfg.MaximumInProgress, SlotsInUse: u.InUse,
-		Active: []dispatch.RunView{}, Finished: []dispatch.RunView{}, Problems: []dispatch.Problem{},
-		Queue: []dispatch.QueueView{}, Pools: []dispatch.PoolView{},
+		Active: []vocab.RunView{}, Finished: []vocab.RunView{}, Problems: []vocab.Problem{},
+		Queue: []vocab.QueueView{}, Pools: []vocab.PoolView{},
 		Retention: dispatch.RetentionOf(v.cfg), LogMax: v.cfg.LogMax,
 	}
 	if v.cfgErr != nil {
 		snap.MaximumInProgress = 0
-		snap.ConfigError = &dispatch.ConfigProblem{Path: f.k.config(), Error: v.cfgErr.Error()}
+		snap.ConfigError = &vocab.ConfigProblem{Path: f.k.config(), Error: v.cfgErr.Error()}
 	}
 	for _, a := range v.active {
 		if a.rec == nil {
-			snap.Problems = append(snap.Problems, dispatch.Problem{Path: a.key, Error: a.err.Error(), OwnerAlive: a.owned, HoldsSlot: a.owned})
+			snap.Problems = append(snap.Problems, vocab.Problem{Path: a.key, Error: a.err.Error(), OwnerAlive: a.owned, HoldsSlot: a.owned})
 			continue
 		}
 		if taskFilter != "" && a.rec.Task != taskFilter {
@@ -121,37 +122,37 @@ func (f *Fleet) Status(taskFilter string) (*dispatch.Snapshot, error) {
 		if taskFilter != "" && q.t.Task != taskFilter {
 			continue
 		}
-		snap.Queue = append(snap.Queue, dispatch.QueueView{Position: i + 1, Task: q.t.Task, RunID: q.t.RunID,
+		snap.Queue = append(snap.Queue, vocab.QueueView{Position: i + 1, Task: q.t.Task, RunID: q.t.RunID,
 			Since: q.t.CreatedAt, Pool: q.t.Pool, WaitingFor: plan[i].Reason, Host: q.t.Host})
 	}
 	for _, name := range v.cfg.PoolNames() {
-		snap.Pools = append(snap.Pools, dispatch.PoolView{Name: name, MaximumInProgress: v.cfg.Pools[name], InUse: u.PoolUse[name]})
+		snap.Pools = append(snap.Pools, vocab.PoolView{Name: name, MaximumInProgress: v.cfg.Pools[name], InUse: u.PoolUse[name]})
 	}
-	if snap.Finished, err = f.finished(taskFilter, dispatch.FinishedShown); err != nil {
+	if snap.Finished, err = f.finished(taskFilter, vocab.FinishedShown); err != nil {
 		return nil, err
 	}
 	return snap, nil
 }
 
-func liveView(a activeRun) dispatch.RunView {
+func liveView(a activeRun) vocab.RunView {
 	l := record.Dead
 	if a.owned {
 		l = record.Alive
 	}
-	return dispatch.RunView{Run: *a.rec, Owner: l.String(), OwnerAlive: a.owned, SupervisorAlive: a.owned,
+	return vocab.RunView{Run: *a.rec, Owner: l.String(), OwnerAlive: a.owned, SupervisorAlive: a.owned,
 		HoldsSlot: a.owned && a.rec.State.Active()}
 }
 
 // finished lists the newest finishes, at most n, of taskFilter if set.
-func (f *Fleet) finished(taskFilter string, n int) ([]dispatch.RunView, error) {
+func (f *Fleet) finished(taskFilter string, n int) ([]vocab.RunView, error) {
 	return f.finishedWhere(n, time.Time{}, func(e finishEntry) bool { return taskFilter == "" || e.Task == taskFilter })
 }
 
 // finishedWhere reads the index of finished runs newest finish first, a
 // page at a time, and the records of the entries that match (at most n;
 // 0: all) and finished at or after since.
-func (f *Fleet) finishedWhere(n int, since time.Time, match func(finishEntry) bool) ([]dispatch.RunView, error) {
-	out := []dispatch.RunView{}
+func (f *Fleet) finishedWhere(n int, since time.Time, match func(finishEntry) bool) ([]vocab.RunView, error) {
+	out := []vocab.RunView{}
 	end := clientv3.GetPrefixRangeEnd(f.k.finishedPrefix())
 	const page = 200
 	for n == 0 || len(out) < n {
@@ -183,7 +184,7 @@ func (f *Fleet) finishedWhere(n int, since time.Time, match func(finishEntry) bo
 			return nil, err
 		}
 		for _, r := range runs {
-			out = append(out, dispatch.RunView{Run: *r, Owner: record.Dead.String()})
+			out = append(out, vocab.RunView{Run: *r, Owner: record.Dead.String()})
 			if n > 0 && len(out) == n {
 				break
 			}
@@ -225,14 +226,14 @@ func (f *Fleet) records(ids []record.RunID) ([]*record.Run, error) {
 
 // History is crew history on the fleet: finished runs, newest finish
 // first, read from the index of finished runs.
-func (f *Fleet) History(q dispatch.HistoryQuery) (*dispatch.History, error) {
+func (f *Fleet) History(q vocab.HistoryQuery) (*vocab.History, error) {
 	runs, err := f.finishedWhere(q.Limit, q.Since, func(e finishEntry) bool {
 		return (q.Task == "" || e.Task == q.Task) && (!q.Failed || e.State != record.Succeeded)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &dispatch.History{Version: dispatch.HistoryVersion, Runs: runs, Problems: []dispatch.Problem{}}, nil
+	return &vocab.History{Version: vocab.HistoryVersion, Runs: runs, Problems: []vocab.Problem{}}, nil
 }
 
 // Prune removes finished runs the policy lets go, newest kept first: a

@@ -16,9 +16,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Resolve says which run a RUN|TASK argument names: a run id, or a task
@@ -32,13 +31,13 @@ func (f *Fleet) Resolve(arg string) (record.RunID, error) {
 		return id, nil
 	}
 	if record.IsShortID(arg) {
-		if id, err := f.resolveShort(arg); err == nil || !errors.As(err, new(*dispatch.NotFoundError)) {
+		if id, err := f.resolveShort(arg); err == nil || !errors.As(err, new(*vocab.NotFoundError)) {
 			return id, err
 		}
 		// No run has that short id: it may be a task's name.
 	}
 	if err := record.ValidateTask(arg); err != nil {
-		return "", &dispatch.UsageError{Err: err}
+		return "", &vocab.UsageError{Err: err}
 	}
 	ctx, cancel := f.ctx()
 	v, err := f.read(ctx)
@@ -63,7 +62,7 @@ func (f *Fleet) Resolve(arg string) (record.RunID, error) {
 	if len(done) == 1 {
 		return done[0].RunID, nil
 	}
-	return "", &dispatch.NotFoundError{Err: fmt.Errorf("no run of task %q in etcd store %s", arg, f.Loc.URL)}
+	return "", &vocab.NotFoundError{Err: fmt.Errorf("no run of task %q in etcd store %s", arg, f.Loc.URL)}
 }
 
 // TaskOf is the task of run id, or "" if it cannot be read.
@@ -79,7 +78,7 @@ func (f *Fleet) TaskOf(id record.RunID) string {
 
 // Run is one run as crew status RUN-ID shows it. A run that is neither
 // active nor finished is an error wrapping fs.ErrNotExist.
-func (f *Fleet) Run(id record.RunID) (*dispatch.RunView, error) {
+func (f *Fleet) Run(id record.RunID) (*vocab.RunView, error) {
 	ctx, cancel := f.ctx()
 	defer cancel()
 	resp, err := f.cli.Txn(ctx).Then(
@@ -102,7 +101,7 @@ func (f *Fleet) Run(id record.RunID) (*dispatch.RunView, error) {
 		if err != nil {
 			return nil, fmt.Errorf("run %s: %s: %w", id, f.k.done(id), err)
 		}
-		return &dispatch.RunView{Run: *rec, Owner: record.Dead.String()}, nil
+		return &vocab.RunView{Run: *rec, Owner: record.Dead.String()}, nil
 	}
 	return nil, fmt.Errorf("no run %s in etcd store %s: %w", id, f.Loc.URL, fs.ErrNotExist)
 }
@@ -129,7 +128,7 @@ func stopRequest(sig syscall.Signal, grace time.Duration, host string, now time.
 	if u, err := user.Current(); err == nil {
 		name = u.Username
 	}
-	return &record.StopRequest{PID: os.Getpid(), User: name + "@" + host, Signal: supervise.SignalName(sig),
+	return &record.StopRequest{PID: os.Getpid(), User: name + "@" + host, Signal: vocab.SignalName(sig),
 		Signo: int(sig), At: now, Grace: grace.String()}
 }
 
@@ -157,11 +156,11 @@ func (f *Fleet) StopWaiter(id record.RunID, sig syscall.Signal) (bool, error) {
 // Stop asks run id's supervisor, wherever it runs, to stop the run, and
 // waits for the run to be final: its supervisor watches stops/RUN. A run
 // whose owner's lease is gone is finalized here.
-func (f *Fleet) Stop(id record.RunID, opts dispatch.StopOptions) (*record.Run, error) {
+func (f *Fleet) Stop(id record.RunID, opts vocab.StopOptions) (*record.Run, error) {
 	if opts.Signal == syscall.SIGSTOP {
 		// It would stop the lease guard with the command, and then
 		// nothing stops the command when the lease runs out.
-		return nil, &dispatch.UsageError{Err: errors.New("crew stop --signal SIGSTOP is refused on an etcd store: it would freeze the run's lease guard too; use SIGTSTP to pause a command")}
+		return nil, &vocab.UsageError{Err: errors.New("crew stop --signal SIGSTOP is refused on an etcd store: it would freeze the run's lease guard too; use SIGTSTP to pause a command")}
 	}
 	v, err := f.Run(id)
 	if err != nil {
@@ -178,7 +177,7 @@ func (f *Fleet) Stop(id record.RunID, opts dispatch.StopOptions) (*record.Run, e
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Grace+10*time.Second)
 	defer cancel()
 	rec, err := f.WaitRun(ctx, id)
-	if errors.Is(err, dispatch.ErrWaitTimeout) {
+	if errors.Is(err, vocab.ErrWaitTimeout) {
 		return nil, fmt.Errorf("run %s: its supervisor (crew process %d on host %s) did not end the run within %s of the stop request; "+
 			"the request stays: the supervisor acts on it when it can, and the run's slot frees with its lease", id, v.SupervisorPID, v.Host, opts.Grace+10*time.Second)
 	}
@@ -224,7 +223,7 @@ func (f *Fleet) awaitRunChange(ctx context.Context, id record.RunID) error {
 		select {
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				return dispatch.ErrWaitTimeout
+				return vocab.ErrWaitTimeout
 			}
 			return nil
 		case resp, ok := <-wch:
@@ -339,12 +338,12 @@ func (f *Fleet) resolveShort(short string) (record.RunID, error) {
 	if err != nil {
 		return "", err
 	}
-	var cands []dispatch.Candidate
+	var cands []vocab.Candidate
 	seen := map[record.RunID]bool{}
 	add := func(id record.RunID, task, state string) {
 		if !seen[id] && id.HasShort(short) {
 			seen[id] = true
-			cands = append(cands, dispatch.Candidate{ID: id, Task: task, State: state})
+			cands = append(cands, vocab.Candidate{ID: id, Task: task, State: state})
 		}
 	}
 	for _, a := range v.active {
@@ -369,11 +368,11 @@ func (f *Fleet) resolveShort(short string) (record.RunID, error) {
 	}
 	switch len(cands) {
 	case 0:
-		return "", &dispatch.NotFoundError{Err: fmt.Errorf("no run %s in etcd store %s", short, f.Loc.URL)}
+		return "", &vocab.NotFoundError{Err: fmt.Errorf("no run %s in etcd store %s", short, f.Loc.URL)}
 	case 1:
 		return cands[0].ID, nil
 	}
-	e := &dispatch.AmbiguousError{Arg: short, Candidates: cands}
+	e := &vocab.AmbiguousError{Arg: short, Candidates: cands}
 	if len(cands) > maxCandidates {
 		e.Candidates, e.More = cands[:maxCandidates], len(cands)-maxCandidates
 	}

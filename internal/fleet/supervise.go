@@ -20,6 +20,7 @@ import (
 	"github.com/crew-dev/crew/internal/leaseguard"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/supervise"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // GuardArg is the argument crew re-executes itself with to run a lease
@@ -37,7 +38,7 @@ type run struct {
 	// onRunning and onLaunchFailed tell a detaching parent how the launch
 	// went.
 	onRunning      func()
-	onLaunchFailed func(*supervise.LaunchError)
+	onLaunchFailed func(*vocab.LaunchError)
 
 	// guardGone: the guard exited before the run ended (someone killed
 	// it): the command is killed, since nothing else would stop it with
@@ -57,7 +58,7 @@ type run struct {
 
 func signalled(sig os.Signal, id record.RunID) error {
 	s, _ := sig.(syscall.Signal)
-	return &supervise.SignalledError{Signal: s, RunID: id}
+	return &vocab.SignalledError{Signal: s, RunID: id}
 }
 
 // supervise launches the run's command under its lease guard, waits for
@@ -344,17 +345,17 @@ func (r *run) endingOf(ws syscall.WaitStatus, leaseStop string) ending {
 	e := ending{state: record.Succeeded}
 	switch {
 	case ws.Signaled():
-		e.code, e.signal = 128+int(ws.Signal()), supervise.SignalName(ws.Signal())
+		e.code, e.signal = 128+int(ws.Signal()), vocab.SignalName(ws.Signal())
 		e.state, e.reason = record.Failed, "killed by "+e.signal
 		if r.stopSig != 0 && leaseStop == "" && !r.timedOut {
-			e.state, e.reason = record.Stopped, "stopped: crew received "+supervise.SignalName(r.stopSig)
+			e.state, e.reason = record.Stopped, "stopped: crew received "+vocab.SignalName(r.stopSig)
 		}
 	default:
 		e.code = ws.ExitStatus()
 		if e.code != 0 {
 			e.state, e.reason = record.Failed, fmt.Sprintf("exited with status %d", e.code)
 			if r.stopSig != 0 && leaseStop == "" && !r.timedOut {
-				e.state, e.reason = record.Stopped, fmt.Sprintf("stopped: crew received %s; exited with status %d", supervise.SignalName(r.stopSig), e.code)
+				e.state, e.reason = record.Stopped, fmt.Sprintf("stopped: crew received %s; exited with status %d", vocab.SignalName(r.stopSig), e.code)
 			}
 		}
 	}
@@ -419,11 +420,11 @@ func (r *run) between(n int, e ending) *ending {
 		return nil
 	case sig := <-r.s.req.Signals:
 		s, _ := sig.(syscall.Signal)
-		return &ending{state: record.Stopped, code: 128 + int(s), signal: supervise.SignalName(s),
-			reason: fmt.Sprintf("crew received %s %s", supervise.SignalName(s), how)}
+		return &ending{state: record.Stopped, code: 128 + int(s), signal: vocab.SignalName(s),
+			reason: fmt.Sprintf("crew received %s %s", vocab.SignalName(s), how)}
 	case req := <-stops:
 		s := syscall.Signal(req.Signo)
-		return &ending{state: record.Stopped, code: 128 + int(s), signal: supervise.SignalName(s),
+		return &ending{state: record.Stopped, code: 128 + int(s), signal: vocab.SignalName(s),
 			reason: fmt.Sprintf("stopped by %s %s", req.Who(), how)}
 	case <-r.s.lease.expired:
 		return &ending{state: record.Failed, code: 125, reason: fmt.Sprintf("the run's lease expired while waiting to retry (attempt %d of %d: %s)", n, r.rec.MaxAttempts(), e.reason)}
@@ -445,7 +446,7 @@ func (r *run) finish(e ending, leaseStop string) error {
 		r.s.req.Warn(errors.New(leaseStop))
 	}
 	if code != 0 {
-		return &supervise.ExitError{RunID: r.rec.RunID, Code: code}
+		return &vocab.ExitError{RunID: r.rec.RunID, Code: code}
 	}
 	return nil
 }
@@ -564,7 +565,7 @@ func (r *run) launchFailed(err error) error {
 	if werr := r.writeFinal(); werr != nil {
 		return werr
 	}
-	le := &supervise.LaunchError{RunID: r.rec.RunID, NotFound: notFound, Reason: reason}
+	le := &vocab.LaunchError{RunID: r.rec.RunID, NotFound: notFound, Reason: reason}
 	if r.onLaunchFailed != nil {
 		r.onLaunchFailed(le)
 	}
@@ -576,14 +577,14 @@ func (r *run) launchFailed(err error) error {
 // before its command started.
 func (s *starter) stoppedBeforeLaunch(res *reserved, sig syscall.Signal) error {
 	r := &run{s: s, rec: res.rec, rev: res.rev}
-	name := supervise.SignalName(sig)
+	name := vocab.SignalName(sig)
 	r.rec.Signal = name
 	r.rec.Finish(record.Stopped, s.f.now(), nil, fmt.Sprintf("crew received %s before the command started; it was never run", name))
 	if err := r.writeFinal(); err != nil {
 		return err
 	}
 	s.f.pruneLazily()
-	return &supervise.SignalledError{Signal: sig, RunID: r.rec.RunID}
+	return &vocab.SignalledError{Signal: sig, RunID: r.rec.RunID}
 }
 
 func (r *run) crewFailed(err error) error {
@@ -591,7 +592,7 @@ func (r *run) crewFailed(err error) error {
 	code := 125
 	r.rec.Finish(record.Failed, now, &code, "crew internal error: "+err.Error())
 	_ = r.writeFinal()
-	return &supervise.InternalError{RunID: r.rec.RunID, Err: err}
+	return &vocab.InternalError{RunID: r.rec.RunID, Err: err}
 }
 
 // replaceOps put final record mine (encoded as b) in place of theirs,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // activeRun is one key of the active set.
@@ -74,7 +75,7 @@ func (f *Fleet) read(ctx context.Context, writes ...clientv3.Op) (*view, error) 
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		v.cfgExists = true
 		if cfg, err := record.DecodeConfig(kvs[0].Value); err != nil {
-			v.cfgErr = fmt.Errorf("%s: %w; fix it with `crew init`", f.k.config(), err)
+			v.cfgErr = &vocab.ConfigError{Path: f.k.config(), Err: err}
 		} else {
 			v.cfg = cfg
 		}

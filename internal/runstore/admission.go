@@ -15,40 +15,12 @@ import (
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/rootfs"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // holderSize is the fixed width of the holder note, so a rewrite with
 // pwrite never leaves a longer older note's tail behind.
 const holderSize = 256
-
-// Holder describes who holds the admission lock, as that holder wrote it.
-type Holder struct {
-	PID   int
-	Host  string
-	Since time.Time
-}
-
-func (h Holder) String() string {
-	if h.PID == 0 {
-		return "an unknown process (no holder note)"
-	}
-	return fmt.Sprintf("pid %d on host %s since %s", h.PID, h.Host, h.Since.UTC().Format(time.RFC3339))
-}
-
-// LockTimeoutError reports that the admission lock stayed busy too long.
-type LockTimeoutError struct {
-	Path     string // the state root
-	LockFile string // the admission lock file
-	Waited   time.Duration
-	Holder   Holder
-	HoldErr  error // why the holder note could not be read, if it could not
-}
-
-func (e *LockTimeoutError) Error() string {
-	return fmt.Sprintf("timed out after %s waiting for the admission lock on the state root %s, held by %s (lock file %s); "+
-		"if that process is stuck, stop it (the lock is released when it exits), or raise --lock-timeout",
-		e.Waited, e.Path, e.Holder, e.LockFile)
-}
 
 // Admission is the held admission lock: the machine-wide critical section
 // around every admission decision. Writes that must happen inside it (the
@@ -112,7 +84,7 @@ func (s *Store) LockAdmission(ctx context.Context, timeout time.Duration) (*Admi
 			}
 		case errors.Is(err, lockfs.ErrTimeout):
 			h, herr := s.readHolder()
-			return nil, &LockTimeoutError{Path: s.path, LockFile: s.admissionLockPath(), Waited: time.Since(start).Round(time.Millisecond), Holder: h, HoldErr: herr}
+			return nil, &vocab.LockTimeoutError{Path: s.path, LockFile: s.admissionLockPath(), Waited: time.Since(start).Round(time.Millisecond), Holder: h, HoldErr: herr}
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("waiting for the admission lock %s: %w", s.admissionLockPath(), ctx.Err())
 		default:
@@ -270,38 +242,38 @@ func (s *Store) writeHolder() error {
 
 // readHolder reads the note the current (or last) holder wrote: its first
 // line, within the note's fixed size.
-func (s *Store) readHolder() (Holder, error) {
+func (s *Store) readHolder() (vocab.Holder, error) {
 	dir, err := s.dir(locksDir)
 	if err != nil {
-		return Holder{}, err
+		return vocab.Holder{}, err
 	}
 	defer dir.Close()
 	f, err := rootfs.Open(dir, holderName, os.O_RDONLY, 0)
 	if err != nil {
-		return Holder{}, err
+		return vocab.Holder{}, err
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, holderSize))
 	if err != nil {
-		return Holder{}, err
+		return vocab.Holder{}, err
 	}
 	return ParseHolder(string(b))
 }
 
 // ParseHolder parses a holder note.
-func ParseHolder(note string) (Holder, error) {
+func ParseHolder(note string) (vocab.Holder, error) {
 	line, _, _ := strings.Cut(note, "\n")
 	fields := strings.SplitN(line, " ", 3)
 	if len(fields) != 3 {
-		return Holder{}, errors.New("holder note is malformed")
+		return vocab.Holder{}, errors.New("holder note is malformed")
 	}
 	pid, err := strconv.Atoi(fields[0])
 	if err != nil {
-		return Holder{}, fmt.Errorf("holder note: bad pid: %w", err)
+		return vocab.Holder{}, fmt.Errorf("holder note: bad pid: %w", err)
 	}
 	since, err := time.Parse(time.RFC3339Nano, fields[1])
 	if err != nil {
-		return Holder{}, fmt.Errorf("holder note: bad time: %w", err)
+		return vocab.Holder{}, fmt.Errorf("holder note: bad time: %w", err)
 	}
-	return Holder{PID: pid, Host: strings.TrimSpace(fields[2]), Since: since}, nil
+	return vocab.Holder{PID: pid, Host: strings.TrimSpace(fields[2]), Since: since}, nil
 }

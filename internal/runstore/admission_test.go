@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 func (s *Store) holderPath() string { return s.osPath(locksDir, holderName) }
@@ -65,11 +67,11 @@ func awaitLock(t *testing.T, ch <-chan lockResult, within time.Duration) lockRes
 }
 
 // readHolderNote reads the holder note as an outsider would.
-func readHolderNote(t *testing.T, s *Store) (Holder, error) {
+func readHolderNote(t *testing.T, s *Store) (vocab.Holder, error) {
 	t.Helper()
 	b, err := os.ReadFile(s.holderPath())
 	if err != nil {
-		return Holder{}, err
+		return vocab.Holder{}, err
 	}
 	return ParseHolder(string(b))
 }
@@ -122,7 +124,7 @@ func TestLockAdmissionTimesOutNamingHolder(t *testing.T) {
 	if r.err == nil {
 		t.Fatal("LockAdmission succeeded while another process holds the lock")
 	}
-	var te *LockTimeoutError
+	var te *vocab.LockTimeoutError
 	if !errors.As(r.err, &te) {
 		t.Fatalf("error %v (%T), want *LockTimeoutError", r.err, r.err)
 	}
@@ -158,7 +160,7 @@ func TestLockAdmissionZeroTimeoutFailsWhenBusy(t *testing.T) {
 	s := newStore(t)
 	h := holdAdmission(t, s.Root())
 	r := awaitLock(t, lockAsync(context.Background(), s, 0), 5*time.Second)
-	var te *LockTimeoutError
+	var te *vocab.LockTimeoutError
 	if !errors.As(r.err, &te) {
 		t.Fatalf("error %v, want *LockTimeoutError", r.err)
 	}
@@ -244,7 +246,7 @@ func TestLockAdmissionContextCanceled(t *testing.T) {
 	if !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("error = %v, want context.Canceled", r.err)
 	}
-	var te *LockTimeoutError
+	var te *vocab.LockTimeoutError
 	if errors.As(r.err, &te) {
 		t.Errorf("a canceled wait reported a timeout: %v", r.err)
 	}
@@ -263,7 +265,7 @@ func TestLockAdmissionMissingHolderNote(t *testing.T) {
 	h := startHelper(t, "hold-flock", lock)
 	h.Expect("locked")
 	r := awaitLock(t, lockAsync(context.Background(), s, 100*time.Millisecond), 5*time.Second)
-	var te *LockTimeoutError
+	var te *vocab.LockTimeoutError
 	if !errors.As(r.err, &te) {
 		t.Fatalf("error = %v, want *LockTimeoutError", r.err)
 	}
@@ -301,7 +303,7 @@ func TestLockAdmissionUnreadableHolderNote(t *testing.T) {
 			h := startHelper(t, "hold-flock", lock)
 			h.Expect("locked")
 			r := awaitLock(t, lockAsync(context.Background(), s, 50*time.Millisecond), 5*time.Second)
-			var te *LockTimeoutError
+			var te *vocab.LockTimeoutError
 			if !errors.As(r.err, &te) {
 				t.Fatalf("error = %v, want *LockTimeoutError", r.err)
 			}
@@ -433,19 +435,19 @@ func TestParseHolder(t *testing.T) {
 	tests := []struct {
 		name    string
 		content string
-		want    Holder
+		want    vocab.Holder
 		wantErr string
 	}{
-		{"ok", "4711 2024-05-06T07:08:09.123456789Z build-host\n", Holder{4711, "build-host", since}, ""},
-		{"padded", "4711 2024-05-06T07:08:09.123456789Z h\n" + strings.Repeat(" ", 200), Holder{4711, "h", since}, ""},
-		{"host with spaces", "1 2024-05-06T07:08:09.123456789Z my host\n", Holder{1, "my host", since}, ""},
-		{"empty host", "1 2024-05-06T07:08:09.123456789Z \n", Holder{1, "", since}, ""},
-		{"no newline", "1 2024-05-06T07:08:09.123456789Z h", Holder{1, "h", since}, ""},
-		{"empty", "", Holder{}, "malformed"},
-		{"two fields", "1 2024-05-06T07:08:09Z\n", Holder{}, "malformed"},
-		{"bad pid", "x 2024-05-06T07:08:09Z h\n", Holder{}, "bad pid"},
-		{"bad time", "1 yesterday h\n", Holder{}, "bad time"},
-		{"only spaces", strings.Repeat(" ", holderSize), Holder{}, "bad pid"},
+		{"ok", "4711 2024-05-06T07:08:09.123456789Z build-host\n", vocab.Holder{PID: 4711, Host: "build-host", Since: since}, ""},
+		{"padded", "4711 2024-05-06T07:08:09.123456789Z h\n" + strings.Repeat(" ", 200), vocab.Holder{PID: 4711, Host: "h", Since: since}, ""},
+		{"host with spaces", "1 2024-05-06T07:08:09.123456789Z my host\n", vocab.Holder{PID: 1, Host: "my host", Since: since}, ""},
+		{"empty host", "1 2024-05-06T07:08:09.123456789Z \n", vocab.Holder{PID: 1, Host: "", Since: since}, ""},
+		{"no newline", "1 2024-05-06T07:08:09.123456789Z h", vocab.Holder{PID: 1, Host: "h", Since: since}, ""},
+		{"empty", "", vocab.Holder{}, "malformed"},
+		{"two fields", "1 2024-05-06T07:08:09Z\n", vocab.Holder{}, "malformed"},
+		{"bad pid", "x 2024-05-06T07:08:09Z h\n", vocab.Holder{}, "bad pid"},
+		{"bad time", "1 yesterday h\n", vocab.Holder{}, "bad time"},
+		{"only spaces", strings.Repeat(" ", holderSize), vocab.Holder{}, "bad pid"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -454,7 +456,7 @@ func TestParseHolder(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("ParseHolder = %+v, %v; want error containing %q", got, err, tc.wantErr)
 				}
-				if got != (Holder{}) {
+				if got != (vocab.Holder{}) {
 					t.Errorf("half-filled holder on error: %+v", got)
 				}
 				return
@@ -474,14 +476,14 @@ func TestParseHolder(t *testing.T) {
 }
 
 func TestHolderString(t *testing.T) {
-	if s := (Holder{}).String(); !strings.Contains(s, "unknown process") {
+	if s := (vocab.Holder{}).String(); !strings.Contains(s, "unknown process") {
 		t.Errorf("zero Holder = %q", s)
 	}
-	h := Holder{PID: 4711, Host: "ci-7", Since: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("X", 3600))}
+	h := vocab.Holder{PID: 4711, Host: "ci-7", Since: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("X", 3600))}
 	if got, want := h.String(), "pid 4711 on host ci-7 since 2024-01-02T02:04:05Z"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
-	te := &LockTimeoutError{Path: "/root/.locks/a.lock", Waited: 1500 * time.Millisecond, Holder: h}
+	te := &vocab.LockTimeoutError{Path: "/root/.locks/a.lock", Waited: 1500 * time.Millisecond, Holder: h}
 	for _, want := range []string{"1.5s", "/root/.locks/a.lock", "pid 4711 on host ci-7", "--lock-timeout"} {
 		if !strings.Contains(te.Error(), want) {
 			t.Errorf("LockTimeoutError %q lacks %q", te.Error(), want)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 func TestLoadConfigMissingIsDefault(t *testing.T) {
@@ -110,7 +111,7 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 			if err == nil {
 				t.Fatalf("LoadConfig = %+v, want an error", cfg)
 			}
-			var ce *ConfigError
+			var ce *vocab.ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %v (%T) is not a *ConfigError", err, err)
 			}
@@ -126,7 +127,7 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 			if !strings.Contains(err.Error(), "crew init --max") {
 				t.Errorf("message %q does not say how to fix it", err)
 			}
-			if ce.Unreadable() {
+			if ce.Unreadable {
 				t.Error("Unreadable() = true for a file that was read and found invalid")
 			}
 			if ce.Unwrap() == nil || errors.Unwrap(err) == nil {
@@ -172,11 +173,11 @@ func TestLoadConfigUnreadable(t *testing.T) {
 				cfg, _, err := s.LoadConfig()
 				return cfg, err
 			})
-			var ce *ConfigError
+			var ce *vocab.ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("LoadConfig = %+v, %v; want *ConfigError", cfg, err)
 			}
-			if !ce.Unreadable() {
+			if !ce.Unreadable {
 				t.Errorf("Unreadable() = false for %v", err)
 			}
 			if ce.Path != s.ConfigPath() || !strings.Contains(err.Error(), s.ConfigPath()) {
@@ -196,7 +197,7 @@ func TestConfigErrorIsCompilerStyle(t *testing.T) {
 	s := newStore(t)
 	writeString(t, s.ConfigPath(), "{\n  \"version\": 1,\n  \"maximumInProgress\": 2,,\n}\n")
 	_, _, err := s.LoadConfig()
-	var ce *ConfigError
+	var ce *vocab.ConfigError
 	if !errors.As(err, &ce) {
 		t.Fatalf("LoadConfig = %v", err)
 	}
@@ -210,11 +211,11 @@ func TestConfigErrorIsCompilerStyle(t *testing.T) {
 	if !strings.HasSuffix(err.Error(), "; fix it, or rewrite it with `crew init --max N` (which moves this file aside)") {
 		t.Errorf("message %q has no hint", err)
 	}
-	unplaced := &ConfigError{Path: "/r/crew.json", Err: decodeError{errors.New(`no "version" field`)}}
+	unplaced := &vocab.ConfigError{Path: "/r/crew.json", Err: errors.New(`no "version" field`)}
 	if got := unplaced.Message(); got != `/r/crew.json: no "version" field` {
 		t.Errorf("Message() = %q", got)
 	}
-	denied := &ConfigError{Path: "/r/crew.json", Err: fmt.Errorf("crew.json: %w", fs.ErrPermission)}
+	denied := &vocab.ConfigError{Path: "/r/crew.json", Err: fmt.Errorf("crew.json: %w", fs.ErrPermission), Unreadable: true}
 	if got := denied.Error(); strings.Contains(got, "crew init") || got != "/r/crew.json: crew.json: permission denied" {
 		t.Errorf("a permission error says %q; no rewrite hint wanted", got)
 	}

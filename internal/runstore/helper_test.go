@@ -26,6 +26,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/helperproc"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 const (
@@ -60,7 +61,7 @@ func runHelper(spec string) int {
 		s := New(arg)
 		fmt.Println("waiting")
 		a, err := s.LockAdmission(context.Background(), timeout)
-		var te *LockTimeoutError
+		var te *vocab.LockTimeoutError
 		if errors.As(err, &te) {
 			fmt.Printf("timeout %v\n", err)
 			return 0

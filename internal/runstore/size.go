@@ -6,30 +6,8 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
-
-// RootSize is what the state root's records and logs take, as `crew
-// status` reports it.
-type RootSize struct {
-	// Bytes is Records.Bytes + Logs.Bytes.
-	Bytes   int64     `json:"bytes"`
-	Records FileCount `json:"records"`
-	Logs    FileCount `json:"logs"`
-	// Exact is false when part of it was extrapolated (see Method).
-	Exact bool `json:"exact"`
-	// Crowded lists the hour-shards that hold more runs than a size
-	// measurement lists: it counted only part of each, so their counts,
-	// and the totals, are lower bounds.
-	Crowded []string `json:"crowded,omitempty"`
-	// Method says how the figures were obtained.
-	Method string `json:"method"`
-}
-
-// FileCount is a number of files and their bytes.
-type FileCount struct {
-	Files int   `json:"files"`
-	Bytes int64 `json:"bytes"`
-}
 
 // Budgets of one size measurement, so that status stays cheap whatever
 // the history: how many runs it measures (two or three stats each), how
@@ -46,13 +24,13 @@ const (
 // of their runs sampled), then only extrapolated from the rest. It changes
 // nothing (status never writes), so what it measures is not kept; prunes
 // keep the index. Method says which of these happened.
-func (s *Store) Size() (RootSize, error) {
+func (s *Store) Size() (vocab.RootSize, error) {
 	return s.sizeWithin(sizeMeasureBudget, sizeCountBudget, sizeSampleBudget)
 }
 
 // sizeWithin is Size with its budgets.
-func (s *Store) sizeWithin(measureBudget, countBudget, sampleBudget int) (RootSize, error) {
-	var out RootSize
+func (s *Store) sizeWithin(measureBudget, countBudget, sampleBudget int) (vocab.RootSize, error) {
+	var out vocab.RootSize
 	if !s.Exists() {
 		out.Exact, out.Method = true, "exact: no state root yet"
 		return out, nil
@@ -105,8 +83,8 @@ func (s *Store) sizeWithin(measureBudget, countBudget, sampleBudget int) (RootSi
 			sample.add(x.measure(sh, spread(ids, n)))
 		}
 	}
-	out.Records = FileCount{Files: known.Runs, Bytes: known.RecordBytes}
-	out.Logs = FileCount{Files: known.LogFiles, Bytes: known.LogBytes}
+	out.Records = vocab.FileCount{Files: known.Runs, Bytes: known.RecordBytes}
+	out.Logs = vocab.FileCount{Files: known.LogFiles, Bytes: known.LogBytes}
 	// Extrapolate: the counted runs at the average of the sampled ones (or
 	// of the known ones), the shards not even counted at the average count.
 	extra := countedRuns
@@ -163,7 +141,7 @@ func spread(ids []record.RunID, n int) []record.RunID {
 
 // addActive adds the active runs' records and logs, always measured:
 // there are few. It returns how many there are.
-func (s *Store) addActive(out *RootSize) (int, error) {
+func (s *Store) addActive(out *vocab.RootSize) (int, error) {
 	active, err := s.ListActive()
 	if err != nil {
 		return 0, err

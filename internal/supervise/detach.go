@@ -15,6 +15,7 @@ import (
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Command is the hidden crew subcommand a detached run's supervisor runs
@@ -70,22 +71,22 @@ func handoverResult(st *runstore.Store, id record.RunID, line string) error {
 		return nil
 	case strings.HasPrefix(line, "launch "):
 		kind, reason, _ := strings.Cut(strings.TrimPrefix(line, "launch "), " ")
-		return &LaunchError{RunID: id, NotFound: kind == "notfound", Reason: reason}
+		return &vocab.LaunchError{RunID: id, NotFound: kind == "notfound", Reason: reason}
 	case strings.HasPrefix(line, "stopped "):
 		// Stopped before the command started (crew stop found it
 		// between admission and launch): as a foreground start says.
 		num, by, _ := strings.Cut(strings.TrimPrefix(line, "stopped "), " ")
 		if sig, err := strconv.Atoi(num); err == nil && sig > 0 {
-			return &SignalledError{Signal: syscall.Signal(sig), RunID: id, By: by}
+			return &vocab.SignalledError{Signal: syscall.Signal(sig), RunID: id, By: by}
 		}
 	}
 	// The supervisor died or failed before the command ran: say what the
 	// record says.
 	rec, err := st.ReadRun(id)
 	if err == nil && !rec.State.Active() {
-		return &InternalError{RunID: id, Err: fmt.Errorf("detached supervisor ended the run as %s: %s", rec.State, rec.Reason)}
+		return &vocab.InternalError{RunID: id, Err: fmt.Errorf("detached supervisor ended the run as %s: %s", rec.State, rec.Reason)}
 	}
-	return &InternalError{RunID: id, Err: errors.New("detached supervisor exited before the command started; `crew recover` will finalize the run")}
+	return &vocab.InternalError{RunID: id, Err: errors.New("detached supervisor exited before the command started; `crew recover` will finalize the run")}
 }
 
 // RunDetached is the detached supervisor's side: it adopts the inherited
@@ -132,8 +133,8 @@ func RunDetached(st *runstore.Store, id record.RunID, grace time.Duration, signa
 // readyLine tells the parent why the supervisor ended before it could say
 // "running".
 func readyLine(err error) string {
-	var launch *LaunchError
-	var stopped *SignalledError
+	var launch *vocab.LaunchError
+	var stopped *vocab.SignalledError
 	if errors.As(err, &stopped) {
 		return fmt.Sprintf("stopped %d %s", int(stopped.Signal), strings.ReplaceAll(stopped.By, "\n", " "))
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // The detached supervisor's one line carries to crew start --detach how the
@@ -19,9 +20,9 @@ func TestReadyLineRoundTrip(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"stopped by crew stop", &SignalledError{Signal: syscall.SIGTERM, RunID: id, By: "crew stop (pid 42, user ann)"}},
-		{"signal crew received", &SignalledError{Signal: syscall.SIGINT, RunID: id}},
-		{"command not found", &LaunchError{RunID: id, NotFound: true, Reason: "exec: \"nope\": not found"}},
+		{"stopped by crew stop", &vocab.SignalledError{Signal: syscall.SIGTERM, RunID: id, By: "crew stop (pid 42, user ann)"}},
+		{"signal crew received", &vocab.SignalledError{Signal: syscall.SIGINT, RunID: id}},
+		{"command not found", &vocab.LaunchError{RunID: id, NotFound: true, Reason: "exec: \"nope\": not found"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := handoverResult(nil, id, readyLine(tc.err))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // ending is how one attempt of the command ended, as its record will say.
@@ -28,7 +29,7 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 	code := exitCode(ws)
 	how := fmt.Sprintf("command exited with status %d", code)
 	if ws.Signaled() {
-		how = "command was killed by " + SignalName(ws.Signal())
+		how = "command was killed by " + vocab.SignalName(ws.Signal())
 	}
 	e := ending{state: record.Failed, reason: how, code: code}
 	switch req := s.stopRequestOfRight(); {
@@ -46,14 +47,14 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 	case stop != nil && stop.timedOut:
 		// The command is said to have timed out even if it exited on its
 		// own just as the time ran out, as with coreutils timeout.
-		e.signal, e.code, e.timedOut = SignalName(stop.sig), exitTimedOut, true
+		e.signal, e.code, e.timedOut = vocab.SignalName(stop.sig), exitTimedOut, true
 		e.reason = fmt.Sprintf("timed out after %s: crew sent %s to process group %d", duration.Format(time.Duration(s.rec.Timeout)), e.signal, s.pgid)
 		if stop.killed {
 			e.reason += fmt.Sprintf(" and SIGKILL after the %s grace period", s.Grace)
 		}
 		e.reason += "; " + how
 	case stop != nil:
-		e.state, e.signal = record.Stopped, SignalName(stop.sig)
+		e.state, e.signal = record.Stopped, vocab.SignalName(stop.sig)
 		e.reason = fmt.Sprintf("crew received %s and forwarded it to process group %d; %s", e.signal, s.pgid, how)
 		if stop.killed {
 			e.reason += fmt.Sprintf(" (sent SIGKILL after the %s grace period)", s.Grace)
@@ -61,12 +62,12 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 	case (s.ownsTTY || s.pty != nil) && ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGQUIT):
 		// The command owned the terminal, so Ctrl-C (or Ctrl-\) went to it
 		// directly rather than through crew.
-		e.state, e.signal = record.Stopped, SignalName(ws.Signal())
+		e.state, e.signal = record.Stopped, vocab.SignalName(ws.Signal())
 		e.reason = fmt.Sprintf("interrupted from the terminal (%s); %s", e.signal, how)
 	case code == 0:
 		e.state, e.reason = record.Succeeded, ""
 	case ws.Signaled():
-		e.signal = SignalName(ws.Signal())
+		e.signal = vocab.SignalName(ws.Signal())
 	}
 	return e
 }

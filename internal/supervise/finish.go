@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // finish makes the final record durable, takes the run out of the active
@@ -68,13 +69,13 @@ func (s *supervisor) leaveToLeftovers(pids []int) error {
 // admitted but before its command started.
 func StopBeforeLaunch(req Request, sig syscall.Signal) error {
 	s := newSupervisor(req)
-	s.rec.Signal = SignalName(sig)
+	s.rec.Signal = vocab.SignalName(sig)
 	s.rec.Finish(record.Stopped, s.now(), nil,
-		fmt.Sprintf("crew received %s before the command started; it was never run", SignalName(sig)))
+		fmt.Sprintf("crew received %s before the command started; it was never run", vocab.SignalName(sig)))
 	if err := s.finish(); err != nil {
 		return finishFailure(s.rec.RunID, err)
 	}
-	return &SignalledError{Signal: sig, RunID: s.rec.RunID}
+	return &vocab.SignalledError{Signal: sig, RunID: s.rec.RunID}
 }
 
 // Abandon records a reserved run that crew could not go on with (the
@@ -99,7 +100,7 @@ func (s *supervisor) internalFailure(cause error) error {
 			s.Warn(fmt.Errorf("run %s: could not record the failure (%w); `crew recover` will finalize it", id, err))
 		}
 	}
-	return &InternalError{RunID: id, Err: cause}
+	return &vocab.InternalError{RunID: id, Err: cause}
 }
 
 // recoverPanic turns a panic after admission into a recorded failure and

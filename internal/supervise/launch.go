@@ -11,6 +11,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // launch starts the command in a process group of its own, with the
@@ -85,5 +86,5 @@ func (s *supervisor) launchFailure(startErr error) error {
 	if err := s.finish(); err != nil {
 		return finishFailure(s.rec.RunID, err)
 	}
-	return &LaunchError{RunID: s.rec.RunID, NotFound: notFound, Reason: reason}
+	return &vocab.LaunchError{RunID: s.rec.RunID, NotFound: notFound, Reason: reason}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // When the final record cannot be written (a full disk, a directory made
@@ -26,35 +27,14 @@ const (
 	maxRetryDelay   = 5 * time.Second
 )
 
-// UnrecordedError is a run that ended but whose end crew could not record;
-// crew exits 125. Kept says whether the outcome is in the owner lock file
-// for recovery to record.
-type UnrecordedError struct {
-	RunID   record.RunID
-	Outcome string // how it ended, in words: "succeeded, exit 0"
-	Kept    bool
-	Where   string // the owner lock file
-	Err     error  // the last failure to record it
-}
-
-func (e *UnrecordedError) Error() string {
-	msg := fmt.Sprintf("run %s ended (%s), but crew could not record it: %v; ", e.RunID, e.Outcome, e.Err)
-	if e.Kept {
-		return msg + fmt.Sprintf("the outcome is kept in %s, and `crew recover` records it once the state root is writable again", e.Where)
-	}
-	return msg + "its outcome could not be kept either: `crew recover` will record it as interrupted, exit status unknown"
-}
-
-func (e *UnrecordedError) Unwrap() error { return e.Err }
-
 // finishFailure is what a run whose finish failed returns: an
 // UnrecordedError says it all; anything else is crew's internal error.
 func finishFailure(id record.RunID, err error) error {
-	var u *UnrecordedError
+	var u *vocab.UnrecordedError
 	if errors.As(err, &u) {
 		return u
 	}
-	return &InternalError{RunID: id, Err: err}
+	return &vocab.InternalError{RunID: id, Err: err}
 }
 
 // retryFinish is finish after the final record could not be written
@@ -72,7 +52,7 @@ func (s *supervisor) retryFinish(first error) error {
 	deadline := time.Now().Add(finishRetryFor)
 	for delay := firstRetryDelay; ; delay = min(2*delay, maxRetryDelay) {
 		if sig, stop := s.pause(delay); stop {
-			return s.unrecorded(fmt.Errorf("%w (gave up on receiving %s)", last, SignalName(sig)), keepErr)
+			return s.unrecorded(fmt.Errorf("%w (gave up on receiving %s)", last, vocab.SignalName(sig)), keepErr)
 		}
 		err := s.Locks.FinishAgain(s.rec)
 		if err == nil {
@@ -102,7 +82,7 @@ func (s *supervisor) pause(delay time.Duration) (syscall.Signal, bool) {
 }
 
 func (s *supervisor) unrecorded(err, keepErr error) error {
-	return &UnrecordedError{RunID: s.rec.RunID, Outcome: outcomeWords(s.rec), Kept: keepErr == nil, Where: s.Locks.OwnerPath(), Err: err}
+	return &vocab.UnrecordedError{RunID: s.rec.RunID, Outcome: outcomeWords(s.rec), Kept: keepErr == nil, Where: s.Locks.OwnerPath(), Err: err}
 }
 
 // retryNotice is the first word to the user: what could not be recorded,

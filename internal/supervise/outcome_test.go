@@ -13,6 +13,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // unrecordable reserves a run and makes its final record unwritable: the
@@ -75,7 +76,7 @@ func TestFinishGivesUpAfterTheBound(t *testing.T) {
 	s, _ := unrecordable(t, w.add)
 	begin := time.Now()
 	err := s.finish()
-	var u *UnrecordedError
+	var u *vocab.UnrecordedError
 	if !errors.As(err, &u) || !u.Kept || u.Outcome != "succeeded, exit 0" {
 		t.Fatalf("finish() = %v, want an UnrecordedError with the outcome kept", err)
 	}
@@ -129,7 +130,7 @@ func TestFinishRetryGivesUpOnASignal(t *testing.T) {
 	s, _ := unrecordable(t, nil)
 	s.Signals = sigs
 	err := s.finish()
-	var u *UnrecordedError
+	var u *vocab.UnrecordedError
 	if !errors.As(err, &u) || !strings.Contains(err.Error(), "(gave up on receiving SIGINT)") {
 		t.Fatalf("finish() = %v", err)
 	}

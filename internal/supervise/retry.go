@@ -8,6 +8,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // retriesAfter reports whether attempt n, which ended as e, is followed by
@@ -57,12 +58,12 @@ func (s *supervisor) between(n int, e ending, log *runLog) (stopped bool, err er
 		return false, nil
 	}
 	how := fmt.Sprintf("while waiting to retry (attempt %d of %d: %s); no command was running", n, s.rec.MaxAttempts(), e.reason)
-	reason := fmt.Sprintf("crew received %s %s", SignalName(sig), how)
+	reason := fmt.Sprintf("crew received %s %s", vocab.SignalName(sig), how)
 	if req != nil {
 		reason = fmt.Sprintf("stopped by %s %s", req.Who(), how)
 	}
 	code := 128 + int(sig)
-	s.rec.Signal = SignalName(sig)
+	s.rec.Signal = vocab.SignalName(sig)
 	s.rec.Finish(record.Stopped, s.now(), &code, reason)
 	return true, nil
 }

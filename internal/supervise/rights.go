@@ -7,6 +7,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Whose stop requests a supervisor carries out. It signals its command
@@ -66,7 +67,7 @@ func (s *supervisor) stopRequestOfRight() *record.StopRequest {
 // record (written at once while the command runs, so that crew status
 // shows it), once per request and at most maxRefusedStopNotes times.
 func (s *supervisor) refuseStop(req *record.StopRequest, uid int) {
-	sig := SignalName(RequestedSignal(req))
+	sig := vocab.SignalName(RequestedSignal(req))
 	key := refusedStop{uid: uid, pid: req.PID, at: req.At.UnixNano(), signal: sig}
 	if slices.Contains(s.refused, key) || len(s.refused) >= maxRefusedStopNotes {
 		return

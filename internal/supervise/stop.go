@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // stopRecord remembers a stop and how it was carried out.
@@ -71,11 +72,11 @@ func RequestedSignal(req *record.StopRequest) syscall.Signal {
 // leave, or a run stopped while provisioning): the command is never run.
 func (s *supervisor) stoppedBeforeLaunch(req *record.StopRequest) error {
 	sig := RequestedSignal(req)
-	s.rec.Signal = SignalName(sig)
+	s.rec.Signal = vocab.SignalName(sig)
 	s.rec.Finish(record.Stopped, s.now(), nil,
 		fmt.Sprintf("stopped by %s before the command started; it was never run", req.Who()))
 	if err := s.finish(); err != nil {
-		return &InternalError{RunID: s.rec.RunID, Err: err}
+		return &vocab.InternalError{RunID: s.rec.RunID, Err: err}
 	}
-	return &SignalledError{Signal: sig, RunID: s.rec.RunID, By: req.Who()}
+	return &vocab.SignalledError{Signal: sig, RunID: s.rec.RunID, By: req.Who()}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Request is one admitted run to supervise: its provisioning record is
@@ -146,7 +147,7 @@ func (s *supervisor) run() error {
 		return finishFailure(id, err)
 	}
 	if code != 0 {
-		return &ExitError{RunID: id, Code: code}
+		return &vocab.ExitError{RunID: id, Code: code}
 	}
 	return nil
 }

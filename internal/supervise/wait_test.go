@@ -19,6 +19,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // reserve makes an admitted run of command in a fresh state root.
@@ -84,7 +85,7 @@ func stopRequest(grace string) *record.StopRequest {
 
 func exitCodeOf(t *testing.T, err error) int {
 	t.Helper()
-	var ee *ExitError
+	var ee *vocab.ExitError
 	require.True(t, errors.As(err, &ee), "want an ExitError, got %v", err)
 	return ee.Code
 }
@@ -181,7 +182,7 @@ func TestStopRequestBeforeLaunch(t *testing.T) {
 	req := reserve(t, "touch", marker)
 	require.NoError(t, req.Store.WriteStopRequest(req.Rec.RunID, stopRequest("1s")))
 	err := awaitResult(t, supervise(req))
-	var sig *SignalledError
+	var sig *vocab.SignalledError
 	require.ErrorAs(t, err, &sig)
 	assert.Equal(t, syscall.SIGTERM, sig.Signal)
 	assert.Contains(t, err.Error(), "stopped by crew stop (pid 4242, user tester) before the command started")

@@ -1,10 +1,11 @@
-package supervise
+package vocab
 
 import (
 	"fmt"
 	"syscall"
 
 	"github.com/crew-dev/crew/internal/record"
+	"golang.org/x/sys/unix"
 )
 
 // ExitError is a command that ran and exited non-zero (or was killed by
@@ -60,3 +61,32 @@ func (e *SignalledError) Error() string {
 	}
 	return fmt.Sprintf("%s before the command started; run %s recorded as stopped", why, e.RunID)
 }
+
+// SignalName is the conventional name of a signal, such as SIGTERM.
+func SignalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}
+
+// UnrecordedError is a run that ended but whose end crew could not record;
+// crew exits 125. Kept says whether the outcome is in the owner lock file
+// for recovery to record.
+type UnrecordedError struct {
+	RunID   record.RunID
+	Outcome string // how it ended, in words: "succeeded, exit 0"
+	Kept    bool
+	Where   string // the owner lock file
+	Err     error  // the last failure to record it
+}
+
+func (e *UnrecordedError) Error() string {
+	msg := fmt.Sprintf("run %s ended (%s), but crew could not record it: %v; ", e.RunID, e.Outcome, e.Err)
+	if e.Kept {
+		return msg + fmt.Sprintf("the outcome is kept in %s, and `crew recover` records it once the state root is writable again", e.Where)
+	}
+	return msg + "its outcome could not be kept either: `crew recover` will record it as interrupted, exit status unknown"
+}
+
+func (e *UnrecordedError) Unwrap() error { return e.Err }
