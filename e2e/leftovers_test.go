@@ -166,3 +166,22 @@ func TestNoLeftoversFreeTheSlotAtOnce(t *testing.T) {
 	assert.Empty(t, e.status().Active)
 	assert.Equal(t, "succeeded", e.finishedRun("A").State)
 }
+
+// A detached start's parent lets go of the run's locks as soon as its
+// supervisor holds them: a command that ends while the parent is still on
+// its way out is final at once, not taken for one that left processes
+// behind (held here at the handover until the run is over).
+func TestDetachedRunEndsWhileItsParentLingers(t *testing.T) {
+	e := newEnv(t)
+	e.initMax(1)
+	gate, openGate := e.gate("handover")
+	parent := e.start([]string{"CREW_FAILPOINT=detach-handover:wait:" + gate}, "start", "--detach", "quick", "--", "true")
+	waitReached(t, gate)
+	eventually(t, 10*time.Second, "the run to be final while its parent lingers", func() bool {
+		return len(e.status("quick").Finished) == 1
+	})
+	assert.Equal(t, "succeeded", e.finishedRun("quick").State)
+	assert.Empty(t, e.status().Active)
+	openGate()
+	require.Equal(t, 0, parent.wait(t, 10*time.Second).Code)
+}

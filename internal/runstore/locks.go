@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/lockfs"
@@ -255,7 +256,7 @@ func (l *RunLocks) OwnerHeldByOthers() (bool, error) {
 		_ = l.owner.Release()
 		l.owner = nil
 	}
-	o, err := lockfs.TakeOwn(dir, ownerLockName(l.id))
+	o, err := retake(dir, ownerLockName(l.id))
 	switch {
 	case errors.Is(err, lockfs.ErrBusy):
 		return true, nil
@@ -265,6 +266,27 @@ func (l *RunLocks) OwnerHeldByOthers() (bool, error) {
 	l.owner = o
 	return false, nil
 }
+
+// retake takes lock name again (lockfs.TakeOwn), waiting out a prober:
+// status and admission hold a shared lock for microseconds, and only a
+// lock that stays held means processes of the run. ErrBusy: it stayed.
+func retake(dir *os.Root, name string) (*lockfs.Lock, error) {
+	for attempt := 0; ; attempt++ {
+		o, err := lockfs.TakeOwn(dir, name)
+		if !errors.Is(err, lockfs.ErrBusy) || attempt == probeRetries {
+			return o, err
+		}
+		time.Sleep(probeRetryDelay)
+	}
+}
+
+// probeRetries and probeRetryDelay bound how long OwnerHeldByOthers waits
+// out a prober's shared lock: 10 ms in all, far longer than a probe holds
+// it, far shorter than anything a process of the run does.
+const (
+	probeRetries    = 100
+	probeRetryDelay = 100 * time.Microsecond
+)
 
 // LeaveToLeftovers hands the slot of a run whose command has ended to the
 // processes the command left, which hold its owner lock

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -399,4 +401,44 @@ func TestOwnerStateSeesThroughAReplacedLockFile(t *testing.T) {
 		t.Fatalf("Fence after the holders are gone = %v, want the fence", err)
 	}
 	f.Release()
+}
+
+// A prober's shared lock, held for an instant (status, admission), is not
+// a process the command left: retake waits it out. A lock that stays held
+// is busy.
+func TestRetakeWaitsOutAProbe(t *testing.T) {
+	dir, r := openTestRoot(t)
+	path := filepath.Join(dir, "owner.lock")
+	writeString(t, path, "")
+	probe, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(probe.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	// How long a probe holds it: the mechanism under test, not a wait.
+	go func() { time.Sleep(2 * time.Millisecond); probe.Close() }()
+	l, err := retake(r, "owner.lock")
+	if err != nil {
+		t.Fatalf("retake during a probe = %v; want the lock", err)
+	}
+	if l.File() == nil {
+		t.Error("retake's lock has no descriptor to hand on")
+	}
+	_ = l.Release()
+	leftover, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leftover.Close()
+	if err := unix.Flock(int(leftover.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := retake(r, "owner.lock"); !errors.Is(err, lockfs.ErrBusy) {
+		if l != nil {
+			_ = l.Release()
+		}
+		t.Fatalf("retake while another description keeps it = %v; want ErrBusy", err)
+	}
 }

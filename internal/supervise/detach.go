@@ -33,8 +33,8 @@ const (
 // itself, as `crew __supervise`), in its own session so that it survives
 // the terminal, and returns once the run's record says running (or the
 // command could not start). The child inherits the open file descriptions
-// of both run locks, so they are held by both processes until this one
-// exits: at no instant is the slot free.
+// of both run locks, so they are held by it from its fork on: at no
+// instant is the slot free.
 func Detach(req Request) error {
 	id := req.Rec.RunID
 	exe, err := os.Executable()
@@ -53,13 +53,16 @@ func Detach(req Request) error {
 	if err != nil {
 		return Abandon(req, fmt.Errorf("start the detached supervisor: %w", err))
 	}
+	// The child holds both locks now (it inherited their open file
+	// descriptions at its fork): ours go at once, or the supervisor would
+	// take this process, still waiting for its line, for what its command
+	// left holding the slot.
+	req.Locks.Release()
 	failpoint.Hit(failpoint.DetachHandover)
 	// The child is not ours to wait for: it outlives us (and, if it
 	// exits first, stays a zombie only until we exit a moment later).
 
 	line, _ := bufio.NewReader(readyR).ReadString('\n')
-	// Our copies of the locks go; the supervisor's stay.
-	req.Locks.Release()
 	return handoverResult(req.Store, id, strings.TrimSpace(line))
 }
 
