@@ -81,7 +81,7 @@ func (o *logsOptions) runFleet(fl fleetStore, arg string, s streams) error {
 		logMax = v.LogMax // the record is in etcd, the log here
 	}
 	d := dispatch.New(root)
-	return o.show(d, fl, func(id record.RunID) *runstore.LogReader { return d.Store.NewLogReader(id, logMax) }, id, s)
+	return o.show(d, fl, func(id record.RunID) *runstore.LogReader { return d.Local.NewLogReader(id, logMax) }, id, s)
 }
 
 // show prints run id's log from d's state root, read through open; runs
@@ -137,7 +137,7 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, open func(rec
 	var final *record.Run
 	for {
 		if r == nil {
-			switch f, err := d.Store.OpenLog(id); {
+			switch f, err := d.Local.OpenLog(id); {
 			case err == nil:
 				f.Close()
 				r = open(id)

@@ -47,7 +47,7 @@ func holdSlot(t *testing.T, root, task string) record.RunID {
 	t.Helper()
 	res, err := dispatch.New(root).Admit(context.Background(), vocab.AdmitRequest{Task: task, Command: []string{"true"}, LockTimeout: time.Second})
 	require.NoError(t, err)
-	t.Cleanup(res.Locks.Release)
+	t.Cleanup(res.Run.Release)
 	return res.Rec.RunID
 }
 
@@ -175,7 +175,7 @@ func TestStateRootPrecedence(t *testing.T) {
 			assert.Equal(t, c.want, got)
 			d, err := g.dispatcher()
 			require.NoError(t, err)
-			assert.Equal(t, c.want, d.Store.Root())
+			assert.Equal(t, c.want, d.Local.Root())
 		})
 	}
 
@@ -378,8 +378,8 @@ func TestStartRefusalsAndLaunchErrors(t *testing.T) {
 func TestLockTimeoutIsCrewFailure(t *testing.T) {
 	root := newRoot(t)
 	d := dispatch.New(root)
-	require.NoError(t, d.Store.Ensure())
-	lock, err := d.Store.LockAdmission(context.Background(), time.Second)
+	require.NoError(t, d.Local.Ensure())
+	lock, err := d.Local.LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 
@@ -424,7 +424,7 @@ func TestRecoverThroughTheCLI(t *testing.T) {
 	d := dispatch.New(root)
 	res, err := d.Admit(context.Background(), vocab.AdmitRequest{Task: "dead", Command: []string{"true"}, LockTimeout: time.Second})
 	require.NoError(t, err)
-	res.Locks.Release()
+	res.Run.Release()
 
 	r = crew(t, "--root", root, "recover", "--dry-run", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -450,7 +450,7 @@ func TestRecoverThroughTheCLI(t *testing.T) {
 	r = crew(t, "--root", root, "recover")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "finalized 1")
-	rec, err := d.Store.ReadRun(res.Rec.RunID)
+	rec, err := d.Local.ReadRun(res.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Interrupted, rec.State)
 

@@ -92,7 +92,7 @@ func (o *statusOptions) showRun(d *dispatch.Dispatcher, id record.RunID, s strea
 		if q := o.findWaiting(d, id); q != nil {
 			return o.printWaiting(s, q)
 		}
-		return &usageError{fmt.Errorf("no run %s in the state root %s", id, d.Store.Root())}
+		return &usageError{fmt.Errorf("no run %s in the state root %s", id, d.Local.Root())}
 	}
 	if err != nil {
 		return err

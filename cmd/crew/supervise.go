@@ -34,7 +34,7 @@ func newSuperviseCmd(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return supervise.RunDetached(d.Store, id, grace, sigs, d.RunFinished)
+			return supervise.RunDetached(d.Local, id, grace, sigs, d.RunFinished)
 		},
 	}
 	cmd.Flags().Var(duration.NewValue(&grace, 10*time.Second), "grace", "")

@@ -4,15 +4,15 @@ import (
 	"fmt"
 
 	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 )
 
 // activeSet is the active set with each run's owner liveness: everything
 // admission, the queue and status derive slot usage from. Every reader
 // takes liveness from Store.OwnerState, the one answer there is.
 type activeSet struct {
-	entries []runstore.ActiveEntry
+	entries []backend.ActiveEntry
 	owners  map[record.RunID]record.Owner
 }
 
@@ -20,18 +20,18 @@ type activeSet struct {
 // records); admission and the queue pass true and may count living runs
 // from the active index (runstore.ScanActive); admission passes the held
 // admission lock, which also tidies the index.
-func (d *Dispatcher) readActive(fast bool, adm *runstore.Admission) (*activeSet, error) {
-	var runs []runstore.ActiveRun
+func (d *Dispatcher) readActive(fast bool, adm backend.Section) (*activeSet, error) {
+	var runs []backend.ActiveRun
 	var err error
 	if adm != nil {
 		runs, err = adm.ScanActive()
 	} else {
-		runs, err = d.Store.ScanActive(fast)
+		runs, err = d.runs().ScanActive(fast)
 	}
 	if err != nil {
 		return nil, err
 	}
-	a := &activeSet{entries: make([]runstore.ActiveEntry, len(runs)), owners: make(map[record.RunID]record.Owner, len(runs))}
+	a := &activeSet{entries: make([]backend.ActiveEntry, len(runs)), owners: make(map[record.RunID]record.Owner, len(runs))}
 	for i, r := range runs {
 		a.entries[i] = r.ActiveEntry
 		if r.ID != "" {
@@ -80,8 +80,8 @@ func (a *activeSet) warnings() []error {
 
 // dead lists the runs whose owners are provably gone and whose records
 // may be finalized: active records and finished leftovers.
-func (a *activeSet) dead() []runstore.ActiveEntry {
-	var out []runstore.ActiveEntry
+func (a *activeSet) dead() []backend.ActiveEntry {
+	var out []backend.ActiveEntry
 	for _, e := range a.entries {
 		o := a.owners[e.ID]
 		if e.ID == "" || o.Owner != record.Dead {
@@ -103,7 +103,7 @@ func (d *Dispatcher) exactHolder(set *activeSet, h *admission.Holder) {
 	}
 	for _, e := range set.entries {
 		if e.ID == h.RunID && e.Indexed {
-			if rec, err := d.Store.ReadActive(h.RunID); err == nil {
+			if rec, err := d.runs().ReadActive(h.RunID); err == nil {
 				h.State, h.PID = rec.State, rec.SupervisorPID
 			}
 			return

@@ -10,18 +10,19 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/recovery"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Reservation is an admitted run: its provisioning record is durable and
-// this process holds its locks.
+// this process holds it (Run), under its start's standing (Starter, which
+// the caller closes once the run is handed on or over).
 type Reservation struct {
-	Rec   *record.Run
-	Locks *runstore.RunLocks
+	Rec     *record.Run
+	Run     backend.Run
+	Starter backend.Starter
 	// Warnings are problems admission noticed but stepped around, such as
 	// unreadable records in the active set.
 	Warnings []error
@@ -38,11 +39,22 @@ func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reserv
 	if len(req.Command) == 0 {
 		return nil, vocab.Usagef("missing command: give it after --, as in `crew start TASK -- COMMAND [ARGS...]`")
 	}
-	if !req.Wait {
-		res, _, err := d.attempt(ctx, req, nil)
-		return res, err
+	st, err := d.Store.Begin(ctx, backend.BeginOptions{LeaseTTL: req.LeaseTTL})
+	if err != nil {
+		return nil, err
 	}
-	return d.admitWaiting(ctx, req)
+	var res *Reservation
+	if req.Wait {
+		res, err = d.admitWaiting(ctx, st, req)
+	} else {
+		res, _, err = d.attempt(ctx, st, req, nil)
+	}
+	if res == nil {
+		st.Close()
+		return nil, err
+	}
+	res.Starter = st
+	return res, err
 }
 
 // attempt is one pass through the admission critical section. With a
@@ -50,8 +62,8 @@ func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reserv
 // who lines up behind every waiting start. When the run is not admitted
 // and req.Wait is set, a newcomer's ticket is created (in the same
 // critical section, so nobody can slip in between) and returned.
-func (d *Dispatcher) attempt(ctx context.Context, req vocab.AdmitRequest, w *runstore.Waiter) (*Reservation, *attemptResult, error) {
-	adm, err := d.Store.LockAdmission(ctx, req.LockTimeout)
+func (d *Dispatcher) attempt(ctx context.Context, st backend.Starter, req vocab.AdmitRequest, w backend.Waiter) (*Reservation, *attemptResult, error) {
+	adm, err := st.LockAdmission(ctx, req.LockTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,7 +71,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req vocab.AdmitRequest, w *run
 	defer adm.Release()
 	failpoint.Hit(failpoint.AdmissionLocked)
 
-	cfg, _, err := d.Store.LoadConfig()
+	cfg, _, err := adm.LoadConfig()
 	if err != nil {
 		return d.unconfigured(adm, req, w, err)
 	}
@@ -118,7 +130,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req vocab.AdmitRequest, w *run
 // queueFor reads the queue for an attempt, with the warnings its
 // unreadable tickets call for. A queue that cannot be listed is an error,
 // except for a newcomer with --force, which skips the line anyway.
-func (d *Dispatcher) queueFor(adm *runstore.Admission, req vocab.AdmitRequest, w *runstore.Waiter) (line, []error, error) {
+func (d *Dispatcher) queueFor(adm backend.Section, req vocab.AdmitRequest, w backend.Waiter) (line, []error, error) {
 	l, err := d.liveQueue(adm)
 	var qe *vocab.QueueError
 	if errors.As(err, &qe) && req.Force && w == nil {
@@ -159,7 +171,7 @@ func (d *Dispatcher) reap(set *activeSet, task string) reapResult {
 			continue
 		}
 		r.n++
-		if _, _, err := recovery.FinalizeDead(d.Store, e.ID, d.now()); err != nil {
+		if _, _, err := d.runs().FinalizeDead(e.ID, d.now()); err != nil {
 			r.warnings = append(r.warnings, fmt.Errorf("run %s: its owner is gone but it could not be finalized: %w", e.ID, err))
 		}
 	}
@@ -168,7 +180,7 @@ func (d *Dispatcher) reap(set *activeSet, task string) reapResult {
 
 // reserve creates the run's locks and its durable provisioning record. On
 // failure it leaves nothing behind. A queued run keeps its ticket's id.
-func (d *Dispatcher) reserve(adm *runstore.Admission, req vocab.AdmitRequest, cfg record.Config, u admission.Usage, v admission.Verdict, w *runstore.Waiter) (*Reservation, error) {
+func (d *Dispatcher) reserve(adm backend.Section, req vocab.AdmitRequest, cfg record.Config, u admission.Usage, v admission.Verdict, w backend.Waiter) (*Reservation, error) {
 	now := d.now()
 	for attempt := 0; ; attempt++ {
 		id := record.NewRunID(now)
@@ -176,12 +188,12 @@ func (d *Dispatcher) reserve(adm *runstore.Admission, req vocab.AdmitRequest, cf
 			id = w.ID()
 		}
 		rec := d.provisioning(id, req, cfg, u, v, now)
-		locks, err := adm.Reserve(rec)
+		run, err := adm.Reserve(rec)
 		if err == nil {
 			if w != nil {
 				w.Remove() // its run record carries on under the same id
 			}
-			return &Reservation{Rec: rec, Locks: locks}, nil
+			return &Reservation{Rec: rec, Run: run}, nil
 		}
 		if w != nil || !errors.Is(err, fs.ErrExist) || attempt == 3 {
 			return nil, fmt.Errorf("reserve a run of %q: %w", req.Task, err)

@@ -26,7 +26,7 @@ func BenchmarkAdmissionScan(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(res.Locks.Release)
+				b.Cleanup(res.Run.Release)
 			}
 			b.ResetTimer()
 			for b.Loop() {

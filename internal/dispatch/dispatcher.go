@@ -9,12 +9,18 @@ import (
 	"os"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/localstore"
 	"github.com/crew-dev/crew/internal/runstore"
 )
 
-// Dispatcher works on one state root.
+// Dispatcher works on one store.
 type Dispatcher struct {
-	Store *runstore.Store
+	// Store is the store: what every operation goes through.
+	Store backend.Store
+	// Local is the state root, for what still reaches it directly; nil
+	// on a store that is none.
+	Local *runstore.Store
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 	// Host names this machine in records.
@@ -27,7 +33,31 @@ func New(root string) *Dispatcher {
 	if err != nil {
 		host = "unknown-host"
 	}
-	return &Dispatcher{Store: runstore.New(root), Now: time.Now, Host: host}
+	st := localstore.New(root)
+	return &Dispatcher{Store: st, Local: st.Store, Now: time.Now, Host: host}
 }
 
 func (d *Dispatcher) now() time.Time { return d.Now().UTC() }
+
+func (d *Dispatcher) runs() backend.Runs       { return d.Store.Runs() }
+func (d *Dispatcher) queue() backend.Queue     { return d.Store.Queue() }
+func (d *Dispatcher) history() backend.History { return d.Store.History() }
+
+// procs is what the store can prove of runs' processes, if they live on
+// this machine.
+func (d *Dispatcher) procs() (backend.Processes, bool) {
+	p, ok := d.Store.(backend.Processes)
+	return p, ok
+}
+
+// parts are the store's parts as one, for code that reads several.
+type parts struct {
+	backend.Runs
+	backend.Queue
+	backend.History
+	backend.Logs
+}
+
+func (d *Dispatcher) parts() parts {
+	return parts{d.Store.Runs(), d.Store.Queue(), d.Store.History(), d.Store.Logs()}
+}

@@ -49,7 +49,7 @@ func admit(t *testing.T, d *dispatch.Dispatcher, task string) *dispatch.Reservat
 
 // releaseAll lets go of a reservation's locks without finalizing the run,
 // as if every process of the run had died. Releasing twice is harmless.
-func releaseAll(res *dispatch.Reservation) { res.Locks.Release() }
+func releaseAll(res *dispatch.Reservation) { res.Run.Release(); res.Starter.Close() }
 
 // holdOwner takes the owner lock at path on a file description of its own,
 // as another process would; the lock is released when the test ends.
@@ -59,7 +59,7 @@ func holdOwner(t *testing.T, path string) *lockfs.Lock { return lockAt(t, path) 
 // file name in runs/active and returns its id and path.
 func writeCorruptActive(t *testing.T, d *dispatch.Dispatcher, content string) (record.RunID, string) {
 	t.Helper()
-	require.NoError(t, d.Store.Ensure())
+	require.NoError(t, d.Local.Ensure())
 	id := record.NewRunID(time.Now())
 	path := lay(d).active(id)
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
@@ -88,7 +88,7 @@ func dirNames(t *testing.T, dir string) []string {
 
 func readDone(t *testing.T, d *dispatch.Dispatcher, id record.RunID) *record.Run {
 	t.Helper()
-	rec, err := d.Store.ReadDone(id)
+	rec, err := d.Local.ReadDone(id)
 	require.NoError(t, err, "finished record of %s", id)
 	return rec
 }

@@ -1,8 +1,8 @@
 package dispatch
 
 import (
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -11,8 +11,8 @@ import (
 // follows what it shows (and, with filters, how far back matches lie),
 // not the history; it never creates or changes a file.
 func (d *Dispatcher) History(q vocab.HistoryQuery) (*vocab.History, error) {
-	st := d.Store
-	fq := runstore.FinishedQuery{Limit: q.Limit, Since: q.Since}
+	st := d.parts()
+	fq := backend.FinishedQuery{Limit: q.Limit, Since: q.Since}
 	if q.Task != "" || q.Failed {
 		fq.Match = func(task string, state record.State, _ *int) bool {
 			return (q.Task == "" || task == q.Task) && (!q.Failed || state != record.Succeeded)
@@ -35,20 +35,20 @@ func (d *Dispatcher) History(q vocab.HistoryQuery) (*vocab.History, error) {
 	for _, r := range fin.Runs {
 		h.Runs = append(h.Runs, d.finishedView(r))
 	}
-	h.Problems = finishedProblems(st, fin)
+	h.Problems = finishedProblems(fin)
 	return h, nil
 }
 
 // finishedProblems are what status and history report of a look at the
 // finished runs: the records that could not be read, and what is wrong
 // with the index of finished runs.
-func finishedProblems(st *runstore.Store, fin *runstore.Finished) []vocab.Problem {
+func finishedProblems(fin *backend.Finished) []vocab.Problem {
 	out := []vocab.Problem{}
 	for _, b := range fin.Bad {
 		out = append(out, vocab.Problem{Path: b.Path, Error: b.Err.Error()})
 	}
 	if fin.IndexProblem != "" {
-		out = append(out, vocab.Problem{Path: st.IndexPath(), Error: fin.IndexProblem})
+		out = append(out, vocab.Problem{Path: fin.IndexPath, Error: fin.IndexProblem})
 	}
 	return out
 }

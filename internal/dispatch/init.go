@@ -26,7 +26,7 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []vocab.PoolChan
 	if err := checkChange(probe); err != nil {
 		return nil, err
 	}
-	st := d.Store
+	st := d.Local
 	adm, err := st.LockAdmission(context.Background(), lockTimeout)
 	if err != nil {
 		return nil, err

@@ -18,7 +18,7 @@ import (
 // never builds these paths: runstore owns them.
 type layout struct{ root string }
 
-func lay(d *dispatch.Dispatcher) layout { return layout{d.Store.Root()} }
+func lay(d *dispatch.Dispatcher) layout { return layout{d.Local.Root()} }
 
 func (l layout) path(rel ...string) string {
 	return filepath.Join(append([]string{l.root}, rel...)...)
@@ -104,7 +104,7 @@ func readRecordAt(path string) (*record.Run, error) {
 // it to let the command "exit").
 func orphanize(t *testing.T, d *dispatch.Dispatcher, res *dispatch.Reservation) *lockfs.Lock {
 	t.Helper()
-	res.Locks.Release()
+	res.Run.Release()
 	dir, err := os.OpenRoot(lay(d).ownersDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { dir.Close() })

@@ -60,7 +60,7 @@ func (d *Dispatcher) parentOf(set *activeSet, id record.RunID) record.RunID {
 		if !e.Indexed {
 			return e.Rec.Parent
 		}
-		if rec, err := d.Store.ReadActive(id); err == nil {
+		if rec, err := d.runs().ReadActive(id); err == nil {
 			return rec.Parent
 		}
 	}

@@ -7,10 +7,9 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/recovery"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -27,7 +26,11 @@ import (
 // from there too is a RunGoneError.
 func (d *Dispatcher) WaitRun(ctx context.Context, id record.RunID) (*record.Run, error) {
 	w := &runWait{d: d, id: id}
-	defer w.hold.Release()
+	defer func() {
+		if w.hold != nil {
+			w.hold.Release()
+		}
+	}()
 	for delay := time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
 		if rec, err := w.look(); rec != nil || err != nil {
 			return rec, err
@@ -45,7 +48,7 @@ func (d *Dispatcher) WaitRun(ctx context.Context, id record.RunID) (*record.Run,
 type runWait struct {
 	d    *Dispatcher
 	id   record.RunID
-	hold *runstore.LogHold
+	hold backend.LogHold
 	// saw: the wait has seen the run's record (not only its ticket).
 	saw bool
 }
@@ -53,9 +56,9 @@ type runWait struct {
 // look looks at the run once: its final record once it is over, nothing
 // while it is not.
 func (w *runWait) look() (*record.Run, error) {
-	st := w.d.Store
+	runs := w.d.runs()
 	w.holdLog()
-	rec, err := st.ReadRun(w.id)
+	rec, err := runs.ReadRun(w.id)
 	switch {
 	case err == nil && !rec.State.Active() && !w.d.stillCounted(w.id, rec):
 		return rec, nil
@@ -65,8 +68,8 @@ func (w *runWait) look() (*record.Run, error) {
 		w.saw = true
 	case err == nil:
 		w.saw = true
-		if st.OwnerState(w.id, rec.Locks).Owner == record.Dead {
-			if _, _, err := recovery.FinalizeDead(st, w.id, w.d.now()); err != nil {
+		if runs.OwnerState(w.id, rec.Locks).Owner == record.Dead {
+			if _, _, err := runs.FinalizeDead(w.id, w.d.now()); err != nil {
 				return nil, err
 			}
 		}
@@ -84,28 +87,29 @@ func (w *runWait) holdLog() {
 	if w.hold != nil && w.hold.Current() {
 		return
 	}
-	w.hold.Release()
-	w.hold, _ = w.d.Store.HoldLog(w.id) // none yet: look again next time
+	if w.hold != nil {
+		w.hold.Release()
+	}
+	w.hold, _ = w.d.history().HoldLog(w.id) // none yet: look again next time
 }
 
 // missing is a look that found no record: a waiting start, a run between
 // the two (admitted a moment ago), or one that is gone.
 func (w *runWait) missing() (*record.Run, error) {
-	st := w.d.Store
-	if st.HasTicket(w.id) {
+	if w.d.queue().HasTicket(w.id) {
 		return nil, nil
 	}
-	if rec, err := st.ReadRun(w.id); err == nil {
+	if rec, err := w.d.runs().ReadRun(w.id); err == nil {
 		w.saw = true
 		if !rec.State.Active() && !w.d.stillCounted(w.id, rec) {
 			return rec, nil
 		}
 		return nil, nil // a run now: look again after the delay
 	}
-	if !w.saw && st.WaiterState(w.id) != record.Dead {
+	if !w.saw && w.d.queue().WaiterState(w.id) != record.Dead {
 		return nil, nil // its waiter lives: between its ticket and its record
 	}
-	if end, ok := st.IndexedEndOf(w.id); ok {
+	if end, ok := w.d.history().IndexedEndOf(w.id); ok {
 		return prunedRun(w.id, end), nil
 	}
 	if w.saw {
@@ -116,7 +120,7 @@ func (w *runWait) missing() (*record.Run, error) {
 
 // prunedRun is a run whose record was removed before a waiter read it, as
 // the index of finished runs tells its end.
-func prunedRun(id record.RunID, end runstore.IndexedEnd) *record.Run {
+func prunedRun(id record.RunID, end backend.IndexedEnd) *record.Run {
 	fin := end.Finished
 	return &record.Run{Version: record.RecordVersion, RunID: id, Task: end.Task, State: end.State, ExitCode: end.Exit,
 		FinishedAt: &fin, Events: []record.Event{},
@@ -129,8 +133,8 @@ func prunedRun(id record.RunID, end runstore.IndexedEnd) *record.Run {
 // until its supervisor has left the active set (or is gone), "crew wait
 // RUN && crew start TASK" could be refused for RUN's own slot.
 func (d *Dispatcher) stillCounted(id record.RunID, final *record.Run) bool {
-	if _, err := d.Store.ReadActive(id); errors.Is(err, fs.ErrNotExist) {
+	if _, err := d.runs().ReadActive(id); errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
-	return d.Store.OwnerState(id, final.Locks).Supervisor == record.Alive
+	return d.runs().OwnerState(id, final.Locks).Supervisor == record.Alive
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -27,7 +27,7 @@ type attemptResult struct {
 	usage    admission.Usage
 	pool     string
 	warnings []error
-	waiter   *runstore.Waiter
+	waiter   backend.Waiter
 	// configErr: crew.json is unusable, nothing was decided.
 	configErr *vocab.ConfigError
 	// queueErr: the queue cannot be listed, nothing was decided.
@@ -81,7 +81,7 @@ func (ar *attemptResult) progress(req vocab.AdmitRequest) vocab.WaitProgress {
 }
 
 // gaveUp is the error of a waiting start whose --wait=D ran out.
-func (d *Dispatcher) gaveUp(ar *attemptResult, w *runstore.Waiter, req vocab.AdmitRequest) error {
+func (d *Dispatcher) gaveUp(ar *attemptResult, w backend.Waiter, req vocab.AdmitRequest) error {
 	if latest := d.evaluate(w, req); latest != nil {
 		ar = latest
 	}
@@ -97,7 +97,7 @@ func (d *Dispatcher) gaveUp(ar *attemptResult, w *runstore.Waiter, req vocab.Adm
 // Nothing can be decided: a plain start fails with the error (exit 125);
 // a waiting start keeps its place in line, or takes one, and retries
 // until the config is fixed or its wait runs out.
-func (d *Dispatcher) unconfigured(adm *runstore.Admission, req vocab.AdmitRequest, w *runstore.Waiter, cfgErr error) (*Reservation, *attemptResult, error) {
+func (d *Dispatcher) unconfigured(adm backend.Section, req vocab.AdmitRequest, w backend.Waiter, cfgErr error) (*Reservation, *attemptResult, error) {
 	var ce *vocab.ConfigError
 	if !req.Wait || !errors.As(cfgErr, &ce) {
 		return nil, nil, cfgErr
@@ -126,7 +126,7 @@ func (d *Dispatcher) unconfigured(adm *runstore.Admission, req vocab.AdmitReques
 // whether waiting starts are owed the slot cannot be told, so nothing is
 // decided (fail closed). A start not yet in line fails with the error
 // (exit 125); a waiting start keeps its place and retries.
-func (d *Dispatcher) unreadableQueue(req vocab.AdmitRequest, w *runstore.Waiter, qErr error) (*Reservation, *attemptResult, error) {
+func (d *Dispatcher) unreadableQueue(req vocab.AdmitRequest, w backend.Waiter, qErr error) (*Reservation, *attemptResult, error) {
 	if w == nil {
 		return nil, nil, fmt.Errorf("not admitted: crew cannot tell whether waiting starts are owed the free slots, so nothing was recorded: %w", qErr)
 	}
@@ -163,10 +163,16 @@ func (l line) warnings() []error {
 // the way. A ticket that cannot be read keeps its place while its waiter
 // is shown alive (its lock held); a queue that cannot be listed is a
 // *QueueError: nobody can be let past waiters nobody can see.
-func (d *Dispatcher) liveQueue(adm *runstore.Admission) (line, error) {
-	entries, err := d.Store.ListTickets()
+func (d *Dispatcher) liveQueue(adm backend.Section) (line, error) {
+	var entries []backend.TicketEntry
+	var err error
+	if adm != nil {
+		entries, err = adm.ListTickets()
+	} else {
+		entries, err = d.queue().ListTickets()
+	}
 	if err != nil {
-		return line{}, &vocab.QueueError{Path: d.Store.QueuePath(), Err: err}
+		return line{}, &vocab.QueueError{Path: d.queue().QueuePath(), Err: err}
 	}
 	l := line{tickets: make([]admission.Ticket, 0, len(entries))}
 	for _, e := range entries {
@@ -185,7 +191,7 @@ func (d *Dispatcher) liveQueue(adm *runstore.Admission) (line, error) {
 		if e.Err != nil {
 			since, _ := e.ID.CreatedAt()
 			l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Since: since, Unreadable: true})
-			l.unreadable = append(l.unreadable, ticketProblem{id: e.ID, path: d.Store.TicketPath(e.ID), err: e.Err})
+			l.unreadable = append(l.unreadable, ticketProblem{id: e.ID, path: e.Path, err: e.Err})
 			continue
 		}
 		l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Task: e.Ticket.Task, Pool: e.Ticket.Pool, Since: e.Ticket.CreatedAt})
@@ -195,7 +201,7 @@ func (d *Dispatcher) liveQueue(adm *runstore.Admission) (line, error) {
 
 // joinQueue creates this process's ticket; the caller holds the admission
 // lock, which is what makes arrival order total.
-func (d *Dispatcher) joinQueue(adm *runstore.Admission, req vocab.AdmitRequest, queue []admission.Ticket) (*runstore.Waiter, error) {
+func (d *Dispatcher) joinQueue(adm backend.Section, req vocab.AdmitRequest, queue []admission.Ticket) (backend.Waiter, error) {
 	now := d.now()
 	id := record.NewRunID(now)
 	if len(queue) > 0 {
@@ -209,7 +215,7 @@ func (d *Dispatcher) joinQueue(adm *runstore.Admission, req vocab.AdmitRequest, 
 // admitWaiting is Admit with --wait: attempt, and while not admitted,
 // sleep on the bell (rung by whoever frees a slot this waiter may take),
 // with a slow poll as a fallback, until admitted, timed out or cancelled.
-func (d *Dispatcher) admitWaiting(ctx context.Context, req vocab.AdmitRequest) (*Reservation, error) {
+func (d *Dispatcher) admitWaiting(ctx context.Context, st backend.Starter, req vocab.AdmitRequest) (*Reservation, error) {
 	var deadline <-chan time.Time
 	if req.WaitTimeout > 0 {
 		t := time.NewTimer(req.WaitTimeout)
@@ -221,7 +227,7 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req vocab.AdmitRequest) (
 			req.OnWait(p)
 		}
 	}
-	var w *runstore.Waiter
+	var w backend.Waiter
 	defer func() {
 		if w != nil {
 			w.Remove()      // harmless once admitted: the ticket is gone already
@@ -236,7 +242,7 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, req vocab.AdmitRequest) (
 				return nil, err
 			}
 		}
-		res, ar, err := d.attempt(ctx, req, w)
+		res, ar, err := d.attempt(ctx, st, req, w)
 		if err != nil {
 			return nil, err
 		}
@@ -274,7 +280,7 @@ var errWaitTimeout = errors.New("wait timed out")
 // decided (configBroken: crew.json is unusable, or the queue cannot be
 // listed) every poll tries again: nobody rings when it is fixed by hand,
 // and the waiter must stop showing the problem once it is.
-func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Waiter, req vocab.AdmitRequest, deadline <-chan time.Time, report func(vocab.WaitProgress), configBroken bool) error {
+func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter, req vocab.AdmitRequest, deadline <-chan time.Time, report func(vocab.WaitProgress), configBroken bool) error {
 	for {
 		poll := time.NewTimer(pollInterval + rand.N(pollInterval/2))
 		select {
@@ -311,7 +317,7 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w *runstore.Wait
 // evaluate decides for a waiter without the admission lock (read-only), to
 // see whether taking the lock is worth it. It returns nil if the waiter
 // looks admissible (or the state cannot be read: let the lock decide).
-func (d *Dispatcher) evaluate(w *runstore.Waiter, req vocab.AdmitRequest) *attemptResult {
+func (d *Dispatcher) evaluate(w backend.Waiter, req vocab.AdmitRequest) *attemptResult {
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
 		return nil
@@ -371,7 +377,7 @@ func (d *Dispatcher) RingWaiters() {
 	}
 	for i, v := range admission.Plan(cfg, set.usage(), queue) {
 		if v.Admit {
-			d.Store.Ring(queue[i].ID)
+			d.queue().Ring(queue[i].ID)
 		}
 	}
 }

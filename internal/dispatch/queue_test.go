@@ -219,7 +219,7 @@ func TestQueueSignalWhileWaiting(t *testing.T) {
 func TestQueueDeadWaiterDoesNotBlock(t *testing.T) {
 	d := newDispatcher(t)
 	setCap(t, d, 1)
-	require.NoError(t, d.Store.Ensure())
+	require.NoError(t, d.Local.Ensure())
 	id := record.NewRunID(time.Now())
 	writeTicketFile(t, lay(d), (&record.Ticket{Version: record.TicketVersion, RunID: id, Task: "ghost",
 		Command: []string{"true"}, Host: "h", PID: 1, CreatedAt: time.Now().UTC()}))
@@ -237,17 +237,17 @@ func TestQueueDeadWaiterDoesNotBlock(t *testing.T) {
 
 func TestRecoverSweepsDeadTickets(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Store.Ensure())
+	require.NoError(t, d.Local.Ensure())
 	id := record.NewRunID(time.Now())
 	writeTicketFile(t, lay(d), (&record.Ticket{Version: record.TicketVersion, RunID: id, Task: "ghost",
 		Command: []string{"true"}, Host: "h", PID: 1, CreatedAt: time.Now().UTC()}))
 	orphanLock := record.NewRunID(time.Now())
 	require.NoError(t, os.WriteFile(lay(d).ticketLock(orphanLock), nil, 0o600))
 
-	before := treeSnapshot(t, d.Store.Root())
+	before := treeSnapshot(t, d.Local.Root())
 	dry, err := d.Recover(recoverOpts(true))
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Store.Root()))
+	assert.Equal(t, before, treeSnapshot(t, d.Local.Root()))
 	assert.Equal(t, 2, dry.Count(recovery.Cleaned))
 
 	report, err := d.Recover(recoverOpts(false))
@@ -377,7 +377,7 @@ func TestInitRejectsBadPools(t *testing.T) {
 			_, err := d.Init(2, true, []vocab.PoolChange{change}, time.Second)
 			var usage *vocab.UsageError
 			require.ErrorAs(t, err, &usage)
-			assert.NoDirExists(t, d.Store.Root(), "bad input changes nothing")
+			assert.NoDirExists(t, d.Local.Root(), "bad input changes nothing")
 		})
 	}
 }

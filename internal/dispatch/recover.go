@@ -9,7 +9,7 @@ import (
 func (d *Dispatcher) Recover(opts recovery.Options) (*recovery.Report, error) {
 	opts.Now, opts.Host = d.Now, d.Host
 	opts.Holders = d.holderPIDs
-	rep, err := recovery.Recover(d.Store, opts)
+	rep, err := recovery.Recover(d.Local, opts)
 	if err == nil && rep.Count(recovery.Finalized)+rep.Count(recovery.Cleaned) > 0 {
 		d.RingWaiters() // finalized runs freed their slots
 	}
@@ -20,5 +20,5 @@ func (d *Dispatcher) Recover(opts recovery.Options) (*recovery.Report, error) {
 // recovery.Prune.
 func (d *Dispatcher) Prune(opts recovery.PruneOptions) (*recovery.PruneReport, error) {
 	opts.Now = d.now()
-	return recovery.Prune(d.Store, opts)
+	return recovery.Prune(d.Local, opts)
 }

@@ -89,11 +89,11 @@ func recoverOpts(dry bool) recovery.Options {
 func TestRecoverDryRunChangesNothing(t *testing.T) {
 	d := newDispatcher(t)
 	s := newCrashScene(t, d)
-	before := treeSnapshot(t, d.Store.Root())
+	before := treeSnapshot(t, d.Local.Root())
 
 	report, err := d.Recover(recoverOpts(true))
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Store.Root()), "a dry run changes nothing, not even the admission holder note")
+	assert.Equal(t, before, treeSnapshot(t, d.Local.Root()), "a dry run changes nothing, not even the admission holder note")
 	assert.True(t, report.DryRun)
 	assert.Equal(t, recovery.ReportVersion, report.Version)
 
@@ -185,12 +185,12 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 
 	// A second pass finds nothing to do and changes nothing (but the
 	// admission holder note, rewritten by every holder of the lock).
-	holder, err := filepath.Rel(d.Store.Root(), lay(d).holder())
+	holder, err := filepath.Rel(d.Local.Root(), lay(d).holder())
 	require.NoError(t, err)
-	before := treeSnapshot(t, d.Store.Root(), holder)
+	before := treeSnapshot(t, d.Local.Root(), holder)
 	again, err := d.Recover(recoverOpts(false))
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Store.Root(), holder))
+	assert.Equal(t, before, treeSnapshot(t, d.Local.Root(), holder))
 	assert.Len(t, again.Items, 2)
 	assert.Equal(t, 1, again.Count(recovery.Alive))
 	assert.Equal(t, 1, again.Count(recovery.Orphaned))
@@ -236,7 +236,7 @@ func TestRecoverTimeoutReportsFailedItems(t *testing.T) {
 	d := newDispatcher(t)
 	dead := admit(t, d, "dead")
 	releaseAll(dead)
-	before := treeSnapshot(t, d.Store.Root())
+	before := treeSnapshot(t, d.Local.Root())
 
 	report, err := d.Recover(recovery.Options{Timeout: time.Nanosecond})
 	require.NoError(t, err)
@@ -247,8 +247,8 @@ func TestRecoverTimeoutReportsFailedItems(t *testing.T) {
 	}
 	items := itemsFor(report)
 	assert.Len(t, items[string(dead.Rec.RunID)], 1)
-	assert.Len(t, items[d.Store.Root()], 1, "the leftover sweep")
-	assert.Equal(t, before, treeSnapshot(t, d.Store.Root()), "nothing was done")
+	assert.Len(t, items[d.Local.Root()], 1, "the leftover sweep")
+	assert.Equal(t, before, treeSnapshot(t, d.Local.Root()), "nothing was done")
 }
 
 func TestRecoverMissingRootCreatesNothing(t *testing.T) {
@@ -258,7 +258,7 @@ func TestRecoverMissingRootCreatesNothing(t *testing.T) {
 		require.NoError(t, err)
 		assert.NotNil(t, report.Items)
 		assert.Empty(t, report.Items)
-		assert.NoDirExists(t, d.Store.Root())
+		assert.NoDirExists(t, d.Local.Root())
 	}
 }
 
@@ -271,7 +271,7 @@ func TestRecoverSweepsTemporaryFiles(t *testing.T) {
 	require.NoError(t, os.WriteFile(liveTemp, nil, 0o600))
 	// Temporary files of crew.json (written under the admission lock) and of
 	// unknown runs: removed.
-	cfgTemp := filepath.Join(d.Store.Root(), ".crew.json9876")
+	cfgTemp := filepath.Join(d.Local.Root(), ".crew.json9876")
 	require.NoError(t, os.WriteFile(cfgTemp, nil, 0o600))
 	gone := filepath.Join(lay(d).activeDir(), "."+string(record.NewRunID(time.Now()))+".json1")
 	require.NoError(t, os.WriteFile(gone, nil, 0o600))

@@ -6,8 +6,8 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -26,7 +26,7 @@ import (
 // An id prefix or short id that fits several runs is a usage error that
 // lists them (*AmbiguousError); one that fits none is *NotFoundError.
 func (d *Dispatcher) Lookup(arg string) (vocab.Ref, error) {
-	st := d.Store
+	st := d.parts()
 	if record.LooksLikeRunID(arg) {
 		id := record.RunID(arg)
 		_, err := st.ReadRun(id)
@@ -36,7 +36,7 @@ func (d *Dispatcher) Lookup(arg string) (vocab.Ref, error) {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return vocab.Ref{}, err // unreadable, or a state root crew refuses: not "no such run"
 		}
-		return vocab.Ref{}, &vocab.NotFoundError{Err: fmt.Errorf("no run %s in the state root %s", arg, st.Root())}
+		return vocab.Ref{}, &vocab.NotFoundError{Err: fmt.Errorf("no run %s in %s", arg, d.Store.Where())}
 	}
 	if record.IsRunIDShaped(arg) {
 		id, err := d.findRun(arg, func(id record.RunID) bool { return strings.HasPrefix(string(id), arg) })
@@ -79,7 +79,7 @@ func (d *Dispatcher) Resolve(arg string) (record.RunID, error) {
 		return "", err
 	}
 	if id == "" {
-		return "", &vocab.NotFoundError{Err: fmt.Errorf("task %q has no runs in the state root %s", ref.Task, d.Store.Root())}
+		return "", &vocab.NotFoundError{Err: fmt.Errorf("task %q has no runs in %s", ref.Task, d.Store.Where())}
 	}
 	return id, nil
 }
@@ -87,7 +87,7 @@ func (d *Dispatcher) Resolve(arg string) (record.RunID, error) {
 // latestOf is the task's active run, else its oldest waiting start, else
 // its latest finished run ("" if it has none).
 func (d *Dispatcher) latestOf(task string) (record.RunID, error) {
-	st := d.Store
+	st := d.parts()
 	entries, err := st.ListActive()
 	if err != nil {
 		return "", err
@@ -108,7 +108,7 @@ func (d *Dispatcher) latestOf(task string) (record.RunID, error) {
 		}
 	}
 	// A task has one run at a time: its latest finish is its latest run.
-	fin, err := st.FinishedRuns(runstore.FinishedQuery{Limit: 1, Also: leftovers,
+	fin, err := st.FinishedRuns(backend.FinishedQuery{Limit: 1, Also: leftovers,
 		Match: func(t string, _ record.State, _ *int) bool { return t == task }})
 	if err != nil {
 		return "", err
@@ -129,7 +129,7 @@ const maxCandidates = 8
 
 // findRun finds the one run or waiting start whose id match accepts.
 func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.RunID, error) {
-	st := d.Store
+	st := d.parts()
 	var cands []vocab.Candidate
 	seen := map[record.RunID]bool{}
 	add := func(c vocab.Candidate) {
@@ -166,7 +166,7 @@ func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.
 	case len(cands) == 1 && more == 0:
 		return cands[0].ID, nil
 	case len(cands) == 0:
-		return "", &vocab.NotFoundError{Err: fmt.Errorf("no run's id begins with %s in the state root %s", arg, st.Root())}
+		return "", &vocab.NotFoundError{Err: fmt.Errorf("no run's id begins with %s in %s", arg, d.Store.Where())}
 	}
 	if len(cands) > maxCandidates {
 		more += len(cands) - maxCandidates
@@ -178,10 +178,10 @@ func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.
 // TaskOf is the task of a run or waiting start, for messages; "" if
 // neither can be read.
 func (d *Dispatcher) TaskOf(id record.RunID) string {
-	if rec, err := d.Store.ReadRun(id); err == nil {
+	if rec, err := d.runs().ReadRun(id); err == nil {
 		return rec.Task
 	}
-	entries, _ := d.Store.ListTickets()
+	entries, _ := d.queue().ListTickets()
 	for _, e := range entries {
 		if e.ID == id && e.Ticket != nil {
 			return e.Ticket.Task

@@ -11,6 +11,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -21,7 +22,7 @@ func finishRun(t *testing.T, d *dispatch.Dispatcher, task string) record.RunID {
 	rec := *res.Rec
 	code := 0
 	rec.Finish(record.Succeeded, time.Now().UTC(), &code, "")
-	require.NoError(t, res.Locks.Finish(&rec))
+	require.NoError(t, res.Run.(*runstore.RunLocks).Finish(&rec))
 	return rec.RunID
 }
 

@@ -58,22 +58,22 @@ func (d *Dispatcher) RunFinished() {
 
 // PruneLazily is RunFinished's prune; see recovery.LazyPrune.
 func (d *Dispatcher) PruneLazily() (recovery.LazyReport, error) {
-	cfg, _, err := d.Store.LoadConfig()
+	cfg, _, err := d.Local.LoadConfig()
 	if err != nil || cfg.KeepsEverything() {
 		return recovery.LazyReport{}, err
 	}
-	return recovery.LazyPrune(d.Store, recovery.PolicyOf(cfg), d.now(), recovery.DefaultLazyLimits)
+	return recovery.LazyPrune(d.Local, recovery.PolicyOf(cfg), d.now(), recovery.DefaultLazyLimits)
 }
 
 // PruneConfigured is `crew prune` without flags: the configured retention,
 // applied in full.
 func (d *Dispatcher) PruneConfigured(dryRun bool) (*recovery.PruneReport, error) {
-	cfg, _, err := d.Store.LoadConfig()
+	cfg, _, err := d.Local.LoadConfig()
 	if err != nil {
 		return nil, err
 	}
 	if cfg.KeepsEverything() {
-		return nil, &vocab.UsageError{Err: &vocab.NoRetentionError{Path: d.Store.ConfigPath()}}
+		return nil, &vocab.UsageError{Err: &vocab.NoRetentionError{Path: d.Local.ConfigPath()}}
 	}
 	return d.Prune(recovery.PruneOptions{Policy: recovery.PolicyOf(cfg), DryRun: dryRun})
 }
@@ -82,10 +82,10 @@ func (d *Dispatcher) PruneConfigured(dryRun bool) (*recovery.PruneReport, error)
 // run's record says), while it is written and after.
 func (d *Dispatcher) OpenLog(id record.RunID) *runstore.LogReader {
 	var logMax int64
-	if rec, err := d.Store.ReadRun(id); err == nil {
+	if rec, err := d.Local.ReadRun(id); err == nil {
 		logMax = rec.LogMax
 	}
-	return d.Store.NewLogReader(id, logMax)
+	return d.Local.NewLogReader(id, logMax)
 }
 
 // RetentionOf is cfg's retention as status shows it, for every backend.

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
@@ -28,7 +29,11 @@ func (d *Dispatcher) mayStopRun(rec *record.Run) error {
 	if me == 0 {
 		return nil
 	}
-	owner, err := d.Store.RunUser(rec.RunID, rec.Locks)
+	procs, ok := d.procs()
+	if !ok {
+		return nil // a store shared with other hosts knows no users: its runs are the fleet's
+	}
+	owner, err := procs.RunUser(rec.RunID, rec.Locks)
 	if err != nil {
 		return &vocab.StopError{Err: fmt.Errorf("%w; only its own user or root may stop it, so crew stop signalled nothing", err)}
 	}
@@ -44,7 +49,11 @@ func (d *Dispatcher) mayStopWaiter(id record.RunID) (gone bool, err error) {
 	if me == 0 {
 		return false, nil
 	}
-	owner, err := d.Store.WaiterUser(id)
+	procs, ok := d.procs()
+	if !ok {
+		return false, nil
+	}
+	owner, err := procs.WaiterUser(id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return true, nil
 	}
@@ -67,8 +76,8 @@ func notYours(what string, owner, me int, action, undone string) error {
 // stopRequestFor is the stop request for waiter w if one was written by
 // the waiter's own user or by root, else nil: a waiting start leaves the
 // queue only for them.
-func (d *Dispatcher) stopRequestFor(w *runstore.Waiter) *record.StopRequest {
-	req := d.Store.ReadStopRequest(w.ID())
+func (d *Dispatcher) stopRequestFor(w backend.Waiter) *record.StopRequest {
+	req := d.runs().ReadStopRequest(w.ID())
 	if req == nil {
 		return nil
 	}

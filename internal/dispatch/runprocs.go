@@ -29,7 +29,11 @@ type runProcs struct {
 
 // findRunProcs scans the process table for run id's processes.
 func (d *Dispatcher) findRunProcs(id record.RunID) (*runProcs, error) {
-	owner, sup, err := d.Store.RunLockIDs(id)
+	procs, ok := d.procs()
+	if !ok {
+		return nil, fmt.Errorf("%w: the processes of a run of %s may be on another host", proc.ErrUnsupported, d.Store.Where())
+	}
+	owner, sup, err := procs.RunLockIDs(id)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +187,11 @@ func joinInts(xs []int) string {
 // holderPIDs lists the command processes that hold an orphan's slot, for
 // `crew status` and `crew recover`. It only reads.
 func (d *Dispatcher) holderPIDs(id record.RunID) ([]int, error) {
-	owner, sup, err := d.Store.RunLockIDs(id)
+	procs, ok := d.procs()
+	if !ok {
+		return nil, fmt.Errorf("%w: the processes of a run of %s may be on another host", proc.ErrUnsupported, d.Store.Where())
+	}
+	owner, sup, err := procs.RunLockIDs(id)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*vocab.Shar
 	if err != nil {
 		return nil, err
 	}
-	st := d.Store
+	st := d.Local
 	adm, err := st.LockAdmission(context.Background(), lockTimeout)
 	if err != nil {
 		return nil, err
@@ -63,7 +63,7 @@ func (d *Dispatcher) PrepareShare(group string) (int, error) {
 	if !memberOf(gid) {
 		return -1, vocab.Usagef("--group %s: you are not a member of group %s, and only its members (or root) can give it a directory", group, group)
 	}
-	d.Store.PrepareSharing(group, gid)
+	d.Local.PrepareSharing(group, gid)
 	return gid, nil
 }
 
@@ -71,7 +71,7 @@ func (d *Dispatcher) PrepareShare(group string) (int, error) {
 // directories 0700 and crew's own files 0600, the root last; then the group
 // leaves crew.json. Other users lose access to it at once.
 func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*vocab.ShareResult, error) {
-	st := d.Store
+	st := d.Local
 	adm, err := st.LockAdmission(context.Background(), lockTimeout)
 	if err != nil {
 		return nil, err

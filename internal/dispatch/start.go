@@ -9,6 +9,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/supervise"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -41,9 +42,10 @@ func (d *Dispatcher) Start(req vocab.StartRequest) (record.RunID, error) {
 		}
 		return "", err
 	}
+	defer res.Starter.Close()
 	failpoint.Hit(failpoint.Admitted)
 
-	sreq := supervise.Request{Store: d.Store, Rec: res.Rec, Locks: res.Locks, Grace: req.Grace, Stdin: req.Stdin,
+	sreq := supervise.Request{Store: d.Local, Rec: res.Rec, Locks: res.Run.(*runstore.RunLocks), Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
 		Note: req.Note, Now: d.Now, Finished: d.RunFinished, NoPTY: req.NoPTY}
 	if req.Tag {
@@ -105,5 +107,5 @@ func WatchStopSignals(signals <-chan os.Signal, admit func(ctx context.Context))
 // RecordRefusal appends a refused start to the state root's refusal log,
 // for `crew status TASK`, with the exit code crew gave it.
 func (d *Dispatcher) RecordRefusal(task string, e *vocab.RefusedError, exitCode int) {
-	d.Store.AppendRefusal(record.Refusal{At: d.now(), Task: task, Reason: e.Error(), ExitCode: exitCode, PID: os.Getpid()})
+	d.Local.AppendRefusal(record.Refusal{At: d.now(), Task: task, Reason: e.Error(), ExitCode: exitCode, PID: os.Getpid()})
 }

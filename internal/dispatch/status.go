@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -15,18 +15,18 @@ import (
 // starts race. taskFilter, if not empty, keeps only that task's runs. Slot
 // usage is counted exactly as admission counts it.
 func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
-	st := d.Store
-	cfg, exists, err := st.LoadConfig()
+	st := d.parts()
+	cfg, exists, err := d.Store.LoadConfig()
 	problem, err := configProblem(err)
 	if err != nil {
 		return nil, err
 	}
-	snap := &vocab.Snapshot{Version: vocab.StatusVersion, Root: st.Root(), ConfigPath: st.ConfigPath(), ConfigExists: exists,
+	snap := &vocab.Snapshot{Version: vocab.StatusVersion, Root: d.Store.Where().Name, ConfigPath: d.Store.ConfigPath(), ConfigExists: exists,
 		MaximumInProgress: cfg.MaximumInProgress, Active: []vocab.RunView{}, Finished: []vocab.RunView{},
 		Problems: []vocab.Problem{}, Queue: []vocab.QueueView{}, Pools: []vocab.PoolView{}, ConfigError: problem,
 		Retention: retentionView(cfg), LogMax: cfg.LogMax}
-	if taskFilter == "" {
-		size, err := st.Size()
+	if sizes, ok := d.Store.(backend.Sizes); ok && taskFilter == "" {
+		size, err := sizes.Size()
 		if err != nil {
 			return nil, err
 		}
@@ -56,7 +56,7 @@ func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
 	var queueProblems []vocab.Problem
 	snap.Queue, queueProblems = d.queueView(cfg, problem != nil, usage, taskFilter)
 	snap.Problems = append(snap.Problems, queueProblems...)
-	q := runstore.FinishedQuery{Limit: vocab.FinishedShown, Approximate: true}
+	q := backend.FinishedQuery{Limit: vocab.FinishedShown, Approximate: true}
 	if taskFilter != "" {
 		q.Match = func(task string, _ record.State, _ *int) bool { return task == taskFilter }
 	}
@@ -72,12 +72,12 @@ func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
 	for _, r := range fin.Runs {
 		snap.Finished = append(snap.Finished, d.finishedView(r))
 	}
-	if taskFilter != "" {
-		if r := st.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
+	if refusals, ok := d.Store.(backend.Refusals); ok && taskFilter != "" {
+		if r := refusals.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
 			snap.LastRefusal = r
 		}
 	}
-	snap.Problems = append(snap.Problems, finishedProblems(st, fin)...)
+	snap.Problems = append(snap.Problems, finishedProblems(fin)...)
 	return snap, nil
 }
 
@@ -140,7 +140,7 @@ func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission
 
 // Run returns one run's view, active or finished.
 func (d *Dispatcher) Run(id record.RunID) (*vocab.RunView, error) {
-	rec, err := d.Store.ReadRun(id)
+	rec, err := d.runs().ReadRun(id)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (d *Dispatcher) Run(id record.RunID) (*vocab.RunView, error) {
 		v := d.finishedView(rec)
 		return &v, nil
 	}
-	v := d.liveView(rec, d.Store.OwnerState(id, rec.Locks))
+	v := d.liveView(rec, d.runs().OwnerState(id, rec.Locks))
 	return &v, nil
 }
 
@@ -157,8 +157,8 @@ func (d *Dispatcher) finishedView(r *record.Run) vocab.RunView {
 	if v.Events == nil {
 		v.Events = []record.Event{}
 	}
-	if d.Store.HasLog(r.RunID) {
-		v.LogPath = d.Store.LogPath(r.RunID)
+	if logs := d.Store.Logs(); logs.HasLog(r.RunID) {
+		v.LogPath = logs.LogPath(r.RunID)
 	}
 	return v
 }

@@ -8,10 +8,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/proc"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/recovery"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -51,7 +50,7 @@ func (d *Dispatcher) stopRequest(opts vocab.StopOptions) *record.StopRequest {
 // Only the run's own user or root may stop a living run (rights.go): for
 // anyone else nothing is written or signalled (*NotPermittedError).
 func (d *Dispatcher) Stop(id record.RunID, opts vocab.StopOptions) (*record.Run, error) {
-	st := d.Store
+	st := d.parts()
 	rec, err := st.ReadRun(id)
 	if err != nil {
 		return nil, err
@@ -62,7 +61,7 @@ func (d *Dispatcher) Stop(id record.RunID, opts vocab.StopOptions) (*record.Run,
 	o := st.OwnerState(id, rec.Locks)
 	if o.Owner == record.Dead {
 		// Nobody works on it: it only needs finalizing.
-		if _, _, err := recovery.FinalizeDead(st, id, d.now()); err != nil {
+		if _, _, err := st.FinalizeDead(id, d.now()); err != nil {
 			return nil, err
 		}
 		return st.ReadRun(id)
@@ -89,7 +88,7 @@ func (d *Dispatcher) Stop(id record.RunID, opts vocab.StopOptions) (*record.Run,
 // request and record the run. It returns the final record, or why crew
 // stop must act itself.
 func (d *Dispatcher) awaitSupervisor(id record.RunID, req *record.StopRequest, grace time.Duration) (*record.Run, string) {
-	st := d.Store
+	st := d.parts()
 	start := time.Now()
 	var acked time.Time
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
@@ -137,7 +136,7 @@ func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts
 	}
 	t.signal(opts.Signal)
 	req.Targets = t.targets()
-	_ = d.Store.WriteStopRequest(id, req) // what was signalled, for the record
+	_ = d.runs().WriteStopRequest(id, req) // what was signalled, for the record
 	return d.awaitDirect(id, req, opts.Grace, t, why)
 }
 
@@ -166,7 +165,7 @@ func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace
 			_ = t.rescan()
 			t.signal(syscall.SIGKILL)
 			req.Killed, req.Targets = true, t.targets()
-			_ = d.Store.WriteStopRequest(id, req)
+			_ = d.runs().WriteStopRequest(id, req)
 		case <-time.After(delay):
 		}
 		if time.Now().After(deadline) {
@@ -179,7 +178,7 @@ func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace
 // its supervisor, or, when every process of the run is gone and no
 // supervisor lived to say so, by this crew stop.
 func (d *Dispatcher) finalIfOver(id record.RunID, req *record.StopRequest) *record.Run {
-	st := d.Store
+	st := d.parts()
 	cur, err := st.ReadRun(id)
 	if err == nil && !cur.State.Active() {
 		return cur
@@ -190,8 +189,8 @@ func (d *Dispatcher) finalIfOver(id record.RunID, req *record.StopRequest) *reco
 	// Every process of the run is gone. If a supervisor lived, it is
 	// finalizing right now (and holds the fence); otherwise it is ours to
 	// record.
-	outcome, rec, err := recovery.FinalizeStopped(st, id, req, d.now())
-	if err != nil || outcome == recovery.OwnerBusy {
+	outcome, rec, err := st.FinalizeStopped(id, req, d.now())
+	if err != nil || outcome == backend.OwnerBusy {
 		return nil
 	}
 	if rec == nil {
@@ -203,7 +202,7 @@ func (d *Dispatcher) finalIfOver(id record.RunID, req *record.StopRequest) *reco
 }
 
 // lockIDsOf is the lock files a run's record names, if it can be read.
-func lockIDsOf(st *runstore.Store, id record.RunID) *record.LockIDs {
+func lockIDsOf(st backend.Runs, id record.RunID) *record.LockIDs {
 	if rec, err := st.ReadRun(id); err == nil {
 		return rec.Locks
 	}

@@ -5,8 +5,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/supervise"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -23,7 +23,7 @@ const waiterLeaveTimeout = 10 * time.Second
 // the start was admitted meanwhile it reports false, and the run (which
 // sees the same request before it launches) is stopped like any other.
 func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, error) {
-	st := d.Store
+	st := d.parts()
 	if _, err := st.ReadRun(id); err == nil || !st.HasTicket(id) || st.WaiterState(id) != record.Alive {
 		return false, nil
 	}
@@ -53,7 +53,7 @@ func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, erro
 // waiterGone reports whether the waiter of ticket id left the queue, and
 // whether it left it admitted. A run's record is written before its
 // ticket goes, so a missing ticket with no record means it left without.
-func waiterGone(st *runstore.Store, id record.RunID) (left, admitted bool) {
+func waiterGone(st parts, id record.RunID) (left, admitted bool) {
 	if st.HasTicket(id) && st.WaiterState(id) != record.Dead {
 		return false, false
 	}
@@ -63,12 +63,12 @@ func waiterGone(st *runstore.Store, id record.RunID) (left, admitted bool) {
 
 // stoppedWhileWaiting returns the error a waiting start leaves the queue
 // with when crew stop has asked it to (its own user, or root), or nil.
-func (d *Dispatcher) stoppedWhileWaiting(w *runstore.Waiter) error {
+func (d *Dispatcher) stoppedWhileWaiting(w backend.Waiter) error {
 	req := d.stopRequestFor(w)
 	if req == nil {
 		return nil
 	}
 	w.Remove()
-	_ = d.Store.RemoveStopRequest(w.ID())
+	_ = d.runs().RemoveStopRequest(w.ID())
 	return &vocab.SignalledError{Signal: supervise.RequestedSignal(req), By: req.Who()}
 }

@@ -10,26 +10,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
-)
-
-// ReapOutcome says what FinalizeDead did with one run.
-type ReapOutcome int
-
-const (
-	// Reaped: the run's owner was gone; its record is now final
-	// (interrupted) and out of the active set.
-	Reaped ReapOutcome = iota + 1
-	// LeftoverRemoved: the run had already been finalized; only its active
-	// file and lock files were left, and are now removed.
-	LeftoverRemoved
-	// OwnerBusy: someone holds the run's locks (the run lives, or another
-	// process is finalizing it); nothing was touched.
-	OwnerBusy
-	// AlreadyDone: the run was finalized by someone else meanwhile.
-	AlreadyDone
 )
 
 // FinalizeDead finalizes a run whose owner is gone, and returns its final
@@ -37,7 +21,7 @@ const (
 // and against every other finalizer: no run is finalized twice and no live
 // run at all. The record is re-read under the fence because it may have
 // changed since it was listed.
-func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (ReapOutcome, *record.Run, error) {
+func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (backend.ReapOutcome, *record.Run, error) {
 	return finalizeFenced(st, id, func(rec *record.Run) {
 		if rec.CommandEnded != nil {
 			rec.FinishAfterLeftovers(now, fmt.Sprintf("the processes it left held the run's slot until they ended (gone at %s, when crew process %d looked)",
@@ -50,7 +34,7 @@ func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (ReapOutco
 
 // FinalizeStopped records a run whose supervisor was already gone, and
 // whose command crew stop has just seen end, as stopped by req.
-func FinalizeStopped(st *runstore.Store, id record.RunID, req *record.StopRequest, now time.Time) (ReapOutcome, *record.Run, error) {
+func FinalizeStopped(st *runstore.Store, id record.RunID, req *record.StopRequest, now time.Time) (backend.ReapOutcome, *record.Run, error) {
 	return finalizeFenced(st, id, func(rec *record.Run) {
 		if rec.CommandEnded != nil {
 			rec.FinishAfterLeftovers(now, fmt.Sprintf("the processes it left held the run's slot until %s ended them with %s", req.Who(), req.Signal))
@@ -66,7 +50,7 @@ func FinalizeStopped(st *runstore.Store, id record.RunID, req *record.StopReques
 // finalizeFenced takes the run's fence, re-reads its record and, if it is
 // still active, makes it final with end; a run already final is only
 // cleaned up.
-func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) (ReapOutcome, *record.Run, error) {
+func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) (backend.ReapOutcome, *record.Run, error) {
 	// The record names the run's lock files, so the fence can tell them
 	// from replacements; it is read again under the fence.
 	var want *record.LockIDs
@@ -76,19 +60,19 @@ func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) 
 	locks, err := st.Fence(id, want)
 	switch {
 	case errors.Is(err, runstore.ErrRunBusy):
-		return OwnerBusy, nil, nil
+		return backend.OwnerBusy, nil, nil
 	case errors.Is(err, runstore.ErrRunDone):
-		return AlreadyDone, nil, nil
+		return backend.AlreadyDone, nil, nil
 	case err != nil:
 		return 0, nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	failpoint.Hit(failpoint.RecoverLocked)
 
-	outcome := Reaped
+	outcome := backend.Reaped
 	rec, err := st.ReadDone(id)
 	switch {
 	case err == nil:
-		outcome = LeftoverRemoved
+		outcome = backend.LeftoverRemoved
 	case !errors.Is(err, os.ErrNotExist):
 		locks.Release()
 		return 0, nil, err
@@ -96,7 +80,7 @@ func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) 
 		rec, err = st.ReadActive(id)
 		if errors.Is(err, os.ErrNotExist) {
 			locks.Release()
-			return AlreadyDone, nil, nil
+			return backend.AlreadyDone, nil, nil
 		}
 		if err != nil {
 			locks.Release()
@@ -105,7 +89,7 @@ func finalizeFenced(st *runstore.Store, id record.RunID, end func(*record.Run)) 
 		if rec.State.Active() {
 			endTruthfully(locks, rec, end)
 		} else {
-			outcome = LeftoverRemoved // a final record whose move was cut short
+			outcome = backend.LeftoverRemoved // a final record whose move was cut short
 		}
 	}
 	if err := locks.Finish(rec); err != nil {

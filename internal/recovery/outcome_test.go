@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
 )
@@ -51,7 +52,7 @@ func TestFinalizeDeadRecordsAKeptOutcome(t *testing.T) {
 	locks.Release() // the supervisor gave up and exited
 
 	outcome, got, err := FinalizeDead(st, rec.RunID, time.Now())
-	if err != nil || outcome != Reaped {
+	if err != nil || outcome != backend.Reaped {
 		t.Fatalf("FinalizeDead = %v, %+v, %v", outcome, got, err)
 	}
 	if got.State != record.Failed || got.ExitCode == nil || *got.ExitCode != 3 || !got.FinishedAt.Equal(end) {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
 )
@@ -97,6 +98,14 @@ func Recover(st *runstore.Store, opts Options) (*Report, error) {
 	if opts.Timeout <= 0 {
 		deadline = time.Now().Add(100 * 365 * 24 * time.Hour) // no limit
 	}
+	if !opts.DryRun {
+		// A layout directory missing (owners/, a root copied without its
+		// empty directories) would keep runs from being fenced, and so
+		// from being finalized or quarantined.
+		if err := st.Ensure(); err != nil {
+			return nil, err
+		}
+	}
 	entries, err := st.ListActive()
 	if err != nil {
 		return nil, err
@@ -169,7 +178,7 @@ type recoverer struct {
 
 func (r *recoverer) now() time.Time { return r.opts.Now().UTC() }
 
-func (r *recoverer) runs(entries []runstore.ActiveEntry, deadline time.Time) []Item {
+func (r *recoverer) runs(entries []backend.ActiveEntry, deadline time.Time) []Item {
 	workers := cmp.Or(r.opts.Workers, 8)
 	results := make([][]Item, len(entries))
 	jobs := make(chan int)
@@ -203,7 +212,7 @@ func (r *recoverer) runs(entries []runstore.ActiveEntry, deadline time.Time) []I
 }
 
 // entry decides about one file of the active set.
-func (r *recoverer) entry(e runstore.ActiveEntry) []Item {
+func (r *recoverer) entry(e backend.ActiveEntry) []Item {
 	item := Item{RunID: string(e.ID), Path: e.Path}
 	if e.Rec != nil {
 		item.Task = e.Rec.Task
@@ -310,22 +319,22 @@ func (r *recoverer) finalize(item Item, id record.RunID) []Item {
 		return []Item{item}
 	}
 	switch outcome {
-	case Reaped:
+	case backend.Reaped:
 		item.Outcome, item.Reason = Finalized, rec.Reason
-	case LeftoverRemoved:
+	case backend.LeftoverRemoved:
 		item.Outcome = Cleaned
 		item.Reason = fmt.Sprintf("run had already finished (%s); removed its leftover active file and locks", rec.State)
-	case OwnerBusy:
+	case backend.OwnerBusy:
 		// Someone took the run's locks after we looked: it is theirs.
 		item.Outcome, item.Reason = Alive, "locked by another process (its command, or another recovery) while being examined; left alone"
-	case AlreadyDone:
+	case backend.AlreadyDone:
 		return nil
 	}
 	return []Item{item}
 }
 
 // quarantine moves an unreadable record aside under the run's fence.
-func (r *recoverer) quarantine(item Item, e runstore.ActiveEntry) []Item {
+func (r *recoverer) quarantine(item Item, e backend.ActiveEntry) []Item {
 	locks, err := r.st.Fence(e.ID, nil) // unreadable: its record names no lock files
 	switch {
 	case errors.Is(err, runstore.ErrRunBusy):

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -74,7 +75,7 @@ func TestScanActiveFastUsesTheIndex(t *testing.T) {
 		t.Fatalf("scans found %d and %d runs, want %d", len(fast), len(slow), len(ids))
 	}
 	indexed := 0
-	bySlow := map[record.RunID]ActiveRun{}
+	bySlow := map[record.RunID]backend.ActiveRun{}
 	for _, r := range slow {
 		if r.Indexed {
 			t.Errorf("slow scan took run %s from the index", r.ID)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -110,15 +111,15 @@ func BenchmarkFinishedRuns(b *testing.B) {
 	last := indexBase.Add(time.Hour)
 	queries := []struct {
 		name string
-		q    FinishedQuery
+		q    backend.FinishedQuery
 		want int
 	}{
-		{"status-newest-10", FinishedQuery{Limit: 10}, 10},
-		{"history-newest-20", FinishedQuery{Limit: 20}, 20},
-		{"history-task-rare-20", FinishedQuery{Limit: 20, Match: func(t string, _ record.State, _ *int) bool { return t == "rare" }}, 20},
-		{"history-task-absent", FinishedQuery{Limit: 20, Match: func(t string, _ record.State, _ *int) bool { return t == "absent" }}, 0},
-		{"history-failed-20", FinishedQuery{Limit: 20, Match: func(_ string, st record.State, _ *int) bool { return st != record.Succeeded }}, 20},
-		{"history-since-1m", FinishedQuery{Since: last.Add(-time.Minute)}, n/60 + n/3600 + 1},
+		{"status-newest-10", backend.FinishedQuery{Limit: 10}, 10},
+		{"history-newest-20", backend.FinishedQuery{Limit: 20}, 20},
+		{"history-task-rare-20", backend.FinishedQuery{Limit: 20, Match: func(t string, _ record.State, _ *int) bool { return t == "rare" }}, 20},
+		{"history-task-absent", backend.FinishedQuery{Limit: 20, Match: func(t string, _ record.State, _ *int) bool { return t == "absent" }}, 0},
+		{"history-failed-20", backend.FinishedQuery{Limit: 20, Match: func(_ string, st record.State, _ *int) bool { return st != record.Succeeded }}, 20},
+		{"history-since-1m", backend.FinishedQuery{Since: last.Add(-time.Minute)}, n/60 + n/3600 + 1},
 	}
 	for _, c := range queries {
 		b.Run(c.name, func(b *testing.B) {
@@ -165,7 +166,7 @@ func BenchmarkFinishedRuns(b *testing.B) {
 			defer os.Rename(s.IndexPath()+".away", s.IndexPath())
 			b.ReportAllocs()
 			for b.Loop() {
-				res, err := s.FinishedRuns(FinishedQuery{Limit: 10, Approximate: approximate})
+				res, err := s.FinishedRuns(backend.FinishedQuery{Limit: 10, Approximate: approximate})
 				if err != nil || res.Unindexed == "" || len(res.Runs) != 10 {
 					b.Fatalf("%d runs, unindexed %q, %v", len(res.Runs), res.Unindexed, err)
 				}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -48,7 +49,7 @@ func ids(runs []*record.Run) []record.RunID {
 	return out
 }
 
-func mustQuery(t *testing.T, s *Store, q FinishedQuery) *Finished {
+func mustQuery(t *testing.T, s *Store, q backend.FinishedQuery) *backend.Finished {
 	t.Helper()
 	res, err := s.FinishedRuns(q)
 	if err != nil {
@@ -92,23 +93,23 @@ func TestFinishedRunsNewestFinishFirst(t *testing.T) {
 		finishAsSupervisor(t, s, rec)
 	}
 	want := []record.RunID{long.RunID, mid.RunID, short.RunID}
-	res := mustQuery(t, s, FinishedQuery{})
+	res := mustQuery(t, s, backend.FinishedQuery{})
 	if got := ids(res.Runs); !slices.Equal(got, want) || res.Unindexed != "" {
 		t.Fatalf("FinishedRuns = %v (unindexed %q), want %v by finish", got, res.Unindexed, want)
 	}
-	if got := ids(mustQuery(t, s, FinishedQuery{Limit: 2}).Runs); !slices.Equal(got, want[:2]) {
+	if got := ids(mustQuery(t, s, backend.FinishedQuery{Limit: 2}).Runs); !slices.Equal(got, want[:2]) {
 		t.Errorf("Limit 2 = %v, want %v", got, want[:2])
 	}
 	failed := func(_ string, st record.State, _ *int) bool { return st != record.Succeeded }
-	if got := ids(mustQuery(t, s, FinishedQuery{Match: failed}).Runs); !slices.Equal(got, want[1:]) {
+	if got := ids(mustQuery(t, s, backend.FinishedQuery{Match: failed}).Runs); !slices.Equal(got, want[1:]) {
 		t.Errorf("not succeeded = %v, want %v", got, want[1:])
 	}
-	since := FinishedQuery{Since: indexBase.Add(2 * time.Hour)}
+	since := backend.FinishedQuery{Since: indexBase.Add(2 * time.Hour)}
 	if got := ids(mustQuery(t, s, since).Runs); !slices.Equal(got, want[:2]) {
 		t.Errorf("Since = %v, want %v", got, want[:2])
 	}
 	task := func(task string, _ record.State, _ *int) bool { return task == "short" }
-	if got := ids(mustQuery(t, s, FinishedQuery{Match: task, Limit: 1}).Runs); !slices.Equal(got, []record.RunID{short.RunID}) {
+	if got := ids(mustQuery(t, s, backend.FinishedQuery{Match: task, Limit: 1}).Runs); !slices.Equal(got, []record.RunID{short.RunID}) {
 		t.Errorf("task short = %v", got)
 	}
 	// The same answers without the index, from the records' files.
@@ -118,11 +119,11 @@ func TestFinishedRunsNewestFinishFirst(t *testing.T) {
 	setMtime(t, s, short, *short.FinishedAt)
 	setMtime(t, s, mid, *mid.FinishedAt)
 	setMtime(t, s, long, *long.FinishedAt)
-	res = mustQuery(t, s, FinishedQuery{})
+	res = mustQuery(t, s, backend.FinishedQuery{})
 	if got := ids(res.Runs); !slices.Equal(got, want) || !strings.Contains(res.Unindexed, "there is no index") {
 		t.Fatalf("without the index = %v (unindexed %q), want %v", got, res.Unindexed, want)
 	}
-	if got := ids(mustQuery(t, s, FinishedQuery{Limit: 1}).Runs); !slices.Equal(got, want[:1]) {
+	if got := ids(mustQuery(t, s, backend.FinishedQuery{Limit: 1}).Runs); !slices.Equal(got, want[:1]) {
 		t.Errorf("without the index, Limit 1 = %v", got)
 	}
 }
@@ -156,7 +157,7 @@ func TestFinishedRunsTheRecordWins(t *testing.T) {
 	changed.Reason = "the record says so"
 	data, _ := changed.Encode()
 	writeString(t, s.DonePath(a.RunID), string(data))
-	res := mustQuery(t, s, FinishedQuery{Limit: 1})
+	res := mustQuery(t, s, backend.FinishedQuery{Limit: 1})
 	if len(res.Runs) != 1 || res.Runs[0].RunID != a.RunID || res.Runs[0].Reason != "the record says so" {
 		t.Fatalf("FinishedRuns = %+v, want a's record as it is now", res.Runs)
 	}
@@ -170,10 +171,10 @@ func TestFinishedLeftoverIsListedAndIndexedByItsFinalizer(t *testing.T) {
 	rec := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, "crashed", record.Succeeded)
 	mustWriteActive(t, s, testRecord(rec.RunID, record.Running))
 	mustWriteDone(t, s, rec) // the crash came here
-	if got := ids(mustQuery(t, s, FinishedQuery{}).Runs); len(got) != 0 {
+	if got := ids(mustQuery(t, s, backend.FinishedQuery{}).Runs); len(got) != 0 {
 		t.Fatalf("the index lists %v before the leftover is given", got)
 	}
-	if got := ids(mustQuery(t, s, FinishedQuery{Also: []record.RunID{rec.RunID}}).Runs); !slices.Equal(got, []record.RunID{rec.RunID}) {
+	if got := ids(mustQuery(t, s, backend.FinishedQuery{Also: []record.RunID{rec.RunID}}).Runs); !slices.Equal(got, []record.RunID{rec.RunID}) {
 		t.Fatalf("with the leftover in Also = %v", got)
 	}
 	f, err := s.Fence(rec.RunID, nil)
@@ -384,7 +385,7 @@ func TestIndexTornTail(t *testing.T) {
 	if got := indexedIDs(t, s); !slices.Equal(got, []record.RunID{a.RunID, b.RunID}) {
 		t.Fatalf("index = %v", got)
 	}
-	if got := ids(mustQuery(t, s, FinishedQuery{}).Runs); !slices.Equal(got, []record.RunID{b.RunID, a.RunID}) {
+	if got := ids(mustQuery(t, s, backend.FinishedQuery{}).Runs); !slices.Equal(got, []record.RunID{b.RunID, a.RunID}) {
 		t.Fatalf("FinishedRuns = %v", got)
 	}
 }
@@ -425,14 +426,14 @@ func TestFinishedRunsScanStopsButMissesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	res := mustQuery(t, s, FinishedQuery{Limit: 3})
+	res := mustQuery(t, s, backend.FinishedQuery{Limit: 3})
 	want := []record.RunID{all[199].RunID, all[198].RunID, all[197].RunID}
 	if got := ids(res.Runs); !slices.Equal(got, want) {
 		t.Fatalf("Limit 3 = %v, want %v", got, want)
 	}
 	var asked int
 	counting := func(string, record.State, *int) bool { asked++; return true }
-	mustQuery(t, s, FinishedQuery{Limit: 3, Match: counting})
+	mustQuery(t, s, backend.FinishedQuery{Limit: 3, Match: counting})
 	if asked > 10 {
 		t.Errorf("the newest 3 of 200 looked at %d entries and records", asked)
 	}
@@ -461,7 +462,7 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.spoil(s.IndexPath())
-			res := mustQuery(t, s, FinishedQuery{})
+			res := mustQuery(t, s, backend.FinishedQuery{})
 			if res.Unindexed == "" {
 				t.Fatal("the spoiled index was used")
 			}
@@ -472,7 +473,7 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 					}
 				}
 				setAll()
-				if got := ids(mustQuery(t, s, FinishedQuery{}).Runs); !slices.Equal(got, byFinishDesc) {
+				if got := ids(mustQuery(t, s, backend.FinishedQuery{}).Runs); !slices.Equal(got, byFinishDesc) {
 					t.Fatalf("from the records = %v, want %v", got, byFinishDesc)
 				}
 			}
@@ -484,7 +485,7 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 			if err != nil || !rep.Rebuilt || rep.Runs != 4 {
 				t.Fatalf("CheckIndex = %+v, %v", rep, err)
 			}
-			res = mustQuery(t, s, FinishedQuery{})
+			res = mustQuery(t, s, backend.FinishedQuery{})
 			if res.Unindexed != "" || !slices.Equal(ids(res.Runs), byFinishDesc) {
 				t.Fatalf("after the rebuild = %v (unindexed %q)", ids(res.Runs), res.Unindexed)
 			}
@@ -508,7 +509,7 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 	if err != nil || rep.Rebuilt || rep.Added != 1 {
 		t.Fatalf("CheckIndex = %+v, %v; want 1 added", rep, err)
 	}
-	if got := ids(mustQuery(t, s, FinishedQuery{Limit: 1}).Runs); !slices.Equal(got, []record.RunID{extra.RunID}) {
+	if got := ids(mustQuery(t, s, backend.FinishedQuery{Limit: 1}).Runs); !slices.Equal(got, []record.RunID{extra.RunID}) {
 		t.Fatalf("newest = %v", got)
 	}
 	// A record changed by hand after it was indexed: a task filter goes by
@@ -526,7 +527,7 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 	changed.Task = "renamed"
 	data, _ = changed.Encode()
 	writeString(t, s.DonePath(changed.RunID), string(data))
-	renamed := FinishedQuery{Match: func(task string, _ record.State, _ *int) bool { return task == "renamed" }}
+	renamed := backend.FinishedQuery{Match: func(task string, _ record.State, _ *int) bool { return task == "renamed" }}
 	rep, err = s.CheckIndex(false)
 	if err != nil || rep.Changed != 1 || rep.Added != 0 {
 		t.Fatalf("CheckIndex = %+v, %v; want 1 changed", rep, err)

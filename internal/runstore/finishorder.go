@@ -8,45 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 )
-
-// FinishedQuery selects finished runs, newest finish first.
-type FinishedQuery struct {
-	// Limit is the most runs returned; 0 returns every match.
-	Limit int
-	// Since keeps only runs that finished at or after it (zero: any).
-	Since time.Time
-	// Match, if set, keeps runs by task, state and exit code (nil when
-	// unknown). It is asked about index entries, to skip the records of
-	// runs that cannot match, and about every record returned.
-	Match func(task string, state record.State, exit *int) bool
-	// Also are runs known to be finished that the index may not list yet:
-	// the finished leftovers of the active set.
-	Also []record.RunID
-	// Approximate: without a usable index, take the newest-created
-	// finished runs (in finish order) instead of finding the newest
-	// finishes among all records, which can mean reading them all. It is
-	// what crew status did before the index, exact where runs do not
-	// overlap, and costs what it shows (a state root crew recover has not
-	// indexed yet must not make status slow).
-	Approximate bool
-}
-
-// Finished is what FinishedRuns found.
-type Finished struct {
-	// Runs, newest finish first (ties: newest run id first).
-	Runs []*record.Run
-	// Bad are the records that could not be read.
-	Bad []BadRecord
-	// Unindexed, if set, says why the index was not used: the runs were
-	// found from the records themselves, which costs more.
-	Unindexed string
-	// IndexProblem, if set, says what is wrong with the index (lines that
-	// are not entries, stamps out of order): the runs were found anyway,
-	// and crew recover repairs it.
-	IndexProblem string
-}
 
 // FinishedRuns returns the finished runs q selects, newest finish first.
 // With the index its cost follows what it returns (and how far back it
@@ -55,9 +19,9 @@ type Finished struct {
 // modification times, newest first, and stops as soon as no older file can
 // hold a run that would be returned. Either way, every run returned is its
 // record as read now.
-func (s *Store) FinishedRuns(q FinishedQuery) (*Finished, error) {
+func (s *Store) FinishedRuns(q backend.FinishedQuery) (*backend.Finished, error) {
 	top := &topRuns{q: q, seen: map[record.RunID]bool{}}
-	res := &Finished{}
+	res := &backend.Finished{}
 	f, size, why := s.openIndex()
 	if f != nil {
 		problem, err := top.fromIndex(s, f, size)
@@ -65,7 +29,7 @@ func (s *Store) FinishedRuns(q FinishedQuery) (*Finished, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.IndexProblem = problem
+		res.IndexProblem, res.IndexPath = problem, s.IndexPath()
 	} else {
 		switch {
 		case errors.Is(why, fs.ErrNotExist) && !s.anyFinished():
@@ -94,17 +58,11 @@ func (s *Store) FinishedRuns(q FinishedQuery) (*Finished, error) {
 	return res, nil
 }
 
-// BadRecord is a finished record that could not be read.
-type BadRecord struct {
-	Path string
-	Err  error
-}
-
 // topRuns keeps the newest runs that match, up to the limit.
 type topRuns struct {
-	q    FinishedQuery
+	q    backend.FinishedQuery
 	runs []*record.Run // newest first
-	bad  []BadRecord
+	bad  []backend.BadRecord
 	seen map[record.RunID]bool
 }
 
@@ -138,7 +96,7 @@ func (t *topRuns) read(s *Store, id record.RunID) {
 	case errors.Is(err, fs.ErrNotExist):
 		// pruned meanwhile
 	case err != nil:
-		t.bad = append(t.bad, BadRecord{Path: s.DonePath(id), Err: err})
+		t.bad = append(t.bad, backend.BadRecord{Path: s.DonePath(id), Err: err})
 	default:
 		t.offer(rec)
 	}
@@ -258,19 +216,12 @@ func (t *topRuns) fromRecords(s *Store) error {
 	return nil
 }
 
-// FinishedRef names a finished run, for lists of candidates.
-type FinishedRef struct {
-	ID    record.RunID
-	Task  string
-	State record.State
-}
-
 // FinishedMatching lists the finished runs whose id match accepts, newest
 // finish first (at most limit of them, and how many there were): the
 // candidates for a run id prefix or short id. With the index it reads the
 // index, and a record only to check it still exists; without one, the
 // names of every finished record.
-func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs []FinishedRef, total int, err error) {
+func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs []backend.FinishedRef, total int, err error) {
 	var found []finishedEntry
 	f, size, _ := s.openIndex()
 	if f != nil {
@@ -311,7 +262,7 @@ func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs
 		}
 		total++
 		if limit <= 0 || len(refs) < limit {
-			refs = append(refs, FinishedRef{ID: e.ID, Task: e.Task, State: e.State})
+			refs = append(refs, backend.FinishedRef{ID: e.ID, Task: e.Task, State: e.State})
 		}
 	}
 	return refs, total, nil
@@ -328,20 +279,12 @@ func (s *Store) anyFinished() bool {
 	return true
 }
 
-// IndexedEnd is how the index of finished runs says a run ended.
-type IndexedEnd struct {
-	Task     string
-	State    record.State
-	Exit     *int
-	Finished time.Time
-}
-
 // IndexedEndOf is what the newest entry of run id in the index says of
 // its end, for a waiter whose run was pruned before it could read the
 // record (entries stay until a compaction or crew prune drops them). ok
 // is false without a usable index, without an entry, or with the entry of
 // a record crew could not read.
-func (s *Store) IndexedEndOf(id record.RunID) (end IndexedEnd, ok bool) {
+func (s *Store) IndexedEndOf(id record.RunID) (end backend.IndexedEnd, ok bool) {
 	f, size, _ := s.openIndex()
 	if f == nil {
 		return end, false
@@ -353,7 +296,7 @@ func (s *Store) IndexedEndOf(id record.RunID) (end IndexedEnd, ok bool) {
 			return true
 		}
 		if e, good := r.entry(nil); good && finalState(e.State) {
-			end, ok = IndexedEnd{Task: e.Task, State: e.State, Exit: e.Exit, Finished: e.Finished}, true
+			end, ok = backend.IndexedEnd{Task: e.Task, State: e.State, Exit: e.Exit, Finished: e.Finished}, true
 		}
 		return false
 	}, func(time.Time) bool { return false })

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -65,14 +66,14 @@ func TestIndexReadersAreLinearInAJunkTail(t *testing.T) {
 		read func() error
 	}{
 		{"status's newest 10", func() error {
-			res, err := s.FinishedRuns(FinishedQuery{Limit: 10})
+			res, err := s.FinishedRuns(backend.FinishedQuery{Limit: 10})
 			if err == nil && !slices.Equal(ids(res.Runs), want) {
 				err = fmt.Errorf("runs %v, want %v", ids(res.Runs), want)
 			}
 			return err
 		}},
 		{"history --since", func() error {
-			res, err := s.FinishedRuns(FinishedQuery{Since: indexBase})
+			res, err := s.FinishedRuns(backend.FinishedQuery{Since: indexBase})
 			if err == nil && !slices.Equal(ids(res.Runs), want) {
 				err = fmt.Errorf("runs %v, want %v", ids(res.Runs), want)
 			}
@@ -132,19 +133,19 @@ func TestIndexWalkCountsItsWork(t *testing.T) {
 func TestIndexJunkIsReportedAndRepaired(t *testing.T) {
 	s, want := indexWith(t, []byte("\nnot an entry\n"))
 	appendRaw(t, s, entryOf(finishedRecord(indexBase, indexBase, 9, "x", record.Succeeded), indexBase).encode(nil)[:40])
-	res := mustQuery(t, s, FinishedQuery{})
+	res := mustQuery(t, s, backend.FinishedQuery{})
 	if !slices.Equal(ids(res.Runs), want) || !strings.Contains(res.IndexProblem, "has 1 line(s) that are not entries crew wrote") {
 		t.Fatalf("runs %v, problem %q", ids(res.Runs), res.IndexProblem)
 	}
 	appendRaw(t, s, bytes.Repeat([]byte{'y'}, 3*maxEntryBytes))
-	if res := mustQuery(t, s, FinishedQuery{}); !strings.Contains(res.IndexProblem, "has 2 line(s)") {
+	if res := mustQuery(t, s, backend.FinishedQuery{}); !strings.Contains(res.IndexProblem, "has 2 line(s)") {
 		t.Fatalf("with a long tail: problem %q", res.IndexProblem)
 	}
 	rep, err := s.CheckIndex(false)
 	if err != nil || rep.Junk != 2 || rep.Rebuilt {
 		t.Fatalf("CheckIndex = %+v, %v; want 2 junk lines dropped", rep, err)
 	}
-	res = mustQuery(t, s, FinishedQuery{})
+	res = mustQuery(t, s, backend.FinishedQuery{})
 	if !slices.Equal(ids(res.Runs), want) || res.IndexProblem != "" {
 		t.Fatalf("after the repair: runs %v, problem %q", ids(res.Runs), res.IndexProblem)
 	}
@@ -181,7 +182,7 @@ func TestIndexStampedOutOfOrderHidesNothing(t *testing.T) {
 	for _, early := range []int64{indexBase.Add(-2 * time.Hour).UnixNano(), math.MinInt64} {
 		s, want := indexWith(t, nil)
 		restampLast(t, s, early)
-		for _, q := range []FinishedQuery{{Since: indexBase}, {Limit: 2}, {Since: time.Unix(0, early).Add(time.Hour)}} {
+		for _, q := range []backend.FinishedQuery{{Since: indexBase}, {Limit: 2}, {Since: time.Unix(0, early).Add(time.Hour)}} {
 			res := mustQuery(t, s, q)
 			n := len(want)
 			if q.Limit > 0 {
@@ -195,7 +196,7 @@ func TestIndexStampedOutOfOrderHidesNothing(t *testing.T) {
 		if err != nil || !rep.Rebuilt || !strings.Contains(rep.Why, "stamped out of order") || rep.Runs != 3 {
 			t.Fatalf("CheckIndex = %+v, %v", rep, err)
 		}
-		res := mustQuery(t, s, FinishedQuery{Since: indexBase})
+		res := mustQuery(t, s, backend.FinishedQuery{Since: indexBase})
 		if !slices.Equal(ids(res.Runs), want) || res.IndexProblem != "" {
 			t.Errorf("after the rebuild: runs %v, problem %q", ids(res.Runs), res.IndexProblem)
 		}
@@ -247,7 +248,7 @@ func BenchmarkIndexJunkTail(b *testing.B) {
 			appendRaw(b, s, append(lines, bytes.Repeat([]byte{'x'}, mib<<20)...))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.FinishedRuns(FinishedQuery{Limit: 10}); err != nil {
+				if _, err := s.FinishedRuns(backend.FinishedQuery{Limit: 10}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
@@ -26,18 +27,9 @@ func bellName(id record.RunID) string       { return string(id) + ".bell" }
 // MaxTicketBytes bounds a ticket file.
 const MaxTicketBytes = MaxRecordBytes
 
-// TicketEntry is one ticket of the queue: Ticket, or Err if it is
-// unreadable, and whether its waiter lives.
-type TicketEntry struct {
-	ID     record.RunID
-	Ticket *record.Ticket
-	Err    error
-	Waiter record.Liveness
-}
-
 // ListTickets returns the queue's tickets in arrival order, each with its
 // waiter's liveness.
-func (s *Store) ListTickets() ([]TicketEntry, error) {
+func (s *Store) ListTickets() ([]backend.TicketEntry, error) {
 	dir, err := s.dir(queueDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -53,13 +45,13 @@ func (s *Store) ListTickets() ([]TicketEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the queue in %s: %w", s.display(queueDir), unwrapPath(err))
 	}
-	var out []TicketEntry
+	var out []backend.TicketEntry
 	for _, name := range names {
 		idStr, ok := strings.CutSuffix(name, ".json")
 		if !ok || IsTempName(name) || !record.LooksLikeRunID(idStr) {
 			continue
 		}
-		e := TicketEntry{ID: record.RunID(idStr)}
+		e := backend.TicketEntry{ID: record.RunID(idStr), Path: s.display(queueDir, name)}
 		data, err := rootfs.ReadFile(dir, name, MaxTicketBytes)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -75,7 +67,7 @@ func (s *Store) ListTickets() ([]TicketEntry, error) {
 		e.Waiter, _ = probe(dir, ticketLockName(e.ID))
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b TicketEntry) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	slices.SortFunc(out, func(a, b backend.TicketEntry) int { return strings.Compare(string(a.ID), string(b.ID)) })
 	return out, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/helperproc"
 	"github.com/crew-dev/crew/internal/record"
 )
@@ -164,7 +165,7 @@ func TestListTicketsReportsBadTickets(t *testing.T) {
 	writeString(t, s.osPath(queueDir, "notes.json"), "{}")
 	writeString(t, s.osPath(queueDir, ticketLockName(corrupt)), "")
 
-	ents, err := returnsAtOnce(t, "ListTickets", func() ([]TicketEntry, error) { return s.ListTickets() })
+	ents, err := returnsAtOnce(t, "ListTickets", func() ([]backend.TicketEntry, error) { return s.ListTickets() })
 	if err != nil {
 		t.Fatal(err)
 	}

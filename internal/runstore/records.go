@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
@@ -18,29 +19,11 @@ import (
 // can make admission slow or exhaust memory inside the admission lock.
 const MaxRecordBytes = 1 << 20
 
-// ActiveEntry is one file of the active set. Unless Finished is set,
-// exactly one of Rec and Err is set: a file that cannot be read as a record
-// is reported, never skipped silently and never fatal to the listing.
-type ActiveEntry struct {
-	ID   record.RunID // from the file name; empty if the name is not a run id
-	Name string       // the file's name in the active set
-	Path string       // its full path, for messages
-	Rec  *record.Run
-	Err  error
-	// Finished: the run already has a finished record; this active file is
-	// a leftover of its finalization and holds no slot.
-	Finished bool
-	// Indexed: Rec comes from the active index (ScanActive with fast): it
-	// holds what admission needs, and its State is running whatever the
-	// record says (provisioning or running).
-	Indexed bool
-}
-
 func recordName(id record.RunID) string { return string(id) + ".json" }
 
 // ListActive reads every record in the active set, each decoded once. Its
 // cost is O(active runs), whatever the history.
-func (s *Store) ListActive() ([]ActiveEntry, error) {
+func (s *Store) ListActive() ([]backend.ActiveEntry, error) {
 	dir, err := s.dir(activeDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -53,7 +36,7 @@ func (s *Store) ListActive() ([]ActiveEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list active runs in %s: %w", s.display(activeDir), unwrapPath(err))
 	}
-	out := make([]ActiveEntry, 0, len(names))
+	out := make([]backend.ActiveEntry, 0, len(names))
 	for _, name := range names {
 		if IsTempName(name) {
 			continue
@@ -63,8 +46,8 @@ func (s *Store) ListActive() ([]ActiveEntry, error) {
 	return out, nil
 }
 
-func (s *Store) readActive(dir *os.Root, name string) ActiveEntry {
-	ent := ActiveEntry{Name: name, Path: s.display(activeDir, name)}
+func (s *Store) readActive(dir *os.Root, name string) backend.ActiveEntry {
+	ent := backend.ActiveEntry{Name: name, Path: s.display(activeDir, name)}
 	idStr, isJSON := strings.CutSuffix(name, ".json")
 	if !isJSON || !record.LooksLikeRunID(idStr) {
 		ent.Err = fmt.Errorf("foreign file %s in the active set: not <run-id>.json", ent.Path)

@@ -7,15 +7,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
 )
-
-// ActiveRun is an entry of the active set with its owner's liveness.
-type ActiveRun struct {
-	ActiveEntry
-	Owner record.Owner
-}
 
 // kernelTableAbove is the size of the active set from which ScanActive
 // reads the kernel's lock table once instead of probing every lock file:
@@ -34,17 +29,17 @@ const kernelTableAbove = 8
 // its record: its Rec then holds only what admission needs, with State
 // running (Indexed is set); every other run is read from its record.
 // Status, which shows records, does not ask for fast.
-func (s *Store) ScanActive(fast bool) ([]ActiveRun, error) {
+func (s *Store) ScanActive(fast bool) ([]backend.ActiveRun, error) {
 	return s.scanActive(fast, nil)
 }
 
 // ScanActive is Store.ScanActive inside the admission lock, which may also
 // tidy the active index.
-func (a *Admission) ScanActive() ([]ActiveRun, error) {
+func (a *Admission) ScanActive() ([]backend.ActiveRun, error) {
 	return a.s.scanActive(true, a)
 }
 
-func (s *Store) scanActive(fast bool, adm *Admission) ([]ActiveRun, error) {
+func (s *Store) scanActive(fast bool, adm *Admission) ([]backend.ActiveRun, error) {
 	active, err := s.dir(activeDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -72,7 +67,7 @@ func (s *Store) scanActive(fast bool, adm *Admission) ([]ActiveRun, error) {
 		sc.index, indexLines = s.readIndex()
 		sc.recs = make([]record.Run, 0, len(names))
 	}
-	out := make([]ActiveRun, 0, len(names))
+	out := make([]backend.ActiveRun, 0, len(names))
 	ids := make([]record.RunID, 0, len(names))
 	for _, name := range names {
 		if IsTempName(name) {
@@ -115,11 +110,11 @@ func (sc *scan) close() {
 	}
 }
 
-func (sc *scan) entry(active *os.Root, name string) ActiveRun {
+func (sc *scan) entry(active *os.Root, name string) backend.ActiveRun {
 	s := sc.s
 	// The path is for messages: joined by hand (s.path is clean, name has no
 	// separator), which for a large active set costs a tenth of Join.
-	ent := ActiveRun{ActiveEntry: ActiveEntry{Name: name, Path: s.path + "/" + activeDir + "/" + name}}
+	ent := backend.ActiveRun{ActiveEntry: backend.ActiveEntry{Name: name, Path: s.path + "/" + activeDir + "/" + name}}
 	idStr, isJSON := strings.CutSuffix(name, ".json")
 	if !isJSON || !record.LooksLikeRunID(idStr) {
 		ent.Err = fmt.Errorf("foreign file %s in the active set: not <run-id>.json", ent.Path)

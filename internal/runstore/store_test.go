@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -395,11 +396,11 @@ func TestListActive(t *testing.T) {
 	mkdirAll(t, s.osPath(activeDir, "subdir"))
 	foreign = append(foreign, "subdir")
 
-	ents, err := returnsAtOnce(t, "ListActive", func() ([]ActiveEntry, error) { return s.ListActive() })
+	ents, err := returnsAtOnce(t, "ListActive", func() ([]backend.ActiveEntry, error) { return s.ListActive() })
 	if err != nil {
 		t.Fatalf("ListActive = %v; a bad file must never fail the listing", err)
 	}
-	byName := map[string]ActiveEntry{}
+	byName := map[string]backend.ActiveEntry{}
 	for _, e := range ents {
 		if filepath.Dir(e.Path) != s.osPath(activeDir) || filepath.Base(e.Path) != e.Name {
 			t.Errorf("entry %s has path %s, not in the active directory", e.Name, e.Path)

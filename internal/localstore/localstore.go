@@ -1,0 +1,97 @@
+// Package localstore is the state root on this machine as a store of
+// package backend: package runstore's records, locks and queue, and
+// package recovery's fenced finalization, behind the interfaces the
+// orchestration (package dispatch) works through.
+package localstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/runstore"
+)
+
+// Store is a state root.
+type Store struct{ *runstore.Store }
+
+// New returns the store of the state root at path (absolute); it touches
+// nothing on disk.
+func New(path string) *Store { return &Store{runstore.New(path)} }
+
+// Of is the store of an open state root.
+func Of(st *runstore.Store) *Store { return &Store{st} }
+
+func (s *Store) Where() backend.Where { return backend.Where{Name: s.Root(), Kind: "the state root"} }
+
+func (s *Store) Runs() backend.Runs       { return runs{s.Store} }
+func (s *Store) Queue() backend.Queue     { return s.Store }
+func (s *Store) History() backend.History { return history{s.Store} }
+func (s *Store) Logs() backend.Logs       { return s.Store }
+
+// runs adds recovery's fenced finalization to runstore's records.
+type runs struct{ *runstore.Store }
+
+func (r runs) FinalizeDead(id record.RunID, now time.Time) (backend.ReapOutcome, *record.Run, error) {
+	return recovery.FinalizeDead(r.Store, id, now)
+}
+
+func (r runs) FinalizeStopped(id record.RunID, req *record.StopRequest, now time.Time) (backend.ReapOutcome, *record.Run, error) {
+	return recovery.FinalizeStopped(r.Store, id, req, now)
+}
+
+// history gives runstore's log holds the backend's type.
+type history struct{ *runstore.Store }
+
+func (h history) HoldLog(id record.RunID) (backend.LogHold, error) {
+	l, err := h.Store.HoldLog(id)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Begin opens a start's standing: on a state root there is nothing to
+// open, its locks are the kernel's.
+func (s *Store) Begin(context.Context, backend.BeginOptions) (backend.Starter, error) {
+	return starter{s.Store}, nil
+}
+
+type starter struct{ *runstore.Store }
+
+func (st starter) LockAdmission(ctx context.Context, timeout time.Duration) (backend.Section, error) {
+	a, err := st.Store.LockAdmission(ctx, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return Section{a, st.Store}, nil
+}
+
+func (starter) Close() {}
+
+// Section is the held admission lock of a state root.
+type Section struct {
+	*runstore.Admission
+	s *runstore.Store
+}
+
+func (sec Section) LoadConfig() (record.Config, bool, error)    { return sec.s.LoadConfig() }
+func (sec Section) ListTickets() ([]backend.TicketEntry, error) { return sec.s.ListTickets() }
+
+func (sec Section) Reserve(rec *record.Run) (backend.Run, error) {
+	l, err := sec.Admission.Reserve(rec)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
+	w, err := sec.Admission.Enqueue(t)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
