@@ -97,6 +97,14 @@ func Recover(st *runstore.Store, opts Options) (*Report, error) {
 	if opts.Timeout <= 0 {
 		deadline = time.Now().Add(100 * 365 * 24 * time.Hour) // no limit
 	}
+	if !opts.DryRun {
+		// A layout directory missing (owners/, a root copied without its
+		// empty directories) would keep runs from being fenced, and so
+		// from being finalized or quarantined.
+		if err := st.Ensure(); err != nil {
+			return nil, err
+		}
+	}
 	entries, err := st.ListActive()
 	if err != nil {
 		return nil, err

@@ -2,11 +2,14 @@ package recovery
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
 )
 
 // An orphan's report names the processes shown holding its slot, or says
@@ -48,5 +51,32 @@ func TestOrphanNamesItsHolders(t *testing.T) {
 				t.Errorf("holders unknown %q, want %q", it.HoldersUnknown, c.unknown)
 			}
 		})
+	}
+}
+
+// A root whose owners/ directory is gone (copied without its empty
+// directories, or removed by hand) still has its unreadable records
+// quarantined and reported: the fence that guards the move needs the
+// directory, and recover makes it, instead of skipping them silently.
+func TestRecoverQuarantinesWithoutAnOwnersDirectory(t *testing.T) {
+	st := newStore(t)
+	root := st.Root()
+	bad := "r-20260301T080000.000000000Z-0000000000000001.json"
+	if err := os.WriteFile(filepath.Join(root, "runs", "active", bad), []byte("{torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "owners")); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	rep, err := Recover(runstore.New(root), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.Count(Quarantined); n != 1 {
+		t.Fatalf("quarantined %d, want the torn record: %+v", n, rep.Items)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "quarantine", bad)); err != nil {
+		t.Errorf("the torn record is not in quarantine/: %v", err)
 	}
 }
