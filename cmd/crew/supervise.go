@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/supervise"
@@ -17,6 +19,8 @@ import (
 // as; `crew start --detach` starts it with the run's locks as fds 3 and 4.
 func newSuperviseCmd(g *globalOptions) *cobra.Command {
 	var grace time.Duration
+	var adopt []string
+	var files int
 	cmd := &cobra.Command{
 		Use:    supervise.Command + " RUN-ID",
 		Hidden: true,
@@ -34,9 +38,16 @@ func newSuperviseCmd(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return supervise.RunDetached(d.Local, id, grace, sigs, d.RunFinished)
+			adopter, ok := d.Store.(backend.Adopter)
+			if !ok {
+				return fmt.Errorf("%s cannot hand a run to a detached supervisor", d.Store.Where())
+			}
+			a := supervise.Adoption{Store: adopter, Runs: d.Store.Runs(), Logs: d.Local, ID: id, Values: adopt, Files: files}
+			return supervise.RunDetached(a, grace, sigs, d.RunFinished)
 		},
 	}
 	cmd.Flags().Var(duration.NewValue(&grace, 10*time.Second), "grace", "")
+	cmd.Flags().StringArrayVar(&adopt, "adopt", nil, "")
+	cmd.Flags().IntVar(&files, "files", 0, "")
 	return cmd
 }

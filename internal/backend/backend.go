@@ -12,6 +12,7 @@ package backend
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/crew-dev/crew/internal/proc"
@@ -85,12 +86,85 @@ type Waiter interface {
 	Remove()
 }
 
-// Run is an admitted run, as the process that reserved it holds it.
+// Run is an admitted run, as the process that reserved it (and then its
+// supervisor) holds it: its record's writes, its stop requests, and what
+// keeps its slot.
 type Run interface {
 	ID() record.RunID
 	// Release lets go of this process's hold: the run's processes (or a
 	// detached supervisor) keep the slot.
 	Release()
+	// Update writes rec (still active) over the run's record.
+	Update(rec *record.Run) error
+	// Finish records rec (final) durably, takes the run out of the active
+	// set, and lets its slot go.
+	Finish(rec *record.Run) error
+	// FinishAgain is Finish after a Finish that failed.
+	FinishAgain(rec *record.Run) error
+	// KeepOutcome keeps how the run ended (rec, final) where every
+	// finalizer looks, when Finish cannot write it (a full disk); an error
+	// where the store has nowhere to keep it. OutcomePath says where.
+	KeepOutcome(rec *record.Run, cause error) error
+	OutcomePath() string
+	// ReadStopRequest is crew stop's request for the run, if any.
+	ReadStopRequest() *record.StopRequest
+	// WatchStops watches for crew stop's requests.
+	WatchStops() (StopWatch, error)
+	// OthersHold reports whether processes other than this one still hold
+	// the run's slot now that its command has ended (what the command
+	// left behind); where the store cannot tell, it says they do.
+	OthersHold() (bool, error)
+	// Holders are the processes that hold the slot, where the system can
+	// tell.
+	Holders() ([]int, error)
+	// LeaveToOthers hands the slot to them: rec (still running, saying how
+	// the command ended) is made durable, and this process lets go; the
+	// run is final once they are gone.
+	LeaveToOthers(rec *record.Run) error
+	// Claim is what the command is launched with to keep the slot.
+	Claim() Claim
+	// HandOver is what a detached supervisor (crew __supervise, started
+	// with it) needs to adopt the run (Adopter).
+	HandOver() HandOver
+}
+
+// HandOver is what a detached supervisor needs to adopt a run: the flags
+// that name the store to crew, the values the store's Adopt takes back,
+// and the descriptors the supervisor inherits (from fd 3 on).
+type HandOver struct {
+	Store []string
+	Adopt []string
+	Files []*os.File
+}
+
+// Adopter is a store whose runs a detached supervisor can adopt.
+type Adopter interface {
+	// Adopt takes over run id from the process that reserved it, with the
+	// values (HandOver.Adopt) and descriptors (from fd 3 on) it handed on.
+	Adopt(id record.RunID, values []string, files []*os.File) (Run, error)
+}
+
+// StopWatch is how a supervisor notices crew stop's requests.
+type StopWatch interface {
+	// Changed delivers a value when a request may have been written.
+	Changed() <-chan struct{}
+	// Notify asks the store to tell of changes (Changed) rather than be
+	// polled; false if it cannot.
+	Notify() bool
+	// Pending is the request not yet acknowledged, if any.
+	Pending() *record.StopRequest
+	// Acknowledge tells crew stop the request was taken up.
+	Acknowledge(req *record.StopRequest, ack record.StopAck) error
+	Close()
+}
+
+// Claim is what the command of a run is launched with to keep its slot.
+type Claim interface {
+	// Files are inherited by the command from fd 3 on (a state root's
+	// owner lock: the slot is held while any process keeps it).
+	Files() []*os.File
+	// Env names the store to the command: NAME=VALUE.
+	Env() string
 }
 
 // Where is a store's location.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/supervise"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -45,7 +44,7 @@ func (d *Dispatcher) Start(req vocab.StartRequest) (record.RunID, error) {
 	defer res.Starter.Close()
 	failpoint.Hit(failpoint.Admitted)
 
-	sreq := supervise.Request{Store: d.Local, Rec: res.Rec, Locks: res.Run.(*runstore.RunLocks), Grace: req.Grace, Stdin: req.Stdin,
+	sreq := supervise.Request{Run: res.Run, Logs: d.Local, Rec: res.Rec, Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
 		Note: req.Note, Now: d.Now, Finished: d.RunFinished, NoPTY: req.NoPTY}
 	if req.Tag {

@@ -6,6 +6,8 @@ package localstore
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
@@ -94,4 +96,13 @@ func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// Adopt takes over a run whose locks a detached supervisor inherited, as
+// its parent handed them on (runstore.RunLocks.HandOver).
+func (s *Store) Adopt(id record.RunID, _ []string, files []*os.File) (backend.Run, error) {
+	if len(files) != 2 {
+		return nil, fmt.Errorf("run %s: %d descriptors handed over, want its two locks", id, len(files))
+	}
+	return s.AdoptRunLocks(id, files[0], files[1])
 }

@@ -46,7 +46,7 @@ func TestFinalizeDeadRecordsAKeptOutcome(t *testing.T) {
 	code := 3
 	end := time.Now().UTC()
 	rec.Finish(record.Failed, end, &code, "command exited with status 3")
-	if err := locks.SaveOutcome(rec, errors.New("record run: no space left on device")); err != nil {
+	if err := locks.KeepOutcome(rec, errors.New("record run: no space left on device")); err != nil {
 		t.Fatal(err)
 	}
 	locks.Release() // the supervisor gave up and exited

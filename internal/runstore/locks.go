@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
@@ -236,7 +237,7 @@ func (l *RunLocks) SupervisorFile() *os.File {
 	return l.sup.File()
 }
 
-// OwnerHeldByOthers reports whether processes other than this one still
+// OthersHold reports whether processes other than this one still
 // hold the run's owner lock: the ones the command left running when it
 // ended (they inherited the lock as fd 3). A lock belongs to an open file
 // description, which this process shares with them, so only another
@@ -244,9 +245,9 @@ func (l *RunLocks) SupervisorFile() *os.File {
 // takes the lock again on a fresh one (its own, which a next attempt can
 // inherit). If someone else holds it, this process no longer does, and
 // only its supervisor lock keeps finalizers away until it lets go
-// (LeaveToLeftovers). Where it cannot tell, it says the lock is held: a
+// (LeaveToOthers). Where it cannot tell, it says the lock is held: a
 // run is never finalized while its slot may still be in use.
-func (l *RunLocks) OwnerHeldByOthers() (bool, error) {
+func (l *RunLocks) OthersHold() (bool, error) {
 	dir, err := l.s.dir(ownersDir)
 	if err != nil {
 		return true, fmt.Errorf("run %s: %w", l.id, err)
@@ -288,13 +289,13 @@ const (
 	probeRetryDelay = 100 * time.Microsecond
 )
 
-// LeaveToLeftovers hands the slot of a run whose command has ended to the
+// LeaveToOthers hands the slot of a run whose command has ended to the
 // processes the command left, which hold its owner lock
-// (OwnerHeldByOthers): rec, still running and saying how the command
+// (OthersHold): rec, still running and saying how the command
 // ended (record.CommandEnd), is made durable, and the supervisor lock is
 // released, so that the run is finalized (with that end) by whoever finds
 // its owner lock free once they are gone.
-func (l *RunLocks) LeaveToLeftovers(rec *record.Run) error {
+func (l *RunLocks) LeaveToOthers(rec *record.Run) error {
 	if rec.RunID != l.id || rec.State != record.Running || rec.CommandEnded == nil {
 		return fmt.Errorf("run %s: not a running record whose command has ended", rec.RunID)
 	}
@@ -471,4 +472,37 @@ func (s *Store) createLock(dir *os.Root, name string) (*lockfs.Lock, error) {
 		}
 	}
 	return l, nil
+}
+
+// Update writes rec (still active) over the run's record.
+func (l *RunLocks) Update(rec *record.Run) error { return l.s.UpdateActive(rec) }
+
+// ReadStopRequest is crew stop's request for the run, if any.
+func (l *RunLocks) ReadStopRequest() *record.StopRequest { return l.s.ReadStopRequest(l.id) }
+
+// WatchStops watches owners/ for the run's stop requests.
+func (l *RunLocks) WatchStops() (backend.StopWatch, error) {
+	w, err := l.s.WatchStopRequests(l.id)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Holders are the processes other than this one the kernel shows holding
+// the run's owner lock.
+func (l *RunLocks) Holders() ([]int, error) { return l.s.OwnerLockHolders(l.id) }
+
+// Claim is the owner lock, which the command inherits as fd 3.
+func (l *RunLocks) Claim() backend.Claim { return claim{l} }
+
+type claim struct{ l *RunLocks }
+
+func (c claim) Files() []*os.File { return []*os.File{c.l.OwnerFile()} }
+func (c claim) Env() string       { return "CREW_ROOT=" + c.l.s.Root() }
+
+// HandOver is the state root and both locks, for a detached supervisor
+// (AdoptRunLocks takes them back).
+func (l *RunLocks) HandOver() backend.HandOver {
+	return backend.HandOver{Store: []string{"--root", l.s.Root()}, Files: []*os.File{l.OwnerFile(), l.SupervisorFile()}}
 }

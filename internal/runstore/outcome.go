@@ -123,10 +123,10 @@ func decodeOutcome(data []byte, id record.RunID) (*Outcome, error) {
 	return &o, nil
 }
 
-// SaveOutcome keeps the end of a run whose final record could not be
+// KeepOutcome keeps the end of a run whose final record could not be
 // written (cause) in its owner lock file, through the descriptor this
 // process holds, and makes it durable. rec must be final.
-func (l *RunLocks) SaveOutcome(rec *record.Run, cause error) error {
+func (l *RunLocks) KeepOutcome(rec *record.Run, cause error) error {
 	if l.owner == nil || rec.RunID != l.id || rec.State.Active() || rec.FinishedAt == nil {
 		return fmt.Errorf("run %s: no final outcome to keep", rec.RunID)
 	}
@@ -140,10 +140,10 @@ func (l *RunLocks) SaveOutcome(rec *record.Run, cause error) error {
 		return fmt.Errorf("run %s: only its supervisor keeps its outcome", l.id)
 	}
 	if _, err := f.WriteAt(line, 0); err != nil {
-		return fmt.Errorf("keep the outcome of run %s in %s: %w", l.id, l.OwnerPath(), bareErr(err))
+		return fmt.Errorf("keep the outcome of run %s in %s: %w", l.id, l.OutcomePath(), bareErr(err))
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("keep the outcome of run %s in %s: fsync: %w", l.id, l.OwnerPath(), bareErr(err))
+		return fmt.Errorf("keep the outcome of run %s in %s: fsync: %w", l.id, l.OutcomePath(), bareErr(err))
 	}
 	// The lock file's own entry has never been synced; make it durable too.
 	if dir, err := l.s.dir(ownersDir); err == nil {
@@ -161,17 +161,18 @@ func (l *RunLocks) Outcome() (*Outcome, error) {
 	buf := make([]byte, 2*outcomeSpace) // bounded: the file is the command's too
 	n, err := l.owner.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read the outcome of run %s in %s: %w", l.id, l.OwnerPath(), bareErr(err))
+		return nil, fmt.Errorf("read the outcome of run %s in %s: %w", l.id, l.OutcomePath(), bareErr(err))
 	}
 	o, err := decodeOutcome(buf[:n], l.id)
 	if err != nil {
-		return nil, fmt.Errorf("owner lock file %s: %w", l.OwnerPath(), err)
+		return nil, fmt.Errorf("owner lock file %s: %w", l.OutcomePath(), err)
 	}
 	return o, nil
 }
 
-// OwnerPath is the path of the run's owner lock file, for messages.
-func (l *RunLocks) OwnerPath() string { return l.s.display(ownersDir, ownerLockName(l.id)) }
+// OutcomePath is the path of the run's owner lock file, where its
+// outcome is kept, for messages.
+func (l *RunLocks) OutcomePath() string { return l.s.display(ownersDir, ownerLockName(l.id)) }
 
 // FinishAgain is Finish for a retry after Finish failed: a final record
 // that an earlier attempt already made durable is not written again (on

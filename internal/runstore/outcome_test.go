@@ -34,7 +34,7 @@ func TestSaveOutcomeReadsBackUnderTheFence(t *testing.T) {
 	rec := finalOf(testRecord(testID, record.Running), record.Stopped, 143, "crew received SIGTERM")
 	rec.Signal = "SIGTERM"
 	cause := errors.New("record run " + string(testID) + ": no space left on device")
-	if err := l.SaveOutcome(rec, cause); err != nil {
+	if err := l.KeepOutcome(rec, cause); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(s.osPath(ownersDir, ownerLockName(testID))); fi.Size() != outcomeSpace {
@@ -117,8 +117,8 @@ func TestDecodeOutcome(t *testing.T) {
 func TestSaveOutcomeNeedsAFinalRecord(t *testing.T) {
 	s := newStore(t)
 	l := reserve(t, s, testID)
-	if err := l.SaveOutcome(testRecord(testID, record.Running), errors.New("x")); err == nil {
-		t.Error("SaveOutcome(running) succeeded")
+	if err := l.KeepOutcome(testRecord(testID, record.Running), errors.New("x")); err == nil {
+		t.Error("KeepOutcome(running) succeeded")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
@@ -21,13 +22,6 @@ import (
 // Command is the hidden crew subcommand a detached run's supervisor runs
 // as.
 const Command = "__supervise"
-
-// Descriptors a detached supervisor inherits, after stdin, stdout, stderr.
-const (
-	fdOwner      = 3
-	fdSupervisor = 4
-	fdReady      = 5
-)
 
 // Detach hands an admitted run to a supervisor process of its own (crew
 // itself, as `crew __supervise`), in its own session so that it survives
@@ -46,9 +40,15 @@ func Detach(req Request) error {
 		return Abandon(req, fmt.Errorf("create the handover pipe: %w", err))
 	}
 	defer readyR.Close()
-	argv := []string{exe, Command, "--root", req.Store.Root(), "--grace", req.Grace.String(), string(id)}
+	h := req.Run.HandOver()
+	argv := append(append([]string{exe, Command}, h.Store...), "--grace", req.Grace.String(), "--files", strconv.Itoa(len(h.Files)))
+	for _, v := range h.Adopt {
+		argv = append(argv, "--adopt", v)
+	}
+	argv = append(argv, string(id))
+	// The handover pipe comes last, after the store's descriptors.
 	_, err = startChild(argv, req.Rec.Dir, req.Env, nil, nil, nil,
-		[]*os.File{req.Locks.OwnerFile(), req.Locks.SupervisorFile(), readyW}, &syscall.SysProcAttr{Setsid: true})
+		append(h.Files, readyW), &syscall.SysProcAttr{Setsid: true})
 	readyW.Close()
 	if err != nil {
 		return Abandon(req, fmt.Errorf("start the detached supervisor: %w", err))
@@ -57,18 +57,18 @@ func Detach(req Request) error {
 	// descriptions at its fork): ours go at once, or the supervisor would
 	// take this process, still waiting for its line, for what its command
 	// left holding the slot.
-	req.Locks.Release()
+	req.Run.Release()
 	failpoint.Hit(failpoint.DetachHandover)
 	// The child is not ours to wait for: it outlives us (and, if it
 	// exits first, stays a zombie only until we exit a moment later).
 
 	line, _ := bufio.NewReader(readyR).ReadString('\n')
-	return handoverResult(req.Store, id, strings.TrimSpace(line))
+	return handoverResult(req.Logs, id, strings.TrimSpace(line))
 }
 
 // handoverResult turns the detached supervisor's one line into Detach's
 // result.
-func handoverResult(st *runstore.Store, id record.RunID, line string) error {
+func handoverResult(st readRun, id record.RunID, line string) error {
 	switch {
 	case line == "running":
 		return nil
@@ -92,29 +92,50 @@ func handoverResult(st *runstore.Store, id record.RunID, line string) error {
 	return &vocab.InternalError{RunID: id, Err: errors.New("detached supervisor exited before the command started; `crew recover` will finalize the run")}
 }
 
-// RunDetached is the detached supervisor's side: it adopts the inherited
-// locks, launches the command with output to the run's log only and stdin
-// from /dev/null, tells the parent when the record says running, and
-// supervises the run to its end.
-func RunDetached(st *runstore.Store, id record.RunID, grace time.Duration, signals <-chan os.Signal, finished func()) error {
+// readRun reads a run's record.
+type readRun interface {
+	ReadRun(id record.RunID) (*record.Run, error)
+}
+
+// Adoption is what a detached supervisor is started with.
+type Adoption struct {
+	Store  backend.Adopter
+	Runs   backend.Runs
+	Logs   *runstore.Store
+	ID     record.RunID
+	Values []string // the store's own (HandOver.Adopt)
+	// Files is how many descriptors the store handed over, from fd 3 on;
+	// the handover pipe follows them.
+	Files int
+}
+
+// RunDetached is the detached supervisor's side: it adopts the run as its
+// store handed it over, launches the command with output to the run's log
+// only and stdin from /dev/null, tells the parent when the record says
+// running, and supervises the run to its end.
+func RunDetached(a Adoption, grace time.Duration, signals <-chan os.Signal, finished func()) error {
 	// Inherited descriptors are not close-on-exec. The command must
-	// inherit the owner lock alone (launch passes it as fd 3): a command
-	// that held the supervisor lock would pass for a living supervisor
-	// after this process died, and the handover pipe is ours.
-	for _, fd := range []int{fdOwner, fdSupervisor, fdReady} {
-		unix.CloseOnExec(fd)
+	// inherit only what the store's claim gives it (launch passes it on):
+	// a command that held the supervisor lock would pass for a living
+	// supervisor after this process died, and the handover pipe is ours.
+	files := make([]*os.File, a.Files)
+	for i := range files {
+		unix.CloseOnExec(3 + i)
+		files[i] = os.NewFile(uintptr(3+i), fmt.Sprintf("handed-over-%d", i))
 	}
-	ready := os.NewFile(fdReady, "ready")
-	locks, err := st.AdoptRunLocks(id, os.NewFile(fdOwner, "owner"), os.NewFile(fdSupervisor, "supervisor"))
+	readyFD := 3 + a.Files
+	unix.CloseOnExec(readyFD)
+	ready := os.NewFile(uintptr(readyFD), "ready")
+	run, err := a.Store.Adopt(a.ID, a.Values, files)
 	if err != nil {
 		return err
 	}
-	rec, err := st.ReadActive(id)
+	rec, err := a.Runs.ReadActive(a.ID)
 	if err != nil {
 		return err
 	}
 	if rec.State != record.Provisioning {
-		return fmt.Errorf("run %s is %s, not provisioning", id, rec.State)
+		return fmt.Errorf("run %s is %s, not provisioning", a.ID, rec.State)
 	}
 	rec.SupervisorPID = os.Getpid()
 	devnull, err := os.Open(os.DevNull)
@@ -122,7 +143,7 @@ func RunDetached(st *runstore.Store, id record.RunID, grace time.Duration, signa
 		return err
 	}
 	defer devnull.Close()
-	req := Request{Store: st, Rec: rec, Locks: locks, Grace: grace, Stdin: devnull, Env: os.Environ(),
+	req := Request{Run: run, Logs: a.Logs, Rec: rec, Grace: grace, Stdin: devnull, Env: os.Environ(),
 		Signals: signals, Finished: finished, ready: ready}
 	s := newSupervisor(req)
 	err = func() (err error) {

@@ -19,7 +19,7 @@ func (s *supervisor) finish() error {
 			return s.leaveToLeftovers(pids)
 		}
 	}
-	if err := s.Locks.Finish(s.rec); err != nil {
+	if err := s.Run.Finish(s.rec); err != nil {
 		if err := s.retryFinish(err); err != nil {
 			return err
 		}
@@ -37,14 +37,14 @@ func (s *supervisor) finish() error {
 // the system can tell. Where crew cannot tell, they are taken to hold it:
 // a run is never made final while its slot may be in use.
 func (s *supervisor) leftovers() (pids []int, held bool) {
-	held, err := s.Locks.OwnerHeldByOthers()
+	held, err := s.Run.OthersHold()
 	if err != nil {
 		s.Warn(fmt.Errorf("run %s: %w; it keeps its slot until its owner lock is free", s.rec.RunID, err))
 	}
 	if !held {
 		return nil, false
 	}
-	pids, _ = s.Store.OwnerLockHolders(s.rec.RunID) // names, not the proof: the lock is
+	pids, _ = s.Run.Holders() // names, not the proof: the lock is
 	return pids, true
 }
 
@@ -55,7 +55,7 @@ func (s *supervisor) leftovers() (pids []int, held bool) {
 // with the command's end.
 func (s *supervisor) leaveToLeftovers(pids []int) error {
 	s.rec.AwaitLeftovers(pids)
-	if err := s.Locks.LeaveToLeftovers(s.rec); err != nil {
+	if err := s.Run.LeaveToOthers(s.rec); err != nil {
 		return err
 	}
 	s.done = true

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -19,9 +18,9 @@ import (
 // the run lives, even if this supervisor dies) and, on a terminal, as the
 // terminal's foreground group.
 func (s *supervisor) launch(out *output) error {
-	st, rec := s.Store, s.rec
+	rec, claim := s.rec, s.Run.Claim()
 	env := append(WithoutCrewVars(s.Env),
-		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, "CREW_ROOT="+st.Root())
+		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, claim.Env())
 	sys, stdin := &syscall.SysProcAttr{Setpgid: true}, s.Stdin
 	if s.pty != nil {
 		sys, stdin = s.pty.childSys(), s.pty.slave
@@ -37,7 +36,7 @@ func (s *supervisor) launch(out *output) error {
 		}
 		return &fs.PathError{Op: "fork/exec", Path: path, Err: err}
 	}
-	c, err := startChild(rec.Command, rec.Dir, env, stdin, out.child[0], out.child[1], []*os.File{s.Locks.OwnerFile()}, sys)
+	c, err := startChild(rec.Command, rec.Dir, env, stdin, out.child[0], out.child[1], claim.Files(), sys)
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ func finishFailure(id record.RunID, err error) error {
 // (first): keep the outcome, then retry while holding the slot.
 func (s *supervisor) retryFinish(first error) error {
 	id := s.rec.RunID
-	keepErr := s.Locks.SaveOutcome(s.rec, first)
+	keepErr := s.Run.KeepOutcome(s.rec, first)
 	if s.ownsTTY {
 		// Give the terminal back now, so that Ctrl-C reaches crew while it
 		// retries (the command's group is gone).
@@ -54,7 +54,7 @@ func (s *supervisor) retryFinish(first error) error {
 		if sig, stop := s.pause(delay); stop {
 			return s.unrecorded(fmt.Errorf("%w (gave up on receiving %s)", last, vocab.SignalName(sig)), keepErr)
 		}
-		err := s.Locks.FinishAgain(s.rec)
+		err := s.Run.FinishAgain(s.rec)
 		if err == nil {
 			s.Warn(fmt.Errorf("run %s: its end is recorded after all (%s)", id, outcomeWords(s.rec)))
 			return nil
@@ -82,7 +82,7 @@ func (s *supervisor) pause(delay time.Duration) (syscall.Signal, bool) {
 }
 
 func (s *supervisor) unrecorded(err, keepErr error) error {
-	return &vocab.UnrecordedError{RunID: s.rec.RunID, Outcome: outcomeWords(s.rec), Kept: keepErr == nil, Where: s.Locks.OwnerPath(), Err: err}
+	return &vocab.UnrecordedError{RunID: s.rec.RunID, Outcome: outcomeWords(s.rec), Kept: keepErr == nil, Where: s.Run.OutcomePath(), Err: err}
 }
 
 // retryNotice is the first word to the user: what could not be recorded,
@@ -91,10 +91,10 @@ func (s *supervisor) retryNotice(first, keepErr error) error {
 	then := fmt.Sprintf("retrying for up to %s while holding the slot (interrupt crew to give up; `crew recover` records it later)", finishRetryFor)
 	if keepErr != nil {
 		return fmt.Errorf("run %s ended (%s), but crew cannot record it: %w; nor keep it in %s (%w); %s",
-			s.rec.RunID, outcomeWords(s.rec), first, s.Locks.OwnerPath(), keepErr, then)
+			s.rec.RunID, outcomeWords(s.rec), first, s.Run.OutcomePath(), keepErr, then)
 	}
 	return fmt.Errorf("run %s ended (%s), but crew cannot record it: %w; the outcome is kept in %s; %s",
-		s.rec.RunID, outcomeWords(s.rec), first, s.Locks.OwnerPath(), then)
+		s.rec.RunID, outcomeWords(s.rec), first, s.Run.OutcomePath(), then)
 }
 
 // outcomeWords says how a final record ends, for messages.

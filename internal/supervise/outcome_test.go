@@ -51,7 +51,7 @@ func unrecordable(t *testing.T, warn func(error)) (*supervisor, func()) {
 	}
 	code := 0
 	rec.Finish(record.Succeeded, now, &code, "")
-	return newSupervisor(Request{Store: st, Rec: rec, Locks: locks, Warn: warn}), fix
+	return newSupervisor(Request{Run: locks, Logs: st, Rec: rec, Warn: warn}), fix
 }
 
 type warnings struct {
@@ -83,7 +83,7 @@ func TestFinishGivesUpAfterTheBound(t *testing.T) {
 	if took := time.Since(begin); took < finishRetryFor {
 		t.Errorf("gave up after %s, before the bound %s", took, finishRetryFor)
 	}
-	if !strings.Contains(err.Error(), "(gave up after 250ms); the outcome is kept in "+s.Locks.OwnerPath()) {
+	if !strings.Contains(err.Error(), "(gave up after 250ms); the outcome is kept in "+s.Run.OutcomePath()) {
 		t.Errorf("error: %v", err)
 	}
 	if msgs := w.all(); len(msgs) != 1 || !strings.Contains(msgs[0], "ended (succeeded, exit 0), but crew cannot record it: ") {
@@ -92,7 +92,7 @@ func TestFinishGivesUpAfterTheBound(t *testing.T) {
 	if s.done {
 		t.Error("the run counts as recorded")
 	}
-	if o, err := s.Locks.Outcome(); err != nil || o == nil || o.State != record.Succeeded {
+	if o, err := s.Run.(*runstore.RunLocks).Outcome(); err != nil || o == nil || o.State != record.Succeeded {
 		t.Errorf("kept outcome = %+v, %v", o, err)
 	}
 }
@@ -118,7 +118,7 @@ func TestFinishRetrySucceedsOnceWritable(t *testing.T) {
 	if len(msgs) != 2 || !strings.Contains(msgs[1], "its end is recorded after all (succeeded, exit 0)") {
 		t.Errorf("warnings %q", msgs)
 	}
-	if rec, err := s.Store.ReadDone(s.rec.RunID); err != nil || rec.State != record.Succeeded {
+	if rec, err := s.Logs.ReadDone(s.rec.RunID); err != nil || rec.State != record.Succeeded {
 		t.Errorf("final record %+v, %v", rec, err)
 	}
 }

@@ -41,7 +41,7 @@ func (s *supervisor) between(n int, e ending, log *runLog) (stopped bool, err er
 	// pid for status to show.
 	s.rec.TaskPID, s.rec.PGID, s.pgid = 0, 0, 0
 	s.rec.AddEvent(s.now(), "attempt %d of %d: %s; next attempt in %s", n, s.rec.MaxAttempts(), e.reason, duration.Format(delay))
-	if err := s.Store.UpdateActive(s.rec); err != nil {
+	if err := s.Run.Update(s.rec); err != nil {
 		return false, s.internalFailure(err)
 	}
 	next := fmt.Sprintf("attempt %d of %d after %s", n+1, s.rec.MaxAttempts(), e.short(time.Duration(s.rec.Timeout)))
@@ -84,15 +84,13 @@ func (e ending) short(timeout time.Duration) string {
 // itself; there is no command to signal). It returns the stop's signal,
 // 0 if there was none, and crew stop's request if it was one.
 func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRequest) {
-	w, err := s.Store.WatchStopRequests(s.rec.RunID)
+	w, err := s.Run.WatchStops()
 	if err != nil {
 		s.Warn(fmt.Errorf("%w; crew stop will have to wait for the next attempt", err))
+		w = noStops{}
 	}
-	pending := func() *record.StopRequest { return nil }
-	if w != nil {
-		defer w.Close()
-		pending = w.Pending
-	}
+	defer w.Close()
+	pending := w.Pending
 	poll := time.NewTicker(stopPollInterval)
 	defer poll.Stop()
 	notifyAt := time.After(notifyAfter) // as in wait: a short delay polls

@@ -32,7 +32,7 @@ func lines(t *testing.T, path string) int {
 func awaitRecord(t *testing.T, req Request, what string, cond func(*record.Run) bool) *record.Run {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if rec, err := req.Store.ReadRun(req.Rec.RunID); err == nil && cond(rec) {
+		if rec, err := req.Logs.ReadRun(req.Rec.RunID); err == nil && cond(rec) {
 			return rec
 		}
 	}
@@ -46,7 +46,7 @@ func TestTimeoutStopsTheCommand(t *testing.T) {
 	req := reserve(t, "sleep", "20")
 	req.Rec.Timeout = record.Duration(200 * time.Millisecond)
 	assert.Equal(t, exitTimedOut, exitCodeOf(t, awaitResult(t, supervise(req))))
-	final, err := req.Store.ReadRun(req.Rec.RunID)
+	final, err := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Failed, final.State)
 	assert.True(t, final.TimedOut)
@@ -74,7 +74,7 @@ func TestSignalTakesOverATimeout(t *testing.T) {
 	awaitFile(t, termed) // the timeout's SIGTERM reached a trapped attempt, which goes on
 	signals <- syscall.SIGINT
 	assert.Equal(t, 130, exitCodeOf(t, awaitResult(t, done)))
-	final, err := req.Store.ReadRun(req.Rec.RunID)
+	final, err := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Stopped, final.State)
 	assert.False(t, final.TimedOut)
@@ -99,7 +99,7 @@ func TestRetriesUntilSuccess(t *testing.T) {
 	req.Note = func(n string) { mu.Lock(); notes = append(notes, n); mu.Unlock() }
 	require.NoError(t, awaitResult(t, supervise(req)))
 	assert.Equal(t, 3, lines(t, obs))
-	final, err := req.Store.ReadRun(req.Rec.RunID)
+	final, err := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Succeeded, final.State)
 	require.Len(t, final.Attempts, 3)
@@ -122,7 +122,7 @@ func TestRetriesEndWithTheLastAttempt(t *testing.T) {
 	req.Rec.Retries, req.Rec.Timeout = 1, record.Duration(5*time.Second)
 	assert.Equal(t, 124, exitCodeOf(t, awaitResult(t, supervise(req))))
 	assert.Equal(t, 2, lines(t, obs))
-	final, err := req.Store.ReadRun(req.Rec.RunID)
+	final, err := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, err)
 	require.Len(t, final.Attempts, 2)
 	assert.Equal(t, 3, *final.Attempts[0].ExitCode)
@@ -143,15 +143,15 @@ func TestStopRequestDuringRetryDelay(t *testing.T) {
 	})
 	assert.Equal(t, record.Running, between.State, "the run keeps its slot between attempts")
 	assert.Zero(t, between.TaskPID, "no command runs between attempts")
-	require.NoError(t, req.Store.WriteStopRequest(req.Rec.RunID, stopRequest("1s")))
+	require.NoError(t, req.Logs.WriteStopRequest(req.Rec.RunID, stopRequest("1s")))
 	assert.Equal(t, 143, exitCodeOf(t, awaitResult(t, done)))
-	final, err := req.Store.ReadRun(req.Rec.RunID)
+	final, err := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Stopped, final.State)
 	assert.Equal(t, "SIGTERM", final.Signal)
 	assert.Contains(t, final.Reason, "stopped by crew stop (pid 4242, user tester) while waiting to retry (attempt 1 of 2: command exited with status 1); no command was running")
 	assert.Equal(t, 1, lines(t, obs))
-	r := req.Store.ReadStopRequest(req.Rec.RunID)
+	r := req.Logs.ReadStopRequest(req.Rec.RunID)
 	if r != nil { // removed once the run is final; if still there, acknowledged
 		assert.NotNil(t, r.Ack)
 	}

@@ -53,7 +53,7 @@ func (s *supervisor) requesterOf(req *record.StopRequest) *int {
 // (written by the run's own user or root), else nil: who stopped a run is
 // told only from such a request.
 func (s *supervisor) stopRequestOfRight() *record.StopRequest {
-	req := s.Store.ReadStopRequest(s.rec.RunID)
+	req := s.Run.ReadStopRequest()
 	if req == nil {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (s *supervisor) refuseStop(req *record.StopRequest, uid int) {
 	if s.rec.State != record.Running {
 		return // provisioning: the record is written when the command starts
 	}
-	if err := s.Store.UpdateActive(s.rec); err != nil {
+	if err := s.Run.Update(s.rec); err != nil {
 		s.Warn(fmt.Errorf("run %s: %w", s.rec.RunID, err))
 	}
 }

@@ -64,10 +64,10 @@ func TestStopRequestOfAnotherUserIsRefused(t *testing.T) {
 	done := supervise(req)
 	rec := awaitRunning(t, req)
 
-	writeRequestAs(t, req.Store, rec.RunID, killRequest(), member)
+	writeRequestAs(t, req.Logs, rec.RunID, killRequest(), member)
 	var noted *record.Run
 	require.Eventually(t, func() bool {
-		cur, err := req.Store.ReadRun(rec.RunID)
+		cur, err := req.Logs.ReadRun(rec.RunID)
 		if err == nil && strings.Contains(eventsOf(cur), refusedNote) {
 			noted = cur
 		}
@@ -83,9 +83,9 @@ func TestStopRequestOfAnotherUserIsRefused(t *testing.T) {
 	}
 
 	// Its own user's request (root's, here) is carried out.
-	require.NoError(t, req.Store.WriteStopRequest(rec.RunID, stopRequest("5s")))
+	require.NoError(t, req.Logs.WriteStopRequest(rec.RunID, stopRequest("5s")))
 	assert.Equal(t, 143, exitCodeOf(t, awaitResult(t, done)))
-	final, err := req.Store.ReadRun(rec.RunID)
+	final, err := req.Logs.ReadRun(rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Stopped, final.State)
 	assert.Contains(t, final.Reason, "stopped by crew stop (pid 4242, user tester), which sent SIGTERM")
@@ -98,10 +98,10 @@ func TestStopRequestOfAnotherUserIsRefused(t *testing.T) {
 func TestStopRequestOfAnotherUserBeforeLaunch(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
 	req := reserve(t, "touch", marker)
-	writeRequestAs(t, req.Store, req.Rec.RunID, killRequest(), member)
+	writeRequestAs(t, req.Logs, req.Rec.RunID, killRequest(), member)
 	require.NoError(t, awaitResult(t, supervise(req)))
 	assert.FileExists(t, marker)
-	final, err := req.Store.ReadRun(req.Rec.RunID)
+	final, err := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Succeeded, final.State)
 	assert.Empty(t, final.Reason, "not \"stopped by crew stop\"")
@@ -115,12 +115,12 @@ func TestStopRequestOfAnotherUserWhileWaitingToRetry(t *testing.T) {
 	req.Rec.Retries, req.Rec.RetryDelay = 1, record.Duration(time.Hour)
 	done := supervise(req)
 	require.Eventually(t, func() bool {
-		cur, err := req.Store.ReadRun(req.Rec.RunID)
+		cur, err := req.Logs.ReadRun(req.Rec.RunID)
 		return err == nil && len(cur.Attempts) == 1 && cur.Attempts[0].EndedAt != nil
 	}, 10*time.Second, 5*time.Millisecond, "the first attempt to fail")
-	writeRequestAs(t, req.Store, req.Rec.RunID, killRequest(), member)
+	writeRequestAs(t, req.Logs, req.Rec.RunID, killRequest(), member)
 	require.Eventually(t, func() bool {
-		cur, err := req.Store.ReadRun(req.Rec.RunID)
+		cur, err := req.Logs.ReadRun(req.Rec.RunID)
 		return err == nil && strings.Contains(eventsOf(cur), refusedNote)
 	}, 10*time.Second, 5*time.Millisecond, "the refusal to be noted")
 	select {
@@ -128,9 +128,9 @@ func TestStopRequestOfAnotherUserWhileWaitingToRetry(t *testing.T) {
 		t.Fatalf("the run ended on a refused request: %v", err)
 	default:
 	}
-	require.NoError(t, req.Store.WriteStopRequest(req.Rec.RunID, stopRequest("1s")))
+	require.NoError(t, req.Logs.WriteStopRequest(req.Rec.RunID, stopRequest("1s")))
 	assert.Equal(t, 143, exitCodeOf(t, awaitResult(t, done)))
-	final, err := req.Store.ReadRun(req.Rec.RunID)
+	final, err := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Stopped, final.State)
 	assert.Contains(t, final.Reason, "stopped by crew stop (pid 4242, user tester) while waiting to retry")

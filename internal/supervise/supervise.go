@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
@@ -22,9 +23,11 @@ import (
 // Request is one admitted run to supervise: its provisioning record is
 // durable and this process holds its locks.
 type Request struct {
-	Store *runstore.Store
-	Rec   *record.Run
-	Locks *runstore.RunLocks
+	// Run is the admitted run, as its store hands it over.
+	Run backend.Run
+	// Logs is this host's state root, where the run's log is kept.
+	Logs *runstore.Store
+	Rec  *record.Run
 	// Grace is how long the command's process group has between a
 	// forwarded stop signal and SIGKILL.
 	Grace time.Duration
@@ -107,7 +110,7 @@ func Run(req Request) (err error) {
 
 func (s *supervisor) run() error {
 	id := s.rec.RunID
-	if req := s.Store.ReadStopRequest(id); req != nil && s.mayAct(req) {
+	if req := s.Run.ReadStopRequest(); req != nil && s.mayAct(req) {
 		return s.stoppedBeforeLaunch(req)
 	}
 	logw, planted, err := s.createLog()
@@ -140,7 +143,7 @@ func (s *supervisor) run() error {
 		}
 	}
 	if err := logw.Close(); err != nil && !s.logFailed {
-		s.Warn(fmt.Errorf("run %s: the log %s could not be put together (%w); crew logs still shows it whole", id, s.Store.LogPath(id), err))
+		s.Warn(fmt.Errorf("run %s: the log %s could not be put together (%w); crew logs still shows it whole", id, s.Logs.LogPath(id), err))
 	}
 	code := *s.rec.ExitCode // the record may be left running to the processes the command left
 	if err := s.finish(); err != nil {
@@ -182,7 +185,7 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	failpoint.Hit(failpoint.Exited)
 	s.reclaimTTY()
 	end := s.endingOf(ws, stop)
-	out.report(s.Warn, string(s.rec.RunID), s.Store.LogPath(s.rec.RunID))
+	out.report(s.Warn, string(s.rec.RunID), s.Logs.LogPath(s.rec.RunID))
 	s.logFailed = s.logFailed || out.logErr() != nil
 	return end, nil
 }
@@ -200,13 +203,13 @@ func (s *supervisor) newOutput(logw io.Writer) (*output, error) {
 // twice is harmless.
 func (s *supervisor) createLog() (w *runLog, planted string, err error) {
 	if s.rec.LogMax > 0 {
-		lw, planted, err := s.Store.CreateCappedLog(s.rec.RunID, s.rec.LogMax)
+		lw, planted, err := s.Logs.CreateCappedLog(s.rec.RunID, s.rec.LogMax)
 		if err != nil {
 			return nil, "", err
 		}
 		return &runLog{c: lw, w: lw}, planted, nil
 	}
-	f, planted, err := s.Store.CreateLog(s.rec.RunID)
+	f, planted, err := s.Logs.CreateLog(s.rec.RunID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -268,11 +271,11 @@ func (s *supervisor) recordRunning(n int) error {
 	}
 	if n > 1 {
 		s.rec.AddEvent(now, "attempt %d of %d started: pid %d", n, s.rec.MaxAttempts(), s.rec.TaskPID)
-		return s.Store.UpdateActive(s.rec)
+		return s.Run.Update(s.rec)
 	}
 	s.rec.StartedAt = &now
 	s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d", s.rec.TaskPID, s.rec.SupervisorPID)
-	return s.Store.UpdateActive(s.rec)
+	return s.Run.Update(s.rec)
 }
 
 // signalReady tells a detached supervisor's parent how the launch went.

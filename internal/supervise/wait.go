@@ -8,9 +8,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/proc"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 // How often a supervisor looks for a crew stop request (one fstatat each
@@ -40,7 +41,7 @@ type waitLoop struct {
 	child <-chan childEvent
 	stop  *stopRecord
 	grace <-chan time.Time
-	watch *runstore.StopWatch // nil if owners/ cannot be opened
+	watch backend.StopWatch // nil if the run's stop requests cannot be watched
 	poll  *time.Ticker
 	// notifyAt fires when it is time to ask for inotify (nil: asked).
 	notifyAt <-chan time.Time
@@ -94,9 +95,10 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 
 func (s *supervisor) newWaitLoop() *waitLoop {
 	l := &waitLoop{s: s, child: watchChild(s.cmd), jobs: startJobControl(s.Stdin)}
-	w, err := s.Store.WatchStopRequests(s.rec.RunID)
+	w, err := s.Run.WatchStops()
 	if err != nil {
 		s.Warn(fmt.Errorf("%w; crew stop will have to signal the command itself", err))
+		w = noStops{}
 	}
 	l.watch = w
 	l.poll = time.NewTicker(stopPollInterval)
@@ -108,9 +110,18 @@ func (s *supervisor) newWaitLoop() *waitLoop {
 	return l
 }
 
+// noStops watches nothing: stop requests that cannot be watched.
+type noStops struct{}
+
+func (noStops) Changed() <-chan struct{}                              { return nil }
+func (noStops) Notify() bool                                          { return false }
+func (noStops) Pending() *record.StopRequest                          { return nil }
+func (noStops) Acknowledge(*record.StopRequest, record.StopAck) error { return nil }
+func (noStops) Close()                                                {}
+
 // askForNotify switches a poll for stop requests to inotify (where the
 // kernel has it) and slows the poll to its safety net.
-func askForNotify(w *runstore.StopWatch, poll *time.Ticker) {
+func askForNotify(w backend.StopWatch, poll *time.Ticker) {
 	if w.Notify() {
 		poll.Reset(stopSafetyPollPeriod)
 	}

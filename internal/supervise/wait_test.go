@@ -35,7 +35,7 @@ func reserve(t *testing.T, command ...string) Request {
 	locks, err := adm.Reserve(rec)
 	adm.Release()
 	require.NoError(t, err)
-	return Request{Store: st, Rec: rec, Locks: locks, Grace: 10 * time.Second, Signals: make(chan os.Signal, 1)}
+	return Request{Run: locks, Logs: st, Rec: rec, Grace: 10 * time.Second, Signals: make(chan os.Signal, 1)}
 }
 
 // supervise runs req in the background and returns its result channel.
@@ -49,7 +49,7 @@ func awaitRunning(t *testing.T, req Request) *record.Run {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if rec, err := req.Store.ReadRun(req.Rec.RunID); err == nil && rec.State == record.Running {
+		if rec, err := req.Logs.ReadRun(req.Rec.RunID); err == nil && rec.State == record.Running {
 			return rec
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -98,13 +98,13 @@ func TestStopRequestIsCarriedOutBySupervisor(t *testing.T) {
 	req := reserve(t, "sh", "-c", `trap "" TERM; while [ ! -e "$1" ]; do sleep 0.01; done`, "x", gate)
 	done := supervise(req)
 	rec := awaitRunning(t, req)
-	require.NoError(t, req.Store.WriteStopRequest(rec.RunID, stopRequest("5s")))
+	require.NoError(t, req.Logs.WriteStopRequest(rec.RunID, stopRequest("5s")))
 
 	// sh ignores SIGTERM, and waits for the gate: the run outlives the
 	// acknowledgement.
 	var ack *record.StopAck
 	for deadline := time.Now().Add(5 * time.Second); ack == nil && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if r := req.Store.ReadStopRequest(rec.RunID); r != nil {
+		if r := req.Logs.ReadStopRequest(rec.RunID); r != nil {
 			ack = r.Ack
 		}
 	}
@@ -115,7 +115,7 @@ func TestStopRequestIsCarriedOutBySupervisor(t *testing.T) {
 	require.NoError(t, os.WriteFile(gate, nil, 0o600))
 	err := awaitResult(t, done)
 	require.NoError(t, err, "sh ignored SIGTERM and exited 0 once let go")
-	final, rerr := req.Store.ReadRun(rec.RunID)
+	final, rerr := req.Logs.ReadRun(rec.RunID)
 	require.NoError(t, rerr)
 	assert.Equal(t, record.Stopped, final.State)
 	assert.Contains(t, final.Reason, "stopped by crew stop (pid 4242, user tester), which sent SIGTERM to process group")
@@ -132,10 +132,10 @@ func TestRequestedStopGivesTheGroupItsGrace(t *testing.T) {
 	rec := awaitRunning(t, req)
 	awaitFile(t, ready) // the subshell ignores SIGTERM now
 	start := time.Now()
-	require.NoError(t, req.Store.WriteStopRequest(rec.RunID, stopRequest("500ms")))
+	require.NoError(t, req.Logs.WriteStopRequest(rec.RunID, stopRequest("500ms")))
 	assert.Equal(t, 143, exitCodeOf(t, awaitResult(t, done)))
 	assert.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "the grace period was kept")
-	final, err := req.Store.ReadRun(rec.RunID)
+	final, err := req.Logs.ReadRun(rec.RunID)
 	require.NoError(t, err)
 	assert.Contains(t, final.Reason, "and SIGKILL after the 500ms grace period")
 }
@@ -147,10 +147,10 @@ func TestRequestedStopEndsWhenTheGroupIsGone(t *testing.T) {
 	done := supervise(req)
 	rec := awaitRunning(t, req)
 	start := time.Now()
-	require.NoError(t, req.Store.WriteStopRequest(rec.RunID, stopRequest("15s")))
+	require.NoError(t, req.Logs.WriteStopRequest(rec.RunID, stopRequest("15s")))
 	assert.Equal(t, 143, exitCodeOf(t, awaitResult(t, done)))
 	assert.Less(t, time.Since(start), 5*time.Second)
-	final, err := req.Store.ReadRun(rec.RunID)
+	final, err := req.Logs.ReadRun(rec.RunID)
 	require.NoError(t, err)
 	assert.NotContains(t, final.Reason, "SIGKILL")
 }
@@ -170,7 +170,7 @@ func TestForwardedSignalEndsTheRestAtOnce(t *testing.T) {
 	signals <- syscall.SIGTERM
 	assert.Equal(t, 143, exitCodeOf(t, awaitResult(t, done)))
 	assert.Less(t, time.Since(start), 5*time.Second, "not the 10s grace period")
-	final, err := req.Store.ReadRun(rec.RunID)
+	final, err := req.Logs.ReadRun(rec.RunID)
 	require.NoError(t, err)
 	assert.Contains(t, final.Reason, "crew received SIGTERM and forwarded it to process group")
 }
@@ -180,14 +180,14 @@ func TestForwardedSignalEndsTheRestAtOnce(t *testing.T) {
 func TestStopRequestBeforeLaunch(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
 	req := reserve(t, "touch", marker)
-	require.NoError(t, req.Store.WriteStopRequest(req.Rec.RunID, stopRequest("1s")))
+	require.NoError(t, req.Logs.WriteStopRequest(req.Rec.RunID, stopRequest("1s")))
 	err := awaitResult(t, supervise(req))
 	var sig *vocab.SignalledError
 	require.ErrorAs(t, err, &sig)
 	assert.Equal(t, syscall.SIGTERM, sig.Signal)
 	assert.Contains(t, err.Error(), "stopped by crew stop (pid 4242, user tester) before the command started")
 	assert.NoFileExists(t, marker)
-	final, rerr := req.Store.ReadRun(req.Rec.RunID)
+	final, rerr := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, rerr)
 	assert.Equal(t, record.Stopped, final.State)
 }
