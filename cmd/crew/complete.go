@@ -12,10 +12,11 @@ import (
 // runs' ids and tasks, waiting starts, and recent finished runs.
 func completeRuns(g *globalOptions) func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	return func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		d, err := g.dispatcher()
+		d, err := g.open(openOptions{})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
+		defer d.Close()
 		snap, err := d.Status("")
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp

@@ -11,16 +11,16 @@ import (
 // numbers.
 const (
 	exitOK            = 0
-	exitFailed        = 1   // crew recover: an item failed; crew logs: no log
-	exitUsage         = 64  // bad arguments or flags (EX_USAGE)
-	exitWaitTimeout   = 124 // crew wait: timed out
-	exitSlotsBusy     = 75  // not admitted: all slots busy (EX_TEMPFAIL)
-	exitTaskActive    = 76  // not admitted: the task already has an active run
-	exitNoPerm        = 77  // crew stop: another user's run or waiting start (EX_NOPERM)
-	exitNested        = 78  // not admitted: it would wait for its own ancestor runs (EX_CONFIG)
-	exitCrewFailure   = 125 // crew itself failed: state root, lock timeout, config, resources, full disk
-	exitNotExecutable = 126 // the command exists but cannot be executed
-	exitNotFound      = 127 // the command was not found
+	exitFailed        = 1                   // crew recover: an item failed; crew logs: no log
+	exitUsage         = 64                  // bad arguments or flags (EX_USAGE)
+	exitWaitTimeout   = vocab.ExitTimedOut  // crew wait: timed out
+	exitSlotsBusy     = 75                  // not admitted: all slots busy (EX_TEMPFAIL)
+	exitTaskActive    = 76                  // not admitted: the task already has an active run
+	exitNoPerm        = 77                  // crew stop: another user's run or waiting start (EX_NOPERM)
+	exitNested        = 78                  // not admitted: it would wait for its own ancestor runs (EX_CONFIG)
+	exitCrewFailure   = vocab.ExitInternal  // crew itself failed: state root, lock timeout, config, resources, full disk
+	exitNotExecutable = vocab.ExitCannotRun // the command exists but cannot be executed
+	exitNotFound      = vocab.ExitNotFound  // the command was not found
 )
 
 // exitCodeHelp is the table printed by `crew start --help` and in the README.
@@ -83,6 +83,7 @@ func exitCodeFor(err error) int {
 		status   *exitStatus
 		nested   *vocab.NestedDeadlockError
 		noPerm   *vocab.NotPermittedError
+		onStore  *vocab.RefusedOnStoreError
 	)
 	switch {
 	case err == nil:
@@ -102,7 +103,7 @@ func exitCodeFor(err error) int {
 			return exitTaskActive
 		}
 		return exitSlotsBusy
-	case errors.As(err, &usage), errors.As(err, &cliUsage), errors.As(err, &notFound), errors.As(err, &ambig):
+	case errors.As(err, &usage), errors.As(err, &cliUsage), errors.As(err, &notFound), errors.As(err, &ambig), errors.As(err, &onStore):
 		return exitUsage
 	case errors.As(err, &timeout):
 		return exitWaitTimeout
@@ -114,7 +115,7 @@ func exitCodeFor(err error) int {
 		}
 		return exitNotExecutable
 	case errors.As(err, &signal):
-		return 128 + int(signal.Signal)
+		return vocab.ExitSignalled(signal.Signal)
 	default:
 		return exitCrewFailure
 	}

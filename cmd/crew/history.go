@@ -104,19 +104,12 @@ func printHistoryProblems(w io.Writer, problems []vocab.Problem) {
 	}
 }
 
-// history reads the local state root's history or the etcd store's.
+// history reads the store's history.
 func (o *historyOptions) history(q vocab.HistoryQuery) (*vocab.History, error) {
-	fl, err := o.fleet()
+	d, err := o.open(openOptions{})
 	if err != nil {
 		return nil, err
 	}
-	if fl != nil {
-		defer fl.Close()
-		return fl.History(q)
-	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return nil, err
-	}
+	defer d.Close()
 	return d.History(q)
 }

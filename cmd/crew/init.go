@@ -90,29 +90,11 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	if o.group != "" && o.noGroup {
 		return &usageError{fmt.Errorf("--group and --no-group do not go together")}
 	}
-	if o.storeURL() != "" {
-		for _, name := range []string{"group", "no-group"} {
-			if cmd.Flags().Changed(name) {
-				return notOnFleet("crew init --" + name)
-			}
-		}
-	}
-	fl, err := o.fleet()
+	d, err := o.open(openOptions{})
 	if err != nil {
 		return err
 	}
-	if fl != nil {
-		defer fl.Close()
-		changes, err := o.initExtras.changes(cmd)
-		if err != nil {
-			return err
-		}
-		return o.runFleet(fl, pools, changes, s)
-	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return err
-	}
+	defer d.Close()
 	changes, err := o.initExtras.changes(cmd)
 	if err != nil {
 		return err
@@ -128,16 +110,6 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 	}
 	o.report(res, s)
 	return o.share(d, s)
-}
-
-// runFleet is crew init on an etcd store: the cap and the pools.
-func (o *initOptions) runFleet(fl fleetStore, pools []vocab.PoolChange, changes []vocab.ConfigChange, s streams) error {
-	res, err := fl.Init(o.max, o.maxSet, pools, changes...)
-	if err != nil {
-		return err
-	}
-	o.report(res, s)
-	return nil
 }
 
 // report says what crew init wrote.

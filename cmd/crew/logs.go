@@ -42,69 +42,42 @@ output (and, with -f, a marker wherever the follower fell behind the cap).`,
 }
 
 func (o *logsOptions) run(arg string, s streams) error {
-	fl, err := o.fleet()
+	d, err := o.open(openOptions{})
 	if err != nil {
 		return err
 	}
-	if fl != nil {
-		defer fl.Close()
-		return o.runFleet(fl, arg, s)
-	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return err
-	}
+	defer d.Close()
 	id, err := d.Resolve(arg)
 	if err != nil {
 		return err
 	}
-	return o.show(d, d, d.OpenLog, id, s)
-}
-
-// runFleet is crew logs on an etcd store: a run's log is on the host that
-// ran it, in that host's local state root.
-func (o *logsOptions) runFleet(fl fleetStore, arg string, s streams) error {
-	id, err := fl.Resolve(arg)
-	if err != nil {
-		return err
-	}
-	if err := fl.LogHere(id); err != nil {
+	if err := d.LogHere(id); err != nil {
 		return &noLogError{err.Error()}
 	}
-	root, err := o.stateRoot()
-	if err != nil {
-		return err
-	}
-	v, err := fl.Run(id)
-	var logMax int64
-	if err == nil {
-		logMax = v.LogMax // the record is in etcd, the log here
-	}
-	d := dispatch.New(root)
-	return o.show(d, fl, func(id record.RunID) *runstore.LogReader { return d.Local.NewLogReader(id, logMax) }, id, s)
+	return o.show(d, id, s)
 }
 
-// show prints run id's log from d's state root, read through open; runs
-// (the store the run is recorded in) says when it is over.
-func (o *logsOptions) show(d *dispatch.Dispatcher, runs runOps, open func(record.RunID) *runstore.LogReader, id record.RunID, s streams) error {
+// show prints run id's log from this host's state root; the store the
+// run is recorded in says when it is over.
+func (o *logsOptions) show(d *dispatch.Dispatcher, id record.RunID, s streams) error {
 	if !o.follow {
-		r := open(id)
+		r := d.OpenLog(id)
 		defer r.Close()
 		n, err := r.Copy(s.Out)
-		if errors.Is(err, os.ErrNotExist) || (err == nil && n == 0 && neverStarted(runs, id)) {
-			return &noLogError{fmt.Sprintf("%s: run %s has no log (it never started a command)", quoteTask(runs.TaskOf(id)), id)}
+		if errors.Is(err, os.ErrNotExist) || (err == nil && n == 0 && neverStarted(d, id)) {
+			return &noLogError{fmt.Sprintf("%s: run %s has no log (it never started a command)", quoteTask(d.TaskOf(id)), id)}
 		}
 		return err
 	}
-	return o.follow1(d, runs, open, id, s)
+	return o.follow1(d, id, s)
 }
 
 // neverStarted reports whether the run's record says it ended without
 // ever starting its command (command not found, stopped while waiting to
 // start): its log, made before the command's launch, is empty then, and
 // the run has no output to show.
-func neverStarted(runs runOps, id record.RunID) bool {
-	v, err := runs.Run(id)
+func neverStarted(d *dispatch.Dispatcher, id record.RunID) bool {
+	v, err := d.Run(id)
 	return err == nil && !v.State.Active() && v.StartedAt == nil
 }
 
@@ -115,11 +88,11 @@ func (e *noLogError) Error() string { return e.msg }
 
 // follow1 copies the log as it grows until the run is final and the log
 // fully read.
-func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, open func(record.RunID) *runstore.LogReader, id record.RunID, s streams) error {
+func (o *logsOptions) follow1(d *dispatch.Dispatcher, id record.RunID, s streams) error {
 	done := make(chan *record.Run, 1)
 	errc := make(chan error, 1)
 	go func() {
-		rec, err := runs.WaitRun(context.Background(), id)
+		rec, err := d.WaitRun(context.Background(), id)
 		if err != nil {
 			errc <- err
 			return
@@ -137,10 +110,10 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, open func(rec
 	var final *record.Run
 	for {
 		if r == nil {
-			switch f, err := d.Local.OpenLog(id); {
+			switch f, err := d.Logs.OpenLog(id); {
 			case err == nil:
 				f.Close()
-				r = open(id)
+				r = d.OpenLog(id)
 			case !errors.Is(err, os.ErrNotExist):
 				// Something other than a log is at its name (a link, a
 				// FIFO): never followed, never waited on.

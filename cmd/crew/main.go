@@ -14,10 +14,5 @@ func main() {
 	if guardMain != nil && len(os.Args) == 2 && os.Args[1] == guardArg {
 		os.Exit(guardMain()) // a run's lease guard (etcd store): no command line of crew's
 	}
-	if len(os.Args) > 1 {
-		if m := hiddenMains[os.Args[1]]; m != nil {
-			os.Exit(m(os.Args[2:]))
-		}
-	}
 	os.Exit(run(os.Args[1:], streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}))
 }

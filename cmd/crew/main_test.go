@@ -173,9 +173,9 @@ func TestStateRootPrecedence(t *testing.T) {
 			got, err := g.stateRoot()
 			require.NoError(t, err)
 			assert.Equal(t, c.want, got)
-			d, err := g.dispatcher()
+			d, err := g.openRoot()
 			require.NoError(t, err)
-			assert.Equal(t, c.want, d.Local.Root())
+			assert.Equal(t, c.want, d.Logs.Root())
 		})
 	}
 
@@ -193,7 +193,7 @@ func TestStateRootPrecedence(t *testing.T) {
 		_, err := g.stateRoot()
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "set --root, CREW_ROOT, XDG_STATE_HOME or HOME")
-		_, err = g.dispatcher()
+		_, err = g.openRoot()
 		require.Error(t, err)
 		assert.Equal(t, exitCrewFailure, exitCodeFor(err))
 	})
@@ -378,8 +378,8 @@ func TestStartRefusalsAndLaunchErrors(t *testing.T) {
 func TestLockTimeoutIsCrewFailure(t *testing.T) {
 	root := newRoot(t)
 	d := dispatch.New(root)
-	require.NoError(t, d.Local.Ensure())
-	lock, err := d.Local.LockAdmission(context.Background(), time.Second)
+	require.NoError(t, d.Logs.Ensure())
+	lock, err := d.Logs.LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 
@@ -450,7 +450,7 @@ func TestRecoverThroughTheCLI(t *testing.T) {
 	r = crew(t, "--root", root, "recover")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "finalized 1")
-	rec, err := d.Local.ReadRun(res.Rec.RunID)
+	rec, err := d.Logs.ReadRun(res.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Interrupted, rec.State)
 

@@ -6,8 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
-	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/retention"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type pruneOptions struct {
@@ -54,14 +56,14 @@ func (o *pruneOptions) run(s streams, configured, ageSet, keepSet bool) error {
 	if o.olderThan < 0 || o.keep < 0 {
 		return &usageError{fmt.Errorf("--older-than and --keep must not be negative")}
 	}
-	p := recovery.Policy{KeepNewest: recovery.NoCountRule, OlderThan: recovery.NoAgeRule}
+	p := retention.Policy{KeepNewest: retention.NoCountRule, OlderThan: retention.NoAgeRule}
 	if keepSet {
 		p.KeepNewest = o.keep
 	}
 	if ageSet {
 		p.OlderThan = o.olderThan
 	}
-	rep, err := o.prune(configured, recovery.PruneOptions{Policy: p, DryRun: o.dryRun})
+	rep, err := o.prune(configured, dispatch.PruneOptions{Policy: p, DryRun: o.dryRun})
 	if err != nil {
 		return err
 	}
@@ -83,24 +85,13 @@ func (o *pruneOptions) run(s streams, configured, ageSet, keepSet bool) error {
 	return nil
 }
 
-// prune applies the policy (or, configured, crew.json's) to the local
-// state root or the etcd store.
-func (o *pruneOptions) prune(configured bool, opts recovery.PruneOptions) (*recovery.PruneReport, error) {
-	fl, err := o.fleet()
+// prune applies the policy (or, configured, the store's own).
+func (o *pruneOptions) prune(configured bool, opts dispatch.PruneOptions) (*vocab.PruneReport, error) {
+	d, err := o.open(openOptions{})
 	if err != nil {
 		return nil, err
 	}
-	if fl != nil {
-		defer fl.Close()
-		if configured {
-			return fl.PruneConfigured(opts.DryRun)
-		}
-		return fl.Prune(opts)
-	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return nil, err
-	}
+	defer d.Close()
 	if configured {
 		return d.PruneConfigured(opts.DryRun)
 	}

@@ -8,8 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
-	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type recoverOptions struct {
@@ -66,15 +67,15 @@ func (o *recoverOptions) run(s streams) error {
 	} else {
 		printRecover(s.Out, report)
 	}
-	if n := report.Count(recovery.FailedItem); n > 0 {
+	if n := report.Count(vocab.FailedItem); n > 0 {
 		return &itemsFailedError{n}
 	}
 	return nil
 }
 
-func printRecover(w io.Writer, r *recovery.Report) {
+func printRecover(w io.Writer, r *vocab.RecoverReport) {
 	changed := 0
-	for _, o := range []recovery.Outcome{recovery.Finalized, recovery.Quarantined, recovery.Cleaned, recovery.Indexed, recovery.FailedItem} {
+	for _, o := range []vocab.RecoverOutcome{vocab.Finalized, vocab.Quarantined, vocab.Cleaned, vocab.Indexed, vocab.FailedItem} {
 		changed += r.Count(o)
 	}
 	if len(r.Items) > 0 {
@@ -94,12 +95,12 @@ func printRecover(w io.Writer, r *recovery.Report) {
 		prefix = "dry run: "
 	}
 	if changed == 0 {
-		fmt.Fprintf(w, "%snothing to do (%d alive, %d orphaned)\n", prefix, r.Count(recovery.Alive), r.Count(recovery.Orphaned))
+		fmt.Fprintf(w, "%snothing to do (%d alive, %d orphaned)\n", prefix, r.Count(vocab.Alive), r.Count(vocab.Orphaned))
 		return
 	}
 	fmt.Fprintf(w, "%sfinalized %d, orphaned %d, alive %d, quarantined %d, cleaned %d, indexed %d, failed %d\n", prefix,
-		r.Count(recovery.Finalized), r.Count(recovery.Orphaned), r.Count(recovery.Alive),
-		r.Count(recovery.Quarantined), r.Count(recovery.Cleaned), r.Count(recovery.Indexed), r.Count(recovery.FailedItem))
+		r.Count(vocab.Finalized), r.Count(vocab.Orphaned), r.Count(vocab.Alive),
+		r.Count(vocab.Quarantined), r.Count(vocab.Cleaned), r.Count(vocab.Indexed), r.Count(vocab.FailedItem))
 }
 
 // itemsFailedError is a recovery pass in which some items failed: exit 1.
@@ -107,20 +108,12 @@ type itemsFailedError struct{ n int }
 
 func (e *itemsFailedError) Error() string { return fmt.Sprintf("recover: %d item(s) failed", e.n) }
 
-// recover runs the pass on the local state root or the etcd store.
-func (o *recoverOptions) recover() (*recovery.Report, error) {
-	opts := recovery.Options{DryRun: o.dryRun, Timeout: o.timeout}
-	fl, err := o.fleet()
+// recover runs the pass on the store.
+func (o *recoverOptions) recover() (*vocab.RecoverReport, error) {
+	d, err := o.open(openOptions{})
 	if err != nil {
 		return nil, err
 	}
-	if fl != nil {
-		defer fl.Close()
-		return fl.Recover(opts)
-	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return nil, err
-	}
-	return d.Recover(opts)
+	defer d.Close()
+	return d.Recover(dispatch.RecoverOptions{DryRun: o.dryRun, Timeout: o.timeout})
 }

@@ -30,23 +30,8 @@ type globalOptions struct {
 	getenv func(string) string
 }
 
-// dispatcher resolves the state root: --root, else CREW_ROOT, else
+// stateRoot is the state root's path: --root, else CREW_ROOT, else
 // ${XDG_STATE_HOME:-$HOME/.local/state}/crew.
-func (g *globalOptions) dispatcher() (*dispatch.Dispatcher, error) {
-	if g.storeURL() != "" {
-		return nil, notOnFleet("this command")
-	}
-	root, err := g.stateRoot()
-	if err != nil {
-		return nil, err
-	}
-	d := dispatch.New(root)
-	if h := g.host(); h != "" {
-		d.Host = h
-	}
-	return d, nil
-}
-
 func (g *globalOptions) stateRoot() (string, error) {
 	root := g.root
 	if root == "" {

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/duration"
-	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -157,11 +156,15 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	surviveBrokenPipes()
 
-	start, recordRefusal, done, err := o.store(cmd)
+	ttl, err := o.leaseTTLFor(cmd)
 	if err != nil {
 		return err
 	}
-	defer done()
+	d, err := o.open(openOptions{leaseTTL: ttl})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
 	wd, err := os.Getwd()
 	if err != nil {
 		return fmt.Errorf("find the working directory: %w", err)
@@ -172,7 +175,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if o.detach {
 		stdin = nil
 	}
-	runID, err := start(vocab.StartRequest{
+	runID, err := d.Start(vocab.StartRequest{
 		AdmitRequest: vocab.AdmitRequest{
 			Task:        args[0],
 			Command:     args[dash:],
@@ -204,9 +207,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	var refused *vocab.RefusedError
 	if errors.As(err, &refused) {
 		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
-		if recordRefusal != nil {
-			recordRefusal(args[0], refused, exitCodeFor(err))
-		}
+		d.RecordRefusal(args[0], refused, exitCodeFor(err))
 	}
 	if o.detach && err == nil {
 		if o.json {
@@ -215,30 +216,4 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		fmt.Fprintln(s.Out, runID)
 	}
 	return aboutTask(args[0], err)
-}
-
-// store is where crew start admits the run: the etcd store (with its lease
-// TTL; refusals are not logged there) or the local state root.
-func (o *startOptions) store(cmd *cobra.Command) (start func(vocab.StartRequest) (record.RunID, error),
-	recordRefusal func(string, *vocab.RefusedError, int), done func(), err error) {
-	fl, err := o.fleet()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if fl != nil {
-		ttl, err := o.leaseTTLFor(cmd)
-		if err != nil {
-			fl.Close()
-			return nil, nil, nil, err
-		}
-		return func(r vocab.StartRequest) (record.RunID, error) { return fl.Start(r, ttl) }, nil, func() { fl.Close() }, nil
-	}
-	if cmd.Flags().Changed("lease-ttl") {
-		return nil, nil, nil, &usageError{fmt.Errorf("--lease-ttl is for an etcd store (--store or CREW_STORE); a local run's slot is held by a lock that dies with its processes")}
-	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return d.Start, d.RecordRefusal, func() {}, nil
 }

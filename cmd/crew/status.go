@@ -50,18 +50,11 @@ changes a file.`,
 }
 
 func (o *statusOptions) run(args []string, s streams) error {
-	fl, err := o.fleet()
+	d, err := o.open(openOptions{})
 	if err != nil {
 		return err
 	}
-	if fl != nil {
-		defer fl.Close()
-		return o.runFleet(fl, args, s)
-	}
-	d, err := o.dispatcher()
-	if err != nil {
-		return err
-	}
+	defer d.Close()
 	sc := screenFor(s.Out, o.getenv)
 	task := ""
 	if len(args) == 1 {
@@ -92,7 +85,7 @@ func (o *statusOptions) showRun(d *dispatch.Dispatcher, id record.RunID, s strea
 		if q := o.findWaiting(d, id); q != nil {
 			return o.printWaiting(s, q)
 		}
-		return &usageError{fmt.Errorf("no run %s in the state root %s", id, d.Local.Root())}
+		return &usageError{fmt.Errorf("no run %s in %s", id, d.Store.Where())}
 	}
 	if err != nil {
 		return err
@@ -496,47 +489,4 @@ func (o *statusOptions) printWaiting(s streams, q *vocab.QueueView) error {
 		fmt.Fprintf(tw, "Pool:\t%s\n", quoteTask(q.Pool))
 	}
 	return tw.Flush()
-}
-
-// runFleet is crew status [TASK] on an etcd store.
-func (o *statusOptions) runFleet(fl fleetStore, args []string, s streams) error {
-	task := ""
-	if len(args) == 1 {
-		id := record.RunID(args[0])
-		if record.IsShortID(args[0]) {
-			// A run's short id, or else a task's name.
-			got, err := fl.Resolve(args[0])
-			var ambiguous *vocab.AmbiguousError
-			if errors.As(err, &ambiguous) {
-				return err
-			}
-			if err == nil && got.HasShort(args[0]) {
-				id = got
-			}
-		}
-		if record.LooksLikeRunID(string(id)) {
-			v, err := fl.Run(id)
-			if err != nil {
-				return err
-			}
-			if o.json {
-				return writeJSON(s.Out, v)
-			}
-			printRun(s.Out, screenFor(s.Out, o.getenv), v, time.Now())
-			return nil
-		}
-		if err := record.ValidateTask(args[0]); err != nil {
-			return &usageError{err}
-		}
-		task = args[0]
-	}
-	snap, err := fl.Status(task)
-	if err != nil {
-		return err
-	}
-	if o.json {
-		return writeJSON(s.Out, snap)
-	}
-	printSnapshot(s.Out, screenFor(s.Out, o.getenv), snap, task, time.Now())
-	return nil
 }

@@ -77,11 +77,11 @@ func (o *stopOptions) run(arg string, s streams) error {
 	if o.grace < 0 {
 		return &usageError{fmt.Errorf("--grace must not be negative, not %s", o.grace)}
 	}
-	d, done, err := o.runOps()
+	d, err := o.open(openOptions{})
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer d.Close()
 	id, err := d.Resolve(arg)
 	if err != nil {
 		return err

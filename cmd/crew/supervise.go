@@ -34,15 +34,16 @@ func newSuperviseCmd(g *globalOptions) *cobra.Command {
 			sigs := make(chan os.Signal, 4)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			surviveBrokenPipes()
-			d, err := g.dispatcher()
+			d, err := g.open(openOptions{})
 			if err != nil {
 				return err
 			}
+			defer d.Close()
 			adopter, ok := d.Store.(backend.Adopter)
 			if !ok {
 				return fmt.Errorf("%s cannot hand a run to a detached supervisor", d.Store.Where())
 			}
-			a := supervise.Adoption{Store: adopter, Runs: d.Store.Runs(), Logs: d.Local, ID: id, Values: adopt, Files: files}
+			a := supervise.Adoption{Store: adopter, Runs: d.Store.Runs(), Logs: d.Logs, ID: id, Values: adopt, Files: files}
 			return supervise.RunDetached(a, grace, sigs, d.RunFinished)
 		},
 	}

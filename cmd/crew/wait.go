@@ -51,11 +51,11 @@ func (o *waitOptions) run(args []string, s streams) error {
 	if o.timeout < 0 {
 		return &usageError{fmt.Errorf("--timeout must not be negative, not %s", o.timeout)}
 	}
-	d, done, err := o.runOps()
+	d, err := o.open(openOptions{})
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer d.Close()
 	ids := make([]record.RunID, len(args))
 	for i, a := range args {
 		if ids[i], err = d.Resolve(a); err != nil {

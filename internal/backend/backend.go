@@ -13,10 +13,12 @@ package backend
 import (
 	"context"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/crew-dev/crew/internal/proc"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/retention"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -36,14 +38,16 @@ type Store interface {
 	// Begin opens one crew start's standing with the store: what its
 	// admission lock, its place in line and its slot are kept by (an etcd
 	// lease; on a state root, kernel locks that need no session).
-	Begin(ctx context.Context, o BeginOptions) (Starter, error)
+	Begin(ctx context.Context) (Starter, error)
 }
 
-// BeginOptions configure a start's standing.
-type BeginOptions struct {
-	// LeaseTTL, on a store of leases, is how long the start's slot
-	// outlives a supervisor that stopped renewing it.
-	LeaseTTL time.Duration
+// Leases is a store whose runs hold their slots by leases that run out
+// (etcd): their commands run under a lease guard (Lease), which must never
+// be stopped with them.
+type Leases interface {
+	// LeaseTTL is how long a slot outlives a supervisor that stopped
+	// renewing its lease.
+	LeaseTTL() time.Duration
 }
 
 // Starter is one crew start's standing with the store. Close it when the
@@ -71,6 +75,9 @@ type Section interface {
 	Reserve(rec *record.Run) (Run, error)
 	// Enqueue puts t in the queue (arrival order is the lock's order).
 	Enqueue(t *record.Ticket) (Waiter, error)
+	// MoveConfigAside keeps an unusable config out of the way of a new
+	// one, and says where (crew init repairing it).
+	MoveConfigAside(now time.Time) (string, error)
 	// SaveConfig writes the config (crew init).
 	SaveConfig(cfg record.Config) error
 	Release()
@@ -82,6 +89,11 @@ type Waiter interface {
 	// Rung delivers a value whenever something changed that may let this
 	// waiter in.
 	Rung() <-chan struct{}
+	// Screen says whether a ring is worth a look without the admission
+	// lock before taking it: where every change rings every waiter (a
+	// store its waiters watch), rather than only the waiters admission
+	// would let in.
+	Screen() bool
 	// Remove takes the ticket out of the queue; removing twice is harmless.
 	Remove()
 }
@@ -165,6 +177,54 @@ type Claim interface {
 	Files() []*os.File
 	// Env names the store to the command: NAME=VALUE.
 	Env() string
+	// Lease is what keeps the slot where it can run out while the command
+	// runs (an etcd lease); nil where the claim's files keep it.
+	Lease() Lease
+}
+
+// Lease is a claim that can run out: the command must be dead before it
+// can have expired (DESIGN.md invariant 1), so each attempt of the command
+// runs under a guard (package leaseguard) that leads its process group and
+// kills it in time, even if the supervisor freezes or dies. Losing the
+// lease is one more reason to stop the command, as crew stop is.
+type Lease interface {
+	// Guard starts the guard of one attempt of the command.
+	Guard() (Guard, error)
+	// Expired is closed once the lease is known gone (between attempts,
+	// when there is no command to stop).
+	Expired() <-chan struct{}
+}
+
+// Guard is one attempt's lease guard: the leader of the command's process
+// group, alive (and unreaped) for as long as the attempt.
+type Guard interface {
+	// Pgid is the group the command is started into.
+	Pgid() int
+	// PID is the guard's own pid, for the record's events.
+	PID() int
+	// Confirm checks that the guard was alive when the command joined its
+	// group: otherwise nothing would kill the command with the lease.
+	Confirm() error
+	// Losing delivers, once, why the command must stop (the lease about to
+	// run out, the guard gone) and how long it has before it is killed.
+	Losing() <-chan LeaseLoss
+	// Overdue says why the guard killed the command, if the lease's
+	// deadline passed while the supervisor could not act (frozen): ""
+	// otherwise.
+	Overdue() string
+	// Signal signals the command's group through the guard, which vouches
+	// that the group is still the run's; an error if it cannot.
+	Signal(sig syscall.Signal) error
+	// End ends the guard and whatever is left in the group: no process of
+	// an attempt outlives it.
+	End() error
+}
+
+// LeaseLoss is why a command must stop for its lease, and how long it has
+// before it is killed (0: at once).
+type LeaseLoss struct {
+	Reason string
+	Within time.Duration
 }
 
 // Where is a store's location.
@@ -237,6 +297,40 @@ type History interface {
 	// HoldLog keeps run id from being pruned until released, for a waiter
 	// that has seen it; fs.ErrNotExist if there is nothing to hold yet.
 	HoldLog(id record.RunID) (LogHold, error)
+
+	// The finished runs as crew prune removes them.
+	retention.Finished
+	// PruneLazily removes a bounded number of the oldest finished runs
+	// that p lets go: what a finishing run does, so that no finish pays
+	// for a backlog.
+	PruneLazily(p retention.Policy, now time.Time) error
+}
+
+// Upkeep is a store's own part of crew recover, beside finalizing the
+// dead (Runs): what its layout needs, setting unreadable records aside,
+// what crashes left outside records, and derived indexes.
+type Upkeep interface {
+	// Prepare makes what recovery writes to (a layout directory a copied
+	// root lost), unless dry; false if the store holds nothing at all (a
+	// state root never made), which recovery leaves so.
+	Prepare(dry bool) (bool, error)
+	// Quarantine sets an unreadable active record aside, fenced against
+	// the run (OwnerBusy: someone holds it; AlreadyDone: it went
+	// meanwhile), and says where it went.
+	Quarantine(e ActiveEntry, now time.Time, host string) (ReapOutcome, string, error)
+	// Sweep removes what crashes left outside run records.
+	Sweep(o UpkeepOptions) []vocab.RecoverItem
+	// Reindex makes derived indexes agree with the records.
+	Reindex(o UpkeepOptions) []vocab.RecoverItem
+}
+
+// UpkeepOptions bound one pass of upkeep.
+type UpkeepOptions struct {
+	DryRun   bool
+	Deadline time.Time
+	// Timeout is what Deadline came from (crew recover --timeout), for
+	// messages.
+	Timeout time.Duration
 }
 
 // LogHold is a waiter's hold on a run.

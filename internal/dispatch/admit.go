@@ -39,7 +39,7 @@ func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reserv
 	if len(req.Command) == 0 {
 		return nil, vocab.Usagef("missing command: give it after --, as in `crew start TASK -- COMMAND [ARGS...]`")
 	}
-	st, err := d.Store.Begin(ctx, backend.BeginOptions{LeaseTTL: req.LeaseTTL})
+	st, err := d.Store.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -69,7 +69,7 @@ func TestAdmitConcurrentNeverOverAdmits(t *testing.T) {
 
 	// Hold the admission lock while the callers line up behind it, so
 	// that they contend for it when it is released.
-	lock, err := runstore.New(d.Local.Root()).LockAdmission(context.Background(), time.Second)
+	lock, err := runstore.New(d.Logs.Root()).LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 
 	var (
@@ -102,7 +102,7 @@ func TestAdmitConcurrentNeverOverAdmits(t *testing.T) {
 	}
 	ready.Wait()
 	// Every caller is blocked on the admission lock before it goes.
-	helperproc.BlockedOnN(t, filepath.Join(d.Local.Root(), ".locks", "dispatch-admission.lock"), os.Getpid(), callers)
+	helperproc.BlockedOnN(t, filepath.Join(d.Logs.Root(), ".locks", "dispatch-admission.lock"), os.Getpid(), callers)
 	lock.Release()
 	wg.Wait()
 	t.Cleanup(func() {
@@ -204,7 +204,7 @@ func TestAdmitSelfHealsDeadRuns(t *testing.T) {
 	assert.NotEqual(t, id, next.Rec.RunID)
 	assert.Equal(t, 0, next.Rec.SlotsInUse)
 
-	rec, err := d.Local.ReadRun(id)
+	rec, err := d.Logs.ReadRun(id)
 	require.NoError(t, err)
 	assert.Equal(t, record.Interrupted, rec.State)
 	assert.Nil(t, rec.ExitCode, "exit status unknown")
@@ -273,7 +273,7 @@ func TestAdmitBadInputCreatesNothing(t *testing.T) {
 			var usage *vocab.UsageError
 			require.ErrorAs(t, err, &usage)
 			assert.NotEmpty(t, usage.Error())
-			assert.NoDirExists(t, d.Local.Root(), "a usage error creates nothing")
+			assert.NoDirExists(t, d.Logs.Root(), "a usage error creates nothing")
 		})
 	}
 }
@@ -370,8 +370,8 @@ func TestAdmitProvisioningRecordIsOnDisk(t *testing.T) {
 // A busy admission lock is waited for, and the timeout names the holder.
 func TestAdmitLockTimeoutNamesTheHolder(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Local.Ensure())
-	lock, err := runstore.New(d.Local.Root()).LockAdmission(context.Background(), time.Second)
+	require.NoError(t, d.Logs.Ensure())
+	lock, err := runstore.New(d.Logs.Root()).LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 
@@ -389,7 +389,7 @@ func TestAdmitLockTimeoutNamesTheHolder(t *testing.T) {
 
 func TestAdmitCorruptConfig(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Local.Ensure())
+	require.NoError(t, d.Logs.Ensure())
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte(`{"version":1,"maximumInProgress":0}`), 0o600))
 	res, err := d.Admit(context.Background(), admitReq("a"))
 	assert.Nil(t, res)

@@ -57,7 +57,7 @@ func TestBrokenConfigKeepsTheQueue(t *testing.T) {
 // start that gives up says it was the config.
 func TestBrokenConfigPlainAndTimedStarts(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Local.Ensure())
+	require.NoError(t, d.Logs.Ensure())
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte(`{"version": 1}`), 0o600))
 	_, err := d.Admit(t.Context(), admitReq("plain"))
 	var ce *vocab.ConfigError

@@ -6,6 +6,7 @@
 package dispatch
 
 import (
+	"io"
 	"os"
 	"time"
 
@@ -18,9 +19,9 @@ import (
 type Dispatcher struct {
 	// Store is the store: what every operation goes through.
 	Store backend.Store
-	// Local is the state root, for what still reaches it directly; nil
-	// on a store that is none.
-	Local *runstore.Store
+	// Logs is this host's state root, where the logs of the runs this host
+	// supervises are kept (on a state root, the store itself).
+	Logs *runstore.Store
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 	// Host names this machine in records.
@@ -34,7 +35,29 @@ func New(root string) *Dispatcher {
 		host = "unknown-host"
 	}
 	st := localstore.New(root)
-	return &Dispatcher{Store: st, Local: st.Store, Now: time.Now, Host: host}
+	return &Dispatcher{Store: st, Logs: st.Store, Now: time.Now, Host: host}
+}
+
+// Over returns a dispatcher for store (one shared with other hosts), whose
+// runs this host supervises keep their logs in logs; host names this host
+// in records.
+func Over(store backend.Store, logs *runstore.Store, host string) *Dispatcher {
+	return &Dispatcher{Store: store, Logs: logs, Now: time.Now, Host: host}
+}
+
+// Close lets go of the store (an etcd client's connections).
+func (d *Dispatcher) Close() error {
+	if c, ok := d.Store.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// stateRoot is the store if it is a state root on this machine: what only
+// a state root has (files to share with a group, a layout to repair).
+func (d *Dispatcher) stateRoot() (*localstore.Store, bool) {
+	st, ok := d.Store.(*localstore.Store)
+	return st, ok
 }
 
 func (d *Dispatcher) now() time.Time { return d.Now().UTC() }

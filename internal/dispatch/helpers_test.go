@@ -59,7 +59,7 @@ func holdOwner(t *testing.T, path string) *lockfs.Lock { return lockAt(t, path) 
 // file name in runs/active and returns its id and path.
 func writeCorruptActive(t *testing.T, d *dispatch.Dispatcher, content string) (record.RunID, string) {
 	t.Helper()
-	require.NoError(t, d.Local.Ensure())
+	require.NoError(t, d.Logs.Ensure())
 	id := record.NewRunID(time.Now())
 	path := lay(d).active(id)
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
@@ -88,7 +88,7 @@ func dirNames(t *testing.T, dir string) []string {
 
 func readDone(t *testing.T, d *dispatch.Dispatcher, id record.RunID) *record.Run {
 	t.Helper()
-	rec, err := d.Local.ReadDone(id)
+	rec, err := d.Logs.ReadDone(id)
 	require.NoError(t, err, "finished record of %s", id)
 	return rec
 }

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -26,24 +26,30 @@ func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []vocab.PoolChan
 	if err := checkChange(probe); err != nil {
 		return nil, err
 	}
-	st := d.Local
+	st, err := d.Store.Begin(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
 	adm, err := st.LockAdmission(context.Background(), lockTimeout)
 	if err != nil {
 		return nil, err
 	}
 	defer adm.Release()
-	cfg, exists, err := st.LoadConfig()
+	cfg, exists, err := adm.LoadConfig()
 	if err != nil && !setMax {
 		return nil, err // nothing to put in its place
 	}
-	res := &vocab.InitResult{Path: st.ConfigPath(), Existed: exists && err == nil, Old: cfg.MaximumInProgress}
+	res := &vocab.InitResult{Path: d.Store.ConfigPath(), Existed: exists && err == nil, Old: cfg.MaximumInProgress}
 	if err != nil {
 		// Repairing: keep the broken file, start from scratch.
 		if res.Broken, res.MovedAside, err = moveAside(adm, err, d.now()); err != nil {
 			return nil, err
 		}
 		cfg = record.DefaultConfig()
-		cfg.Group = st.SharedGroup() // but a shared root stays shared
+		if sh, ok := d.Store.(sharedStore); ok {
+			cfg.Group = sh.SharedGroup() // but a shared root stays shared
+		}
 	}
 	if setMax {
 		cfg.MaximumInProgress = maxInProgress
@@ -92,10 +98,14 @@ func checkInit(maxInProgress int, setMax bool, pools []vocab.PoolChange) error {
 	return nil
 }
 
+// sharedStore is a state root that may be shared with a group (crew init
+// --group): a config made anew keeps the group.
+type sharedStore interface{ SharedGroup() string }
+
 // moveAside moves an unusable crew.json (loadErr) out of the way of the
 // new one, unless there is no file to move (a state root that cannot be
 // opened): that error is the caller's.
-func moveAside(adm *runstore.Admission, loadErr error, now time.Time) (why, movedTo string, err error) {
+func moveAside(adm backend.Section, loadErr error, now time.Time) (why, movedTo string, err error) {
 	var ce *vocab.ConfigError
 	if !errors.As(loadErr, &ce) {
 		return "", "", loadErr

@@ -24,14 +24,14 @@ func TestInitWritesAndKeepsTheCap(t *testing.T) {
 	assert.Equal(t, lay(d).config(), res.Path)
 	assert.False(t, res.Existed)
 	assert.Equal(t, record.DefaultMaximumInProgress, res.New)
-	cfg, exists, err := d.Local.LoadConfig()
+	cfg, exists, err := d.Logs.LoadConfig()
 	require.NoError(t, err)
 	assert.True(t, exists)
 	assert.Equal(t, record.DefaultMaximumInProgress, cfg.MaximumInProgress)
 	fi, err := os.Stat(lay(d).config())
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	for _, dir := range []string{d.Local.Root(), lay(d).activeDir(), lay(d).ownersDir()} {
+	for _, dir := range []string{d.Logs.Root(), lay(d).activeDir(), lay(d).ownersDir()} {
 		fi, err := os.Stat(dir)
 		require.NoError(t, err)
 		assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), dir)
@@ -79,7 +79,7 @@ func TestInitChangesTheCapForTheNextAdmission(t *testing.T) {
 
 func TestInitCorruptConfig(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Local.Ensure())
+	require.NoError(t, d.Logs.Ensure())
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte("{oops"), 0o600))
 
 	_, err := d.Init(3, false, nil, time.Second)
@@ -100,15 +100,15 @@ func TestInitCorruptConfig(t *testing.T) {
 	b, err = os.ReadFile(res.MovedAside)
 	require.NoError(t, err)
 	assert.Equal(t, "{oops", string(b))
-	cfg, _, err := d.Local.LoadConfig()
+	cfg, _, err := d.Logs.LoadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, 3, cfg.MaximumInProgress)
 }
 
 func TestInitWaitsForTheAdmissionLock(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Local.Ensure())
-	lock, err := runstore.New(d.Local.Root()).LockAdmission(context.Background(), time.Second)
+	require.NoError(t, d.Logs.Ensure())
+	lock, err := runstore.New(d.Logs.Root()).LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 

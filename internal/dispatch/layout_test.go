@@ -18,7 +18,7 @@ import (
 // never builds these paths: runstore owns them.
 type layout struct{ root string }
 
-func lay(d *dispatch.Dispatcher) layout { return layout{d.Local.Root()} }
+func lay(d *dispatch.Dispatcher) layout { return layout{d.Logs.Root()} }
 
 func (l layout) path(rel ...string) string {
 	return filepath.Join(append([]string{l.root}, rel...)...)

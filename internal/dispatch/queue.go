@@ -292,6 +292,15 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter
 			return errWaitTimeout
 		case <-w.Rung():
 			poll.Stop()
+			if !w.Screen() || d.stopRequestFor(w) != nil {
+				return nil
+			}
+			// Every change rang every waiter: only one that may now be
+			// admitted takes the admission lock.
+			if ar := d.evaluate(w, req); ar != nil {
+				report(ar.progress(req))
+				continue
+			}
 			return nil
 		case <-poll.C:
 			if d.stopRequestFor(w) != nil {

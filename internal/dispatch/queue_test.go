@@ -15,7 +15,6 @@ import (
 	"github.com/crew-dev/crew/internal/admission"
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/recovery"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -219,7 +218,7 @@ func TestQueueSignalWhileWaiting(t *testing.T) {
 func TestQueueDeadWaiterDoesNotBlock(t *testing.T) {
 	d := newDispatcher(t)
 	setCap(t, d, 1)
-	require.NoError(t, d.Local.Ensure())
+	require.NoError(t, d.Logs.Ensure())
 	id := record.NewRunID(time.Now())
 	writeTicketFile(t, lay(d), (&record.Ticket{Version: record.TicketVersion, RunID: id, Task: "ghost",
 		Command: []string{"true"}, Host: "h", PID: 1, CreatedAt: time.Now().UTC()}))
@@ -237,22 +236,22 @@ func TestQueueDeadWaiterDoesNotBlock(t *testing.T) {
 
 func TestRecoverSweepsDeadTickets(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Local.Ensure())
+	require.NoError(t, d.Logs.Ensure())
 	id := record.NewRunID(time.Now())
 	writeTicketFile(t, lay(d), (&record.Ticket{Version: record.TicketVersion, RunID: id, Task: "ghost",
 		Command: []string{"true"}, Host: "h", PID: 1, CreatedAt: time.Now().UTC()}))
 	orphanLock := record.NewRunID(time.Now())
 	require.NoError(t, os.WriteFile(lay(d).ticketLock(orphanLock), nil, 0o600))
 
-	before := treeSnapshot(t, d.Local.Root())
+	before := treeSnapshot(t, d.Logs.Root())
 	dry, err := d.Recover(recoverOpts(true))
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Local.Root()))
-	assert.Equal(t, 2, dry.Count(recovery.Cleaned))
+	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root()))
+	assert.Equal(t, 2, dry.Count(vocab.Cleaned))
 
 	report, err := d.Recover(recoverOpts(false))
 	require.NoError(t, err)
-	assert.Equal(t, 2, report.Count(recovery.Cleaned), "%+v", report.Items)
+	assert.Equal(t, 2, report.Count(vocab.Cleaned), "%+v", report.Items)
 	assert.Equal(t, "ghost", itemsFor(report)[string(id)][0].Task)
 	assert.Empty(t, queueFiles(t, d))
 }
@@ -377,7 +376,7 @@ func TestInitRejectsBadPools(t *testing.T) {
 			_, err := d.Init(2, true, []vocab.PoolChange{change}, time.Second)
 			var usage *vocab.UsageError
 			require.ErrorAs(t, err, &usage)
-			assert.NoDirExists(t, d.Local.Root(), "bad input changes nothing")
+			assert.NoDirExists(t, d.Logs.Root(), "bad input changes nothing")
 		})
 	}
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // crashScene is a state root with one of everything recovery deals with.
@@ -62,8 +63,8 @@ func newCrashScene(t *testing.T, d *dispatch.Dispatcher) *crashScene {
 }
 
 // itemsFor indexes a report by run id (or by path, for items without one).
-func itemsFor(r *recovery.Report) map[string][]recovery.Item {
-	m := map[string][]recovery.Item{}
+func itemsFor(r *vocab.RecoverReport) map[string][]vocab.RecoverItem {
+	m := map[string][]vocab.RecoverItem{}
 	for _, it := range r.Items {
 		key := it.RunID
 		if key == "" {
@@ -74,39 +75,39 @@ func itemsFor(r *recovery.Report) map[string][]recovery.Item {
 	return m
 }
 
-func outcomes(items []recovery.Item) []recovery.Outcome {
-	var out []recovery.Outcome
+func outcomes(items []vocab.RecoverItem) []vocab.RecoverOutcome {
+	var out []vocab.RecoverOutcome
 	for _, it := range items {
 		out = append(out, it.Outcome)
 	}
 	return out
 }
 
-func recoverOpts(dry bool) recovery.Options {
-	return recovery.Options{DryRun: dry, Timeout: 10 * time.Second}
+func recoverOpts(dry bool) dispatch.RecoverOptions {
+	return dispatch.RecoverOptions{DryRun: dry, Timeout: 10 * time.Second}
 }
 
 func TestRecoverDryRunChangesNothing(t *testing.T) {
 	d := newDispatcher(t)
 	s := newCrashScene(t, d)
-	before := treeSnapshot(t, d.Local.Root())
+	before := treeSnapshot(t, d.Logs.Root())
 
 	report, err := d.Recover(recoverOpts(true))
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Local.Root()), "a dry run changes nothing, not even the admission holder note")
+	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root()), "a dry run changes nothing, not even the admission holder note")
 	assert.True(t, report.DryRun)
-	assert.Equal(t, recovery.ReportVersion, report.Version)
+	assert.Equal(t, vocab.RecoverVersion, report.Version)
 
 	items := itemsFor(report)
-	assert.Equal(t, []recovery.Outcome{recovery.Alive}, outcomes(items[string(s.alive.Rec.RunID)]))
-	assert.Equal(t, []recovery.Outcome{recovery.Orphaned}, outcomes(items[string(s.orphan.Rec.RunID)]))
-	assert.Equal(t, []recovery.Outcome{recovery.Finalized, recovery.Cleaned}, outcomes(items[string(s.dead.Rec.RunID)]), "the run, then its temporary file")
-	assert.Equal(t, []recovery.Outcome{recovery.Cleaned}, outcomes(items[string(s.leftover)]))
-	assert.Equal(t, []recovery.Outcome{recovery.Quarantined}, outcomes(items[string(s.corruptID)]))
-	assert.Equal(t, []recovery.Outcome{recovery.Quarantined}, outcomes(items[s.foreignPath]))
-	assert.Equal(t, []recovery.Outcome{recovery.Cleaned, recovery.Cleaned}, outcomes(items[string(s.strayID)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Alive}, outcomes(items[string(s.alive.Rec.RunID)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Orphaned}, outcomes(items[string(s.orphan.Rec.RunID)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Finalized, vocab.Cleaned}, outcomes(items[string(s.dead.Rec.RunID)]), "the run, then its temporary file")
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Cleaned}, outcomes(items[string(s.leftover)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Quarantined}, outcomes(items[string(s.corruptID)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Quarantined}, outcomes(items[s.foreignPath]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Cleaned, vocab.Cleaned}, outcomes(items[string(s.strayID)]))
 	for _, it := range report.Items {
-		if it.Outcome != recovery.Alive && it.Outcome != recovery.Orphaned {
+		if it.Outcome != vocab.Alive && it.Outcome != vocab.Orphaned {
 			assert.Contains(t, it.Reason, "would", "%+v", it)
 		}
 	}
@@ -122,13 +123,13 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 	items := itemsFor(report)
 
 	// Alive: untouched.
-	assert.Equal(t, []recovery.Outcome{recovery.Alive}, outcomes(items[string(s.alive.Rec.RunID)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Alive}, outcomes(items[string(s.alive.Rec.RunID)]))
 	assert.FileExists(t, lay(d).active(s.alive.Rec.RunID))
 
 	// Orphaned: left running and holding its slot, and reported as such.
 	orphanItems := items[string(s.orphan.Rec.RunID)]
 	require.Len(t, orphanItems, 1)
-	assert.Equal(t, recovery.Orphaned, orphanItems[0].Outcome)
+	assert.Equal(t, vocab.Orphaned, orphanItems[0].Outcome)
 	assert.Equal(t, "orphan", orphanItems[0].Task)
 	assert.Contains(t, orphanItems[0].Reason, "supervisor process")
 	assert.Contains(t, orphanItems[0].Reason, "is gone")
@@ -136,7 +137,7 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 
 	// Dead: finalized as interrupted, with its leftovers.
 	deadID := s.dead.Rec.RunID
-	assert.Equal(t, []recovery.Outcome{recovery.Finalized, recovery.Cleaned}, outcomes(items[string(deadID)]), "the run, then its temporary file (swept)")
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Finalized, vocab.Cleaned}, outcomes(items[string(deadID)]), "the run, then its temporary file (swept)")
 	rec := readDone(t, d, deadID)
 	assert.Equal(t, record.Interrupted, rec.State)
 	assert.Nil(t, rec.ExitCode)
@@ -148,7 +149,7 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 	assert.NoFileExists(t, s.tempPath, "the run's temporary file went with it")
 
 	// Finished leftover: its active file and locks removed, record kept.
-	assert.Equal(t, []recovery.Outcome{recovery.Cleaned}, outcomes(items[string(s.leftover)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Cleaned}, outcomes(items[string(s.leftover)]))
 	assert.NoFileExists(t, lay(d).active(s.leftover))
 	assert.Equal(t, record.Succeeded, readDone(t, d, s.leftover).State)
 
@@ -158,7 +159,7 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 		if path == s.foreignPath {
 			key = path
 		}
-		assert.Equal(t, []recovery.Outcome{recovery.Quarantined}, outcomes(items[key]), path)
+		assert.Equal(t, []vocab.RecoverOutcome{vocab.Quarantined}, outcomes(items[key]), path)
 		assert.NoFileExists(t, path)
 		dest := filepath.Join(lay(d).quarantineDir(), filepath.Base(path))
 		assert.FileExists(t, dest)
@@ -174,32 +175,32 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 	assert.Equal(t, "not a record", string(content), "quarantine never alters what it moves")
 
 	// Stray owner lock files: removed.
-	assert.Equal(t, []recovery.Outcome{recovery.Cleaned, recovery.Cleaned}, outcomes(items[string(s.strayID)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Cleaned, vocab.Cleaned}, outcomes(items[string(s.strayID)]))
 	assert.NoFileExists(t, lay(d).ownerLock(s.strayID))
 	assert.NoFileExists(t, lay(d).supervisorLock(s.strayID))
 
-	assert.Zero(t, report.Count(recovery.FailedItem))
+	assert.Zero(t, report.Count(vocab.FailedItem))
 	assert.ElementsMatch(t, []string{
 		string(s.alive.Rec.RunID) + ".json", string(s.orphan.Rec.RunID) + ".json",
 	}, activeNames(t, d))
 
 	// A second pass finds nothing to do and changes nothing (but the
 	// admission holder note, rewritten by every holder of the lock).
-	holder, err := filepath.Rel(d.Local.Root(), lay(d).holder())
+	holder, err := filepath.Rel(d.Logs.Root(), lay(d).holder())
 	require.NoError(t, err)
-	before := treeSnapshot(t, d.Local.Root(), holder)
+	before := treeSnapshot(t, d.Logs.Root(), holder)
 	again, err := d.Recover(recoverOpts(false))
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Local.Root(), holder))
+	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root(), holder))
 	assert.Len(t, again.Items, 2)
-	assert.Equal(t, 1, again.Count(recovery.Alive))
-	assert.Equal(t, 1, again.Count(recovery.Orphaned))
+	assert.Equal(t, 1, again.Count(vocab.Alive))
+	assert.Equal(t, 1, again.Count(vocab.Orphaned))
 
 	// Once the orphan's command is gone too, it is finalized.
 	require.NoError(t, s.orphanCmd.Release())
 	third, err := d.Recover(recoverOpts(false))
 	require.NoError(t, err)
-	assert.Equal(t, []recovery.Outcome{recovery.Finalized}, outcomes(itemsFor(third)[string(s.orphan.Rec.RunID)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Finalized}, outcomes(itemsFor(third)[string(s.orphan.Rec.RunID)]))
 	assert.Equal(t, record.Interrupted, readDone(t, d, s.orphan.Rec.RunID).State)
 }
 
@@ -210,7 +211,7 @@ func TestRecoverLeavesCorruptRecordWithLiveOwner(t *testing.T) {
 	holdOwner(t, lay(d).ownerLock(id))
 	report, err := d.Recover(recoverOpts(false))
 	require.NoError(t, err)
-	assert.Equal(t, []recovery.Outcome{recovery.Alive}, outcomes(itemsFor(report)[string(id)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Alive}, outcomes(itemsFor(report)[string(id)]))
 	assert.FileExists(t, path)
 	assert.NoDirExists(t, lay(d).quarantineDir())
 }
@@ -228,7 +229,7 @@ func TestRecoverLeavesFinishingRunAlone(t *testing.T) {
 
 	report, err := d.Recover(recoverOpts(false))
 	require.NoError(t, err)
-	assert.Equal(t, []recovery.Outcome{recovery.Alive}, outcomes(itemsFor(report)[string(rec.RunID)]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Alive}, outcomes(itemsFor(report)[string(rec.RunID)]))
 	assert.FileExists(t, lay(d).active(rec.RunID))
 }
 
@@ -236,19 +237,19 @@ func TestRecoverTimeoutReportsFailedItems(t *testing.T) {
 	d := newDispatcher(t)
 	dead := admit(t, d, "dead")
 	releaseAll(dead)
-	before := treeSnapshot(t, d.Local.Root())
+	before := treeSnapshot(t, d.Logs.Root())
 
-	report, err := d.Recover(recovery.Options{Timeout: time.Nanosecond})
+	report, err := d.Recover(dispatch.RecoverOptions{Timeout: time.Nanosecond})
 	require.NoError(t, err)
 	require.NotEmpty(t, report.Items)
 	for _, it := range report.Items {
-		assert.Equal(t, recovery.FailedItem, it.Outcome, "%+v", it)
+		assert.Equal(t, vocab.FailedItem, it.Outcome, "%+v", it)
 		assert.Contains(t, it.Reason, "not reached within")
 	}
 	items := itemsFor(report)
 	assert.Len(t, items[string(dead.Rec.RunID)], 1)
-	assert.Len(t, items[d.Local.Root()], 1, "the leftover sweep")
-	assert.Equal(t, before, treeSnapshot(t, d.Local.Root()), "nothing was done")
+	assert.Len(t, items[d.Logs.Root()], 1, "the leftover sweep")
+	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root()), "nothing was done")
 }
 
 func TestRecoverMissingRootCreatesNothing(t *testing.T) {
@@ -258,7 +259,7 @@ func TestRecoverMissingRootCreatesNothing(t *testing.T) {
 		require.NoError(t, err)
 		assert.NotNil(t, report.Items)
 		assert.Empty(t, report.Items)
-		assert.NoDirExists(t, d.Local.Root())
+		assert.NoDirExists(t, d.Logs.Root())
 	}
 }
 
@@ -271,7 +272,7 @@ func TestRecoverSweepsTemporaryFiles(t *testing.T) {
 	require.NoError(t, os.WriteFile(liveTemp, nil, 0o600))
 	// Temporary files of crew.json (written under the admission lock) and of
 	// unknown runs: removed.
-	cfgTemp := filepath.Join(d.Local.Root(), ".crew.json9876")
+	cfgTemp := filepath.Join(d.Logs.Root(), ".crew.json9876")
 	require.NoError(t, os.WriteFile(cfgTemp, nil, 0o600))
 	gone := filepath.Join(lay(d).activeDir(), "."+string(record.NewRunID(time.Now()))+".json1")
 	require.NoError(t, os.WriteFile(gone, nil, 0o600))
@@ -282,7 +283,7 @@ func TestRecoverSweepsTemporaryFiles(t *testing.T) {
 	assert.FileExists(t, liveTemp)
 	assert.NoFileExists(t, cfgTemp)
 	assert.NoFileExists(t, gone)
-	assert.Equal(t, []recovery.Outcome{recovery.Cleaned}, outcomes(items[cfgTemp]))
+	assert.Equal(t, []vocab.RecoverOutcome{vocab.Cleaned}, outcomes(items[cfgTemp]))
 	assert.FileExists(t, lay(d).holder(), "the admission holder note is never removed")
 	for _, it := range report.Items {
 		assert.False(t, strings.HasPrefix(filepath.Base(it.Path), ".locks"), "%+v", it)
@@ -290,10 +291,38 @@ func TestRecoverSweepsTemporaryFiles(t *testing.T) {
 }
 
 func TestReportCount(t *testing.T) {
-	r := &recovery.Report{Items: []recovery.Item{
-		{Outcome: recovery.Alive}, {Outcome: recovery.Cleaned}, {Outcome: recovery.Cleaned},
+	r := &vocab.RecoverReport{Items: []vocab.RecoverItem{
+		{Outcome: vocab.Alive}, {Outcome: vocab.Cleaned}, {Outcome: vocab.Cleaned},
 	}}
-	assert.Equal(t, 1, r.Count(recovery.Alive))
-	assert.Equal(t, 2, r.Count(recovery.Cleaned))
-	assert.Equal(t, 0, r.Count(recovery.FailedItem))
+	assert.Equal(t, 1, r.Count(vocab.Alive))
+	assert.Equal(t, 2, r.Count(vocab.Cleaned))
+	assert.Equal(t, 0, r.Count(vocab.FailedItem))
+}
+
+// A root whose owners/ directory is gone (copied without its empty
+// directories, or removed by hand) still has its unreadable records
+// quarantined and reported: the fence that guards the move needs the
+// directory, and recover makes it, instead of skipping them silently.
+func TestRecoverQuarantinesWithoutAnOwnersDirectory(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "state")
+	st := runstore.New(root)
+	require.NoError(t, st.Ensure())
+	bad := "r-20260301T080000.000000000Z-0000000000000001.json"
+	if err := os.WriteFile(filepath.Join(root, "runs", "active", bad), []byte("{torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "owners")); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	rep, err := dispatch.New(root).Recover(dispatch.RecoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.Count(vocab.Quarantined); n != 1 {
+		t.Fatalf("quarantined %d, want the torn record: %+v", n, rep.Items)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "quarantine", bad)); err != nil {
+		t.Errorf("the torn record is not in quarantine/: %v", err)
+	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/dispatch"
-	"github.com/crew-dev/crew/internal/recovery"
 )
 
 type failingWriter struct{}
@@ -45,11 +44,11 @@ func TestRegressionFailingOutputHangsTheRun(t *testing.T) {
 	select {
 	case r := <-done:
 		assert.Equal(t, 0, r.code, "the command never saw crew's output fail: %v", r.err)
-		fi, err := os.Stat(d.Local.LogPath(r.id))
+		fi, err := os.Stat(d.Logs.LogPath(r.id))
 		require.NoError(t, err)
 		assert.EqualValues(t, 1000000, fi.Size(), "the log has everything")
 		require.Len(t, warnings, 1)
-		assert.Contains(t, warnings[0], "crew's stdout failed (no space left on device); the command's output went on into the log "+d.Local.LogPath(r.id))
+		assert.Contains(t, warnings[0], "crew's stdout failed (no space left on device); the command's output went on into the log "+d.Logs.LogPath(r.id))
 	case <-time.After(10 * time.Second):
 		killActive(d)
 		<-done
@@ -97,7 +96,7 @@ func TestRegressionDryRunRecoverBreaksConcurrentAdmission(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				_, _ = d.Recover(recovery.Options{DryRun: true, Timeout: time.Minute})
+				_, _ = d.Recover(dispatch.RecoverOptions{DryRun: true, Timeout: time.Minute})
 			}
 		}()
 	}

@@ -1,11 +1,13 @@
 package dispatch
 
 import (
+	"errors"
+	"io/fs"
 	"time"
 
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/retention"
 	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -53,39 +55,55 @@ func logMaxFor(req vocab.AdmitRequest, cfg record.Config) int64 {
 // Errors are ignored: the next finish, or crew prune, tries again.
 func (d *Dispatcher) RunFinished() {
 	d.RingWaiters()
-	_, _ = d.PruneLazily()
+	_ = d.PruneLazily()
 }
 
-// PruneLazily is RunFinished's prune; see recovery.LazyPrune.
-func (d *Dispatcher) PruneLazily() (recovery.LazyReport, error) {
-	cfg, _, err := d.Local.LoadConfig()
+// PruneLazily is RunFinished's prune: the store's bounded, oldest-first
+// prune by the configured retention.
+func (d *Dispatcher) PruneLazily() error {
+	cfg, _, err := d.Store.LoadConfig()
 	if err != nil || cfg.KeepsEverything() {
-		return recovery.LazyReport{}, err
+		return err
 	}
-	return recovery.LazyPrune(d.Local, recovery.PolicyOf(cfg), d.now(), recovery.DefaultLazyLimits)
+	return d.history().PruneLazily(retention.PolicyOf(cfg), d.now())
+}
+
+// PruneOptions select finished runs to remove: those Policy lets go (crew
+// prune --keep N --older-than D, or the configured retention).
+type PruneOptions struct {
+	Policy retention.Policy
+	DryRun bool
 }
 
 // PruneConfigured is `crew prune` without flags: the configured retention,
 // applied in full.
-func (d *Dispatcher) PruneConfigured(dryRun bool) (*recovery.PruneReport, error) {
-	cfg, _, err := d.Local.LoadConfig()
+func (d *Dispatcher) PruneConfigured(dryRun bool) (*vocab.PruneReport, error) {
+	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
 		return nil, err
 	}
 	if cfg.KeepsEverything() {
-		return nil, &vocab.UsageError{Err: &vocab.NoRetentionError{Path: d.Local.ConfigPath()}}
+		return nil, &vocab.UsageError{Err: &vocab.NoRetentionError{Path: d.Store.ConfigPath()}}
 	}
-	return d.Prune(recovery.PruneOptions{Policy: recovery.PolicyOf(cfg), DryRun: dryRun})
+	return d.Prune(PruneOptions{Policy: retention.PolicyOf(cfg), DryRun: dryRun})
+}
+
+// Prune is `crew prune`: it removes the finished runs (records and logs)
+// the policy lets go, newest kept first. It only ever touches finished
+// runs, so it is safe while starts and recoveries run; a run a crew wait
+// holds is kept.
+func (d *Dispatcher) Prune(opts PruneOptions) (*vocab.PruneReport, error) {
+	return retention.Prune(d.history(), opts.Policy, d.now(), opts.DryRun)
 }
 
 // OpenLog reads a run's log as its command wrote it, capped or not (the
 // run's record says), while it is written and after.
 func (d *Dispatcher) OpenLog(id record.RunID) *runstore.LogReader {
 	var logMax int64
-	if rec, err := d.Local.ReadRun(id); err == nil {
+	if rec, err := d.runs().ReadRun(id); err == nil {
 		logMax = rec.LogMax
 	}
-	return d.Local.NewLogReader(id, logMax)
+	return d.Logs.NewLogReader(id, logMax)
 }
 
 // RetentionOf is cfg's retention as status shows it, for every backend.
@@ -98,4 +116,26 @@ func retentionView(cfg record.Config) vocab.RetentionView {
 		v.RetainForSeconds = int64(cfg.RetainFor / time.Second)
 	}
 	return v
+}
+
+// LogHere checks that run id's log can be read on this host: on a store
+// shared by hosts, a run's log is where its supervisor ran (a
+// *vocab.RemoteLogError names the host); on a state root, it is here.
+func (d *Dispatcher) LogHere(id record.RunID) error {
+	if d.Logs == nil {
+		return errors.New("no local state root to keep logs in: set CREW_ROOT, XDG_STATE_HOME or HOME")
+	}
+	if _, ok := d.stateRoot(); ok {
+		return nil
+	}
+	rec, err := d.runs().ReadRun(id)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && d.queue().HasTicket(id):
+		return nil // waiting: its log will be made where it runs
+	case err != nil:
+		return err
+	case rec.Host != d.Host:
+		return &vocab.RemoteLogError{RunID: id, Host: rec.Host}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/crew-dev/crew/internal/localstore"
 	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -25,7 +26,10 @@ func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*vocab.Shar
 	if err != nil {
 		return nil, err
 	}
-	st := d.Local
+	st, err := d.sharedRoot()
+	if err != nil {
+		return nil, err
+	}
 	adm, err := st.LockAdmission(context.Background(), lockTimeout)
 	if err != nil {
 		return nil, err
@@ -56,6 +60,10 @@ func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*vocab.Shar
 // their group (a root made group-writable by hand is shared on purpose by
 // exactly this command), until Share has converted it.
 func (d *Dispatcher) PrepareShare(group string) (int, error) {
+	st, err := d.sharedRoot()
+	if err != nil {
+		return -1, err
+	}
 	gid, err := runstore.LookupGroup(group)
 	if err != nil {
 		return -1, vocab.Usagef("--group: %v", err)
@@ -63,7 +71,7 @@ func (d *Dispatcher) PrepareShare(group string) (int, error) {
 	if !memberOf(gid) {
 		return -1, vocab.Usagef("--group %s: you are not a member of group %s, and only its members (or root) can give it a directory", group, group)
 	}
-	d.Local.PrepareSharing(group, gid)
+	st.PrepareSharing(group, gid)
 	return gid, nil
 }
 
@@ -71,7 +79,10 @@ func (d *Dispatcher) PrepareShare(group string) (int, error) {
 // directories 0700 and crew's own files 0600, the root last; then the group
 // leaves crew.json. Other users lose access to it at once.
 func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*vocab.ShareResult, error) {
-	st := d.Local
+	st, err := d.sharedRoot()
+	if err != nil {
+		return nil, err
+	}
 	adm, err := st.LockAdmission(context.Background(), lockTimeout)
 	if err != nil {
 		return nil, err
@@ -97,6 +108,18 @@ func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*vocab.ShareResult, err
 		return nil, err
 	}
 	return &vocab.ShareResult{Root: st.Root(), Changed: rep.Changed, Skipped: rep.Skipped}, nil
+}
+
+// sharedRoot is the state root to share, or the refusal of a store that
+// is none: an etcd store has no files to give a group; etcd's own
+// authentication says who may use it.
+func (d *Dispatcher) sharedRoot() (*localstore.Store, error) {
+	st, ok := d.stateRoot()
+	if !ok {
+		return nil, &vocab.RefusedOnStoreError{What: "crew init --group and --no-group", Where: d.Store.Where(),
+			Why: "it has no files to share with a group: who may use it is for etcd's own authentication to say"}
+	}
+	return st, nil
 }
 
 // memberOf reports whether this process may give a file group gid.

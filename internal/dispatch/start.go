@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/supervise"
@@ -44,7 +45,7 @@ func (d *Dispatcher) Start(req vocab.StartRequest) (record.RunID, error) {
 	defer res.Starter.Close()
 	failpoint.Hit(failpoint.Admitted)
 
-	sreq := supervise.Request{Run: res.Run, Logs: d.Local, Rec: res.Rec, Grace: req.Grace, Stdin: req.Stdin,
+	sreq := supervise.Request{Run: res.Run, Logs: d.Logs, Rec: res.Rec, Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
 		Note: req.Note, Now: d.Now, Finished: d.RunFinished, NoPTY: req.NoPTY}
 	if req.Tag {
@@ -103,8 +104,11 @@ func WatchStopSignals(signals <-chan os.Signal, admit func(ctx context.Context))
 	return syscall.Signal(got.Load())
 }
 
-// RecordRefusal appends a refused start to the state root's refusal log,
-// for `crew status TASK`, with the exit code crew gave it.
+// RecordRefusal appends a refused start to the store's refusal log, for
+// `crew status TASK`, with the exit code crew gave it, where the store
+// keeps one (a state root).
 func (d *Dispatcher) RecordRefusal(task string, e *vocab.RefusedError, exitCode int) {
-	d.Local.AppendRefusal(record.Refusal{At: d.now(), Task: task, Reason: e.Error(), ExitCode: exitCode, PID: os.Getpid()})
+	if r, ok := d.Store.(backend.Refusals); ok {
+		r.AppendRefusal(record.Refusal{At: d.now(), Task: task, Reason: e.Error(), ExitCode: exitCode, PID: os.Getpid()})
+	}
 }

@@ -30,7 +30,7 @@ func TestStartSucceeds(t *testing.T) {
 	assert.Equal(t, "out\n", stdout.String())
 	assert.Equal(t, "err\n", stderr.String())
 
-	rec, err := d.Local.ReadRun(id)
+	rec, err := d.Logs.ReadRun(id)
 	require.NoError(t, err)
 	assert.Equal(t, record.Succeeded, rec.State)
 	require.NotNil(t, rec.ExitCode)
@@ -96,7 +96,7 @@ func TestStartEnvironmentAndOwnerLock(t *testing.T) {
 	out := stdout.String()
 	assert.Contains(t, out, "id="+string(id)+"\n")
 	assert.Contains(t, out, "task=Deploy Prod\n")
-	assert.Contains(t, out, "root="+d.Local.Root()+"\n")
+	assert.Contains(t, out, "root="+d.Logs.Root()+"\n")
 	assert.Contains(t, out, "keep=yes\n", "the caller's environment is passed on")
 	if strings.Contains(out, "fd3=") {
 		assert.Contains(t, out, "fd3="+lay(d).ownerLock(id)+"\n", "the owner lock is the command's fd 3")
@@ -336,8 +336,8 @@ func TestStartEscalatesToSIGKILLAfterGrace(t *testing.T) {
 // nothing is recorded.
 func TestStartSignalWhileWaitingForTheLock(t *testing.T) {
 	d := newDispatcher(t)
-	require.NoError(t, d.Local.Ensure())
-	lock, err := runstore.New(d.Local.Root()).LockAdmission(context.Background(), time.Second)
+	require.NoError(t, d.Logs.Ensure())
+	lock, err := runstore.New(d.Logs.Root()).LockAdmission(context.Background(), time.Second)
 	require.NoError(t, err)
 	defer lock.Release()
 

@@ -23,7 +23,7 @@ func TestStatusOnMissingRootCreatesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, vocab.StatusVersion, snap.Version)
 	assert.Equal(t, 1, snap.Version)
-	assert.Equal(t, d.Local.Root(), snap.Root)
+	assert.Equal(t, d.Logs.Root(), snap.Root)
 	assert.Equal(t, lay(d).config(), snap.ConfigPath)
 	assert.False(t, snap.ConfigExists)
 	assert.Equal(t, record.DefaultMaximumInProgress, snap.MaximumInProgress)
@@ -34,11 +34,11 @@ func TestStatusOnMissingRootCreatesNothing(t *testing.T) {
 	assert.Empty(t, snap.Finished)
 	assert.NotNil(t, snap.Problems)
 	assert.Empty(t, snap.Problems)
-	assert.NoDirExists(t, d.Local.Root())
+	assert.NoDirExists(t, d.Logs.Root())
 
 	_, err = d.Run(record.NewRunID(time.Now()))
 	require.ErrorIs(t, err, os.ErrNotExist)
-	assert.NoDirExists(t, d.Local.Root())
+	assert.NoDirExists(t, d.Logs.Root())
 }
 
 func TestStatusActiveRuns(t *testing.T) {
@@ -50,10 +50,10 @@ func TestStatusActiveRuns(t *testing.T) {
 	dead := admit(t, d, "dead")
 	releaseAll(dead)
 
-	before := treeSnapshot(t, d.Local.Root())
+	before := treeSnapshot(t, d.Logs.Root())
 	snap, err := d.Status("")
 	require.NoError(t, err)
-	assert.Equal(t, before, treeSnapshot(t, d.Local.Root()), "status changes nothing")
+	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root()), "status changes nothing")
 
 	assert.True(t, snap.ConfigExists)
 	assert.Equal(t, 5, snap.MaximumInProgress)

@@ -50,6 +50,10 @@ func (d *Dispatcher) stopRequest(opts vocab.StopOptions) *record.StopRequest {
 // Only the run's own user or root may stop a living run (rights.go): for
 // anyone else nothing is written or signalled (*NotPermittedError).
 func (d *Dispatcher) Stop(id record.RunID, opts vocab.StopOptions) (*record.Run, error) {
+	if _, leased := d.Store.(backend.Leases); leased && opts.Signal == syscall.SIGSTOP {
+		return nil, &vocab.RefusedOnStoreError{What: "crew stop --signal SIGSTOP", Where: d.Store.Where(),
+			Why: "it would freeze the run's lease guard with the command, and nothing would stop the command when its lease runs out; use SIGTSTP to pause a command"}
+	}
 	st := d.parts()
 	rec, err := st.ReadRun(id)
 	if err != nil {
@@ -96,6 +100,9 @@ func (d *Dispatcher) awaitSupervisor(id record.RunID, req *record.StopRequest, g
 			return final, ""
 		}
 		if st.OwnerState(id, lockIDsOf(st, id)).Supervisor == record.Dead {
+			if final := d.finalIfOver(id, req); final != nil {
+				return final, "" // it recorded the run as it let go
+			}
 			return nil, "its supervisor died before recording the run"
 		}
 		if cur := st.ReadStopRequest(id); acked.IsZero() && cur != nil && cur.Ack != nil {
@@ -116,6 +123,10 @@ func (d *Dispatcher) awaitSupervisor(id record.RunID, req *record.StopRequest, g
 // record: its own (FinalizeStopped) for an orphan, the supervisor's
 // otherwise. why says why the supervisor did not do it.
 func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts vocab.StopOptions, why string) (*record.Run, error) {
+	if _, ok := d.procs(); !ok {
+		return nil, &vocab.StopError{Err: fmt.Errorf("run %s: %s, and its processes may be on another host, where crew stop cannot signal them: "+
+			"nothing was signalled; the stop request stays for its supervisor, and if that is gone, the run's slot frees with its lease", id, why)}
+	}
 	t, err := d.findRunProcs(id)
 	if errors.Is(err, proc.ErrUnsupported) {
 		return nil, &vocab.StopError{Err: fmt.Errorf("run %s: %s, and %w: nothing was signalled; the stop request stays for its supervisor, if it lives", id, why, err)}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/crew-dev/crew/internal/admission"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -30,7 +30,7 @@ func TestUnreadableQueueDecidesNothing(t *testing.T) {
 		}
 	}
 
-	res, ar, err = d.unreadableQueue(req, &runstore.Waiter{}, qErr)
+	res, ar, err = d.unreadableQueue(req, idleWaiter{}, qErr)
 	if res != nil || err != nil || ar == nil {
 		t.Fatalf("waiter: %v, %v, %v; want it to keep waiting", res, ar, err)
 	}
@@ -41,3 +41,11 @@ func TestUnreadableQueueDecidesNothing(t *testing.T) {
 		t.Errorf("progress %+v, want the queue's error", p)
 	}
 }
+
+// idleWaiter is a place in line that is never rung.
+type idleWaiter struct{}
+
+func (idleWaiter) ID() record.RunID      { return "" }
+func (idleWaiter) Rung() <-chan struct{} { return nil }
+func (idleWaiter) Screen() bool          { return false }
+func (idleWaiter) Remove()               {}

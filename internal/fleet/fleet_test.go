@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -20,13 +21,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/leaseguard"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/retention"
 	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -96,14 +97,23 @@ func startEtcd(dir string) (*embed.Etcd, error) {
 
 var prefixes atomic.Int64
 
-// open connects to a fresh prefix.
-func open(t *testing.T) *Fleet {
+// open connects to a fresh prefix, as host h1.
+func open(t *testing.T) *Fleet { return openAs(t, "h1", "") }
+
+// openAs connects to the store of url (a fresh prefix if empty) as host.
+func openAs(t *testing.T, host, url string) *Fleet {
 	t.Helper()
-	f, err := Open(fmt.Sprintf("etcd://%s/test-%d-%s", endpoint, prefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "-")), "h1")
+	if url == "" {
+		url = fmt.Sprintf("etcd://%s/test-%d-%s", endpoint, prefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "-"))
+	}
+	f, err := Open(url, Options{Host: host, LeaseTTL: MinLeaseTTL, Logs: runstore.New(t.TempDir())})
 	require.NoError(t, err)
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+// over is crew's one orchestration on the etcd store f.
+func over(f *Fleet) *dispatch.Dispatcher { return dispatch.Over(f, f.logs, f.Host()) }
 
 func TestParseURL(t *testing.T) {
 	loc, err := ParseURL("etcd://a:1,b:2/team/ci/")
@@ -145,14 +155,15 @@ func startReq(task string, cmd ...string) vocab.StartRequest {
 
 func TestRecoverFinalizesDeadRunsAndConverges(t *testing.T) {
 	f := open(t)
+	d := over(f)
 	dead := putActive(t, f, "nightly", record.Running)
-	rep, err := f.Recover(recovery.Options{})
+	rep, err := d.Recover(dispatch.RecoverOptions{})
 	require.NoError(t, err)
 	require.Len(t, rep.Items, 1)
-	assert.Equal(t, recovery.Finalized, rep.Items[0].Outcome)
-	assert.Contains(t, rep.Items[0].Reason, "owner crew process 4711 on host h9 lost its lease")
+	assert.Equal(t, vocab.Finalized, rep.Items[0].Outcome)
+	assert.Contains(t, rep.Items[0].Reason, "owner process 4711 on host h9 lost its lease")
 
-	snap, err := f.Status("")
+	snap, err := d.Status("")
 	require.NoError(t, err)
 	assert.Empty(t, snap.Active)
 	require.Len(t, snap.Finished, 1)
@@ -160,100 +171,89 @@ func TestRecoverFinalizesDeadRunsAndConverges(t *testing.T) {
 	assert.Equal(t, record.Interrupted, snap.Finished[0].State)
 	assert.Contains(t, snap.Finished[0].Reason, "exit status unknown")
 
-	rep, err = f.Recover(recovery.Options{})
+	rep, err = d.Recover(dispatch.RecoverOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, rep.Items, "a second pass has nothing to do")
 }
 
 func TestRecoverDryRunChangesNothing(t *testing.T) {
 	f := open(t)
+	d := over(f)
 	putActive(t, f, "a", record.Provisioning)
-	rep, err := f.Recover(recovery.Options{DryRun: true})
+	rep, err := d.Recover(dispatch.RecoverOptions{DryRun: true})
 	require.NoError(t, err)
 	require.Len(t, rep.Items, 1)
-	assert.Equal(t, recovery.Finalized, rep.Items[0].Outcome)
-	snap, err := f.Status("")
+	assert.Equal(t, vocab.Finalized, rep.Items[0].Outcome)
+	snap, err := d.Status("")
 	require.NoError(t, err)
 	assert.Len(t, snap.Active, 1)
 }
 
 func TestRecoverQuarantinesUnreadableRecords(t *testing.T) {
 	f := open(t)
+	d := over(f)
 	key := f.k.active(record.NewRunID(time.Now()))
 	_, err := f.cli.Put(context.Background(), key, "{not json")
 	require.NoError(t, err)
-	snap, err := f.Status("")
+	snap, err := d.Status("")
 	require.NoError(t, err)
 	require.Len(t, snap.Problems, 1)
 	assert.False(t, snap.Problems[0].HoldsSlot, "no owner key: holds no slot")
 
-	rep, err := f.Recover(recovery.Options{})
+	rep, err := d.Recover(dispatch.RecoverOptions{})
 	require.NoError(t, err)
 	require.Len(t, rep.Items, 1)
-	assert.Equal(t, recovery.Quarantined, rep.Items[0].Outcome)
-	got, err := f.cli.Get(context.Background(), f.quarantineKey(key))
+	assert.Equal(t, vocab.Quarantined, rep.Items[0].Outcome)
+	got, err := f.cli.Get(context.Background(), f.k.quarantinePrefix()+strings.TrimPrefix(key, f.k.p+"/"))
 	require.NoError(t, err)
 	require.Len(t, got.Kvs, 1)
 	assert.Equal(t, "{not json", string(got.Kvs[0].Value))
 }
 
-// The fence of finalizeDead: a record that changed since it was read, or
-// whose owner key exists, is left alone.
+// The fence of a finalization: a run whose owner key exists (a living
+// lease) is left alone; once the lease is gone, it is finalized.
 func TestFinalizeDeadIsFenced(t *testing.T) {
 	f := open(t)
 	r := putActive(t, f, "a", record.Running)
 	ctx := context.Background()
-	v, err := f.read(ctx)
-	require.NoError(t, err)
-	require.Len(t, v.active, 1)
-	stale := v.active[0]
-
-	// The supervisor wrote again (it is slow, not dead).
-	b, _ := r.Encode()
-	_, err = f.cli.Put(ctx, f.k.active(r.RunID), string(b))
-	require.NoError(t, err)
-	_, err = f.finalizeDead(stale)
-	assert.ErrorIs(t, err, errFenced)
-
-	// Its owner key exists (a living lease).
-	v, err = f.read(ctx)
-	require.NoError(t, err)
 	l, err := f.cli.Grant(ctx, 10)
 	require.NoError(t, err)
 	_, err = f.cli.Put(ctx, f.k.owner(r.RunID), "{}", clientv3.WithLease(l.ID))
 	require.NoError(t, err)
-	_, err = f.finalizeDead(v.active[0])
-	assert.ErrorIs(t, err, errFenced)
+	outcome, _, err := runs{f}.FinalizeDead(r.RunID, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, backend.OwnerBusy, outcome)
 
-	// Lease gone: now it is finalized.
 	_, err = f.cli.Revoke(ctx, l.ID)
 	require.NoError(t, err)
-	got, err := f.finalizeDead(v.active[0])
+	outcome, got, err := runs{f}.FinalizeDead(r.RunID, time.Now())
 	require.NoError(t, err)
+	assert.Equal(t, backend.Reaped, outcome)
 	assert.Equal(t, record.Interrupted, got.State)
+	outcome, _, err = runs{f}.FinalizeDead(r.RunID, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, backend.AlreadyDone, outcome)
 }
 
 // The reservation is fenced by the admission mutex: a starter whose mutex
 // key is gone (its lease expired while it held the lock) writes nothing.
 func TestReserveWithoutTheMutexWritesNothing(t *testing.T) {
 	f := open(t)
-	l, err := f.grant(5 * time.Second)
-	require.NoError(t, err)
-	defer l.release()
-	sess, err := concurrency.NewSession(f.cli, concurrency.WithLease(l.id))
-	require.NoError(t, err)
-	s := &starter{f: f, req: startReq("a", "true"), lease: l, sess: sess, mu: concurrency.NewMutex(sess, f.k.admissionLock())}
 	ctx := context.Background()
-	require.NoError(t, s.lock(ctx))
-	v, err := f.read(ctx)
+	st, err := f.Begin(ctx)
+	require.NoError(t, err)
+	defer st.Close()
+	sec, err := st.LockAdmission(ctx, 5*time.Second)
 	require.NoError(t, err)
 	// Someone (etcd, on the lease's expiry) deleted the mutex key.
-	_, err = f.cli.Delete(ctx, s.mu.Key())
+	_, err = f.cli.Delete(ctx, st.(*starter).mu.Key())
 	require.NoError(t, err)
-	_, err = s.reserve(ctx, v, v.usage(), admission.Verdict{Admit: true})
+	now := time.Now().UTC()
+	_, err = sec.Reserve(&record.Run{Version: record.RecordVersion, RunID: record.NewRunID(now), Task: "a",
+		State: record.Provisioning, Command: []string{"true"}, CreatedAt: now})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no longer holds the admission lock")
-	snap, err := f.Status("")
+	snap, err := over(f).Status("")
 	require.NoError(t, err)
 	assert.Empty(t, snap.Active, "nothing was written")
 }
@@ -290,13 +290,14 @@ func TestLeaseNotFoundMarksItLost(t *testing.T) {
 
 func TestStartRecordsTheOutcome(t *testing.T) {
 	f := open(t)
-	_, err := f.Init(1, true, nil)
+	d := over(f)
+	_, err := d.Init(1, true, nil, 5*time.Second)
 	require.NoError(t, err)
-	id, err := f.Start(startReq("a", "sh", "-c", "exit 7"), MinLeaseTTL)
+	id, err := d.Start(startReq("a", "sh", "-c", "exit 7"))
 	var exited *vocab.ExitError
 	require.ErrorAs(t, err, &exited)
 	assert.Equal(t, 7, exited.Code)
-	snap, err := f.Status("a")
+	snap, err := d.Status("a")
 	require.NoError(t, err)
 	require.Len(t, snap.Finished, 1)
 	got := snap.Finished[0]
@@ -305,8 +306,10 @@ func TestStartRecordsTheOutcome(t *testing.T) {
 	assert.Equal(t, 7, *got.ExitCode)
 	assert.Equal(t, "h1", got.Host)
 	assert.Positive(t, got.PGID)
+	started := slices.IndexFunc(got.Events, func(e record.Event) bool { return strings.Contains(e.What, "led by its lease guard") })
+	assert.GreaterOrEqual(t, started, 0, "the start names the lease guard: %v", got.Events)
 
-	_, err = f.Start(startReq("b", "no-such-command-here"), MinLeaseTTL)
+	_, err = d.Start(startReq("b", "no-such-command-here"))
 	var launch *vocab.LaunchError
 	require.ErrorAs(t, err, &launch)
 	assert.True(t, launch.NotFound)
@@ -314,24 +317,25 @@ func TestStartRecordsTheOutcome(t *testing.T) {
 
 func TestStartRefusesAtTheCap(t *testing.T) {
 	f := open(t)
-	_, err := f.Init(1, true, nil)
+	d := over(f)
+	_, err := d.Init(1, true, nil, 5*time.Second)
 	require.NoError(t, err)
 	gate := t.TempDir() + "/gate"
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.Start(startReq("a", "sh", "-c", "while [ ! -e "+gate+" ]; do sleep 0.02; done"), MinLeaseTTL)
+		_, err := d.Start(startReq("a", "sh", "-c", "while [ ! -e "+gate+" ]; do sleep 0.02; done"))
 		done <- err
 	}()
 	require.Eventually(t, func() bool {
-		snap, err := f.Status("")
+		snap, err := d.Status("")
 		return err == nil && snap.SlotsInUse == 1
 	}, 10*time.Second, 20*time.Millisecond)
 
-	_, err = f.Start(startReq("b", "true"), MinLeaseTTL)
+	_, err = d.Start(startReq("b", "true"))
 	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)
 	assert.Equal(t, vocab.SlotsBusy, refused.Kind)
-	_, err = f.Start(startReq("a", "true"), MinLeaseTTL)
+	_, err = d.Start(startReq("a", "true"))
 	require.ErrorAs(t, err, &refused)
 	assert.Equal(t, vocab.TaskActive, refused.Kind)
 
@@ -340,53 +344,53 @@ func TestStartRefusesAtTheCap(t *testing.T) {
 }
 
 func TestHistoryIsNewestFinishFirstAndFilters(t *testing.T) {
-	f := open(t)
+	d := over(open(t))
 	for _, c := range []string{"exit 0", "exit 3", "exit 0"} {
-		_, _ = f.Start(startReq("t", "sh", "-c", c), MinLeaseTTL)
+		_, _ = d.Start(startReq("t", "sh", "-c", c))
 	}
-	h, err := f.History(vocab.HistoryQuery{})
+	h, err := d.History(vocab.HistoryQuery{})
 	require.NoError(t, err)
 	require.Len(t, h.Runs, 3)
 	for i := 1; i < len(h.Runs); i++ {
 		assert.False(t, h.Runs[i].FinishedAt.After(*h.Runs[i-1].FinishedAt), "newest finish first")
 	}
-	h, err = f.History(vocab.HistoryQuery{Failed: true})
+	h, err = d.History(vocab.HistoryQuery{Failed: true})
 	require.NoError(t, err)
 	require.Len(t, h.Runs, 1)
 	assert.Equal(t, 3, *h.Runs[0].ExitCode)
-	h, err = f.History(vocab.HistoryQuery{Limit: 2})
+	h, err = d.History(vocab.HistoryQuery{Limit: 2})
 	require.NoError(t, err)
 	assert.Len(t, h.Runs, 2)
-	h, err = f.History(vocab.HistoryQuery{Task: "other"})
+	h, err = d.History(vocab.HistoryQuery{Task: "other"})
 	require.NoError(t, err)
 	assert.Empty(t, h.Runs)
 }
 
 func TestPruneKeepsTheNewestAndTheYoung(t *testing.T) {
-	f := open(t)
+	d := over(open(t))
 	for range 3 {
-		_, err := f.Start(startReq("t", "true"), MinLeaseTTL)
+		_, err := d.Start(startReq("t", "true"))
 		require.NoError(t, err)
 	}
-	keep := recovery.Policy{KeepNewest: 1, OlderThan: recovery.NoAgeRule}
-	rep, err := f.Prune(recovery.PruneOptions{Policy: keep, DryRun: true})
+	keep := retention.Policy{KeepNewest: 1, OlderThan: retention.NoAgeRule}
+	rep, err := d.Prune(dispatch.PruneOptions{Policy: keep, DryRun: true})
 	require.NoError(t, err)
 	assert.Len(t, rep.Removed, 2)
-	h, _ := f.History(vocab.HistoryQuery{})
+	h, _ := d.History(vocab.HistoryQuery{})
 	assert.Len(t, h.Runs, 3, "a dry run removes nothing")
 
-	young := recovery.Policy{KeepNewest: 0, OlderThan: time.Hour}
-	rep, err = f.Prune(recovery.PruneOptions{Policy: young})
+	young := retention.Policy{KeepNewest: 0, OlderThan: time.Hour}
+	rep, err = d.Prune(dispatch.PruneOptions{Policy: young})
 	require.NoError(t, err)
 	assert.Empty(t, rep.Removed, "all finished within the hour")
 	assert.Equal(t, 3, rep.Kept)
 
-	rep, err = f.Prune(recovery.PruneOptions{Policy: keep})
+	rep, err = d.Prune(dispatch.PruneOptions{Policy: keep})
 	require.NoError(t, err)
 	assert.Len(t, rep.Removed, 2)
-	h, _ = f.History(vocab.HistoryQuery{})
+	h, _ = d.History(vocab.HistoryQuery{})
 	require.Len(t, h.Runs, 1)
-	_, err = f.Run(rep.Removed[0].RunID)
+	_, err = d.Run(rep.Removed[0].RunID)
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
 
@@ -394,14 +398,15 @@ func TestPruneKeepsTheNewestAndTheYoung(t *testing.T) {
 // WaitRun returns the final record.
 func TestStopFromAnotherHost(t *testing.T) {
 	f := open(t)
+	d := over(f)
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.Start(startReq("long", "sleep", "30"), MinLeaseTTL)
+		_, err := d.Start(startReq("long", "sleep", "30"))
 		done <- err
 	}()
 	var id record.RunID
 	require.Eventually(t, func() bool {
-		snap, err := f.Status("long")
+		snap, err := d.Status("long")
 		if err == nil && len(snap.Active) == 1 && snap.Active[0].State == record.Running {
 			id = snap.Active[0].RunID
 			return true
@@ -409,9 +414,7 @@ func TestStopFromAnotherHost(t *testing.T) {
 		return false
 	}, 10*time.Second, 20*time.Millisecond)
 
-	other, err := Open(f.Loc.URL, "h2")
-	require.NoError(t, err)
-	defer other.Close()
+	other := over(openAs(t, "h2", f.Loc.URL))
 	got, err := other.Resolve("long")
 	require.NoError(t, err)
 	assert.Equal(t, id, got)
@@ -419,7 +422,6 @@ func TestStopFromAnotherHost(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, record.Stopped, rec.State)
 	assert.Contains(t, rec.Reason, "stopped by crew stop")
-	assert.Contains(t, rec.Reason, "@h2")
 	var exited *vocab.ExitError
 	require.ErrorAs(t, <-done, &exited)
 	assert.Equal(t, 128+int(syscall.SIGTERM), exited.Code)
@@ -430,35 +432,35 @@ func TestStopFromAnotherHost(t *testing.T) {
 }
 
 func TestFinishingPrunesLazilyUnderTheConfiguredRetention(t *testing.T) {
-	f := open(t)
-	_, err := f.Init(4, true, nil, vocab.SetRetain(2))
+	d := over(open(t))
+	_, err := d.Init(4, true, nil, 5*time.Second, vocab.SetRetain(2))
 	require.NoError(t, err)
 	var ids []record.RunID
 	for range 4 {
-		id, err := f.Start(startReq("t", "true"), MinLeaseTTL)
+		id, err := d.Start(startReq("t", "true"))
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
-	h, err := f.History(vocab.HistoryQuery{})
+	h, err := d.History(vocab.HistoryQuery{})
 	require.NoError(t, err)
 	require.Len(t, h.Runs, 2, "each finish removes what the retention lets go")
 	assert.Equal(t, ids[3], h.Runs[0].RunID)
 	assert.Equal(t, ids[2], h.Runs[1].RunID)
-	_, err = f.Run(ids[0])
+	_, err = d.Run(ids[0])
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
 
 func TestResolveShortIDs(t *testing.T) {
-	f := open(t)
-	id, err := f.Start(startReq("short", "true"), MinLeaseTTL)
+	d := over(open(t))
+	id, err := d.Start(startReq("short", "true"))
 	require.NoError(t, err)
-	got, err := f.Resolve(id.Short())
+	got, err := d.Resolve(id.Short())
 	require.NoError(t, err)
 	assert.Equal(t, id, got)
-	got, err = f.Resolve("short")
+	got, err = d.Resolve("short")
 	require.NoError(t, err)
 	assert.Equal(t, id, got, "a task names its newest run")
-	_, err = f.Resolve("deadbeef")
+	_, err = d.Resolve("deadbeef")
 	var nf *vocab.NotFoundError
 	require.ErrorAs(t, err, &nf, "neither a run's short id nor a task")
 }
@@ -466,57 +468,54 @@ func TestResolveShortIDs(t *testing.T) {
 // A start that cannot get the admission lock in time says who holds it.
 func TestLockTimeoutNamesTheHolder(t *testing.T) {
 	f := open(t)
-	holder, err := f.grant(5 * time.Second)
+	ctx := context.Background()
+	holder, err := f.Begin(ctx)
 	require.NoError(t, err)
-	defer holder.release()
-	sess, err := concurrency.NewSession(f.cli, concurrency.WithLease(holder.id))
+	defer holder.Close()
+	sec, err := holder.LockAdmission(ctx, 5*time.Second)
 	require.NoError(t, err)
-	h := &starter{f: f, req: startReq("x", "true"), lease: holder, sess: sess, mu: concurrency.NewMutex(sess, f.k.admissionLock())}
-	require.NoError(t, h.lock(context.Background()))
-	_, err = f.read(context.Background(), h.holderNote())
-	require.NoError(t, err)
+	defer sec.Release()
 
 	req := startReq("y", "true")
 	req.LockTimeout = 300 * time.Millisecond
-	_, err = f.Start(req, MinLeaseTTL)
+	_, err = over(f).Start(req)
 	var timeout *vocab.LockTimeoutError
 	require.ErrorAs(t, err, &timeout)
 	assert.Contains(t, err.Error(), "timed out after 300ms waiting for the admission lock of etcd store "+f.Loc.URL)
 	assert.Contains(t, err.Error(), fmt.Sprintf("held by pid %d on host h1", os.Getpid()))
-	h.unlock()
 }
 
 func TestStopRefusesSIGSTOP(t *testing.T) {
 	f := open(t)
 	r := putActive(t, f, "a", record.Running)
-	_, err := f.Stop(r.RunID, vocab.StopOptions{Signal: syscall.SIGSTOP, Grace: time.Second})
-	var usage *vocab.UsageError
-	require.ErrorAs(t, err, &usage)
-	assert.Contains(t, err.Error(), "crew stop --signal SIGSTOP is refused on an etcd store: it would freeze the run's lease guard too")
+	_, err := over(f).Stop(r.RunID, vocab.StopOptions{Signal: syscall.SIGSTOP, Grace: time.Second})
+	var refused *vocab.RefusedOnStoreError
+	require.ErrorAs(t, err, &refused)
+	assert.Contains(t, err.Error(), "crew stop --signal SIGSTOP: not available on etcd store "+f.Loc.URL+": it would freeze the run's lease guard")
 }
 
 // The run's log is kept on this host, capped as on a state root, and
 // --tag prefixes crew's copy of the output only.
 func TestOutputIsLoggedCappedAndTagged(t *testing.T) {
 	f := open(t)
-	f.Logs = runstore.New(t.TempDir())
 	var out bytes.Buffer
 	req := startReq("chatty", "sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done")
 	req.Stdout, req.Stderr, req.Tag, req.LogMax = &out, io.Discard, true, record.MinLogMax
-	id, err := f.Start(req, MinLeaseTTL)
+	d := over(f)
+	id, err := d.Start(req)
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(out.String(), "chatty\tline-0\n"), "crew's copy is tagged")
 	assert.Contains(t, out.String(), "chatty\tline-19999\n", "and complete")
 
 	var log bytes.Buffer
-	r := f.Logs.NewLogReader(id, record.MinLogMax)
+	r := d.OpenLog(id)
 	_, err = r.Copy(&log)
 	require.NoError(t, r.Close())
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(log.String(), "line-0\n"), "the log is untagged, from the first line")
 	assert.True(t, strings.HasSuffix(log.String(), "line-19999\n"), "and keeps the newest output")
 	assert.Less(t, log.Len(), 2*int(record.MinLogMax), "the cap holds: %d bytes", log.Len())
-	v, err := f.Run(id)
+	v, err := d.Run(id)
 	require.NoError(t, err)
 	assert.Equal(t, int64(record.MinLogMax), v.LogMax)
 }

@@ -42,7 +42,7 @@ type lease struct {
 	lastContact time.Duration // monotonic: the send time of the last renewal answered
 	gone        bool          // etcd said the lease no longer exists
 	handedOver  bool          // another process renews it now (--detach)
-	watchers    []func(validUntil time.Duration)
+	guard       *attemptGuard // the running attempt's, told of every renewal
 
 	stop chan struct{}
 	done chan struct{}
@@ -50,6 +50,7 @@ type lease struct {
 	// validUntil passed without a renewal.
 	expired     chan struct{}
 	expiredOnce sync.Once
+	releaseOnce sync.Once
 }
 
 // grant creates a lease of ttl and starts renewing it.
@@ -105,11 +106,11 @@ func (l *lease) sinceContact() time.Duration {
 	return leaseguard.Monotonic() - l.lastContact
 }
 
-// onRenew calls fn with the new deadline after every renewal.
-func (l *lease) onRenew(fn func(deadline time.Duration)) {
+// setGuard makes g the guard that hears of renewals (nil: none).
+func (l *lease) setGuard(g *attemptGuard) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.watchers = append(l.watchers, fn)
+	l.guard = g
 }
 
 // renew keeps the lease alive: a renewal every fifth of the TTL, each
@@ -149,10 +150,10 @@ func (l *lease) renew() {
 		}
 		l.lastContact = sent
 		d := l.validUntil - l.margin()
-		ws := l.watchers
+		g := l.guard
 		l.mu.Unlock()
-		for _, w := range ws {
-			w(d)
+		if g != nil {
+			g.extend(d)
 		}
 	}
 }
@@ -180,7 +181,7 @@ func (l *lease) lost() bool {
 // release stops renewing and revokes the lease: its owner key and ticket
 // go at once instead of after the TTL.
 func (l *lease) release() {
-	close(l.stop)
+	l.releaseOnce.Do(func() { close(l.stop) })
 	<-l.done
 	l.mu.Lock()
 	handedOver := l.handedOver
@@ -194,3 +195,32 @@ func (l *lease) release() {
 }
 
 func (l *lease) String() string { return fmt.Sprintf("lease %x (TTL %s)", int64(l.id), l.ttl) }
+
+// handOver stops renewing the lease without revoking it: another process
+// renews it now.
+func (l *lease) handOver() {
+	l.mu.Lock()
+	l.handedOver = true
+	l.mu.Unlock()
+}
+
+// adopt takes over a lease another process granted, and renews it. Its
+// validity is known only from a renewal this process sends.
+func (f *Fleet) adopt(id clientv3.LeaseID) (*lease, error) {
+	ctx, cancel := f.ctx()
+	defer cancel()
+	sent := leaseguard.Monotonic()
+	resp, err := f.cli.KeepAliveOnce(ctx, id)
+	if err != nil {
+		return nil, f.wrap(fmt.Sprintf("take over lease %x", int64(id)), err)
+	}
+	ttl := time.Duration(resp.TTL) * time.Second
+	ttlResp, err := f.cli.TimeToLive(ctx, id)
+	if err == nil && ttlResp.GrantedTTL > 0 {
+		ttl = time.Duration(ttlResp.GrantedTTL) * time.Second
+	}
+	l := &lease{f: f, id: id, ttl: ttl, validUntil: sent + time.Duration(resp.TTL)*time.Second, lastContact: sent,
+		stop: make(chan struct{}), done: make(chan struct{}), expired: make(chan struct{})}
+	go l.renew()
+	return l, nil
+}

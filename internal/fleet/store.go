@@ -24,6 +24,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,21 +121,39 @@ func (k keys) stopPrefix() string          { return k.p + "/stops/" }
 func (k keys) stop(id record.RunID) string { return k.stopPrefix() + string(id) }
 func (k keys) quarantinePrefix() string    { return k.p + "/quarantine/" }
 
-// Fleet is one crew process's connection to an etcd store.
+// Fleet is one crew process's connection to an etcd store: a store of
+// package backend, whose orchestration (package dispatch, supervise) is
+// the same as on a state root's.
 type Fleet struct {
 	Loc Location
 	cli *clientv3.Client
 	k   keys
-	// Host names this host in records (CREW_HOST, else the hostname).
-	Host string
-	// Now is the wall clock of records; deadlines use the monotonic clock.
-	Now func() time.Time
-	// Logs is this host's local state root, where the logs of the runs
-	// this host runs are kept (nil: no logs).
-	Logs *runstore.Store
-	// OpTimeout bounds each request to etcd: a cluster without quorum
+	// host names this host in records (CREW_HOST, else the hostname).
+	host string
+	// now is the wall clock of records; deadlines use the monotonic clock.
+	now func() time.Time
+	// logs is this host's local state root, where the logs of the runs
+	// this host runs are kept.
+	logs *runstore.Store
+	// ttl is the lease TTL of the runs this process starts.
+	ttl time.Duration
+	// opTimeout bounds each request to etcd: a cluster without quorum
 	// answers nothing, and crew must say so rather than hang.
-	OpTimeout time.Duration
+	opTimeout time.Duration
+}
+
+// Options configure a connection.
+type Options struct {
+	// Host names this host in records; empty: the hostname.
+	Host string
+	// LeaseTTL is how long a run's slot outlives a supervisor that stopped
+	// renewing its lease (DefaultLeaseTTL if zero).
+	LeaseTTL time.Duration
+	// Logs is this host's local state root, which keeps the logs of the
+	// runs this host runs.
+	Logs *runstore.Store
+	// Now is the clock of records (time.Now if nil).
+	Now func() time.Time
 }
 
 // DefaultOpTimeout bounds one request to etcd.
@@ -142,7 +161,7 @@ const DefaultOpTimeout = 5 * time.Second
 
 // Open connects to the store at url. Connecting is lazy; the first
 // request says whether etcd answers.
-func Open(url, host string) (*Fleet, error) {
+func Open(url string, o Options) (*Fleet, error) {
 	loc, err := ParseURL(url)
 	if err != nil {
 		return nil, err
@@ -164,23 +183,29 @@ func Open(url, host string) (*Fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd store %s: %w", url, err)
 	}
-	if host == "" {
-		host, _ = os.Hostname()
+	f := &Fleet{Loc: loc, cli: cli, k: keys{loc.Prefix}, host: o.Host, now: o.Now, logs: o.Logs,
+		ttl: cmp.Or(o.LeaseTTL, DefaultLeaseTTL), opTimeout: DefaultOpTimeout}
+	if f.host == "" {
+		f.host, _ = os.Hostname()
 	}
-	if host == "" {
-		host = "unknown-host"
+	f.host = cmp.Or(f.host, "unknown-host")
+	if f.now == nil {
+		f.now = time.Now
 	}
-	return &Fleet{Loc: loc, cli: cli, k: keys{loc.Prefix}, Host: host, Now: time.Now, OpTimeout: DefaultOpTimeout}, nil
+	return f, nil
 }
 
 // Close disconnects.
 func (f *Fleet) Close() error { return f.cli.Close() }
 
-func (f *Fleet) now() time.Time { return f.Now().UTC() }
+// Host is the name this host goes by in records.
+func (f *Fleet) Host() string { return f.host }
+
+func (f *Fleet) stamp() time.Time { return f.now().UTC() }
 
 // ctx is a context for one request.
 func (f *Fleet) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), f.OpTimeout)
+	return context.WithTimeout(context.Background(), f.opTimeout)
 }
 
 // UnavailableError is etcd not answering: no member reachable, or no
@@ -202,7 +227,7 @@ func (f *Fleet) wrap(what string, err error) error {
 		return nil
 	}
 	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
-		return &UnavailableError{URL: f.Loc.URL, What: what, Err: fmt.Errorf("no answer within %s", f.OpTimeout)}
+		return &UnavailableError{URL: f.Loc.URL, What: what, Err: fmt.Errorf("no answer within %s", f.opTimeout)}
 	}
 	if unavailable(err) {
 		return &UnavailableError{URL: f.Loc.URL, What: what, Err: err}

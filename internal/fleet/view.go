@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -47,7 +47,14 @@ type view struct {
 	active    []activeRun
 	queue     []queued
 	// badTickets are queue keys that are not readable tickets.
-	badTickets []string
+	badTickets []badTicket
+}
+
+// badTicket is a key of the queue that is no readable ticket.
+type badTicket struct {
+	key   string
+	err   error
+	lease int64
 }
 
 // maxValueBytes bounds what crew decodes from one key: etcd caps values
@@ -92,18 +99,24 @@ func (f *Fleet) read(ctx context.Context, writes ...clientv3.Op) (*view, error) 
 			a.id = id
 		}
 		a.rec, a.err = decodeRun(kv.Value)
+		if a.err != nil {
+			a.err = fmt.Errorf("run record %s: %w", kv.Key, a.err)
+		}
 		if a.err == nil && a.rec.RunID != a.id {
-			a.rec, a.err = nil, fmt.Errorf("the record is of run %s, not %s", a.rec.RunID, name)
+			a.rec, a.err = nil, fmt.Errorf("run record %s: the record is of run %s, not %s", kv.Key, a.rec.RunID, name)
 		}
 		if a.err == nil && !a.rec.State.Active() {
-			a.rec, a.err = nil, fmt.Errorf("a %s record in the active set", a.rec.State)
+			a.rec, a.err = nil, fmt.Errorf("run record %s: a %s record in the active set", kv.Key, a.rec.State)
 		}
 		v.active = append(v.active, a)
 	}
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
 		t, err := record.DecodeTicket(kv.Value)
-		if err != nil || string(kv.Key) != f.k.ticket(t.RunID) {
-			v.badTickets = append(v.badTickets, string(kv.Key))
+		if err == nil && string(kv.Key) != f.k.ticket(t.RunID) {
+			err = fmt.Errorf("the ticket is of run %s", t.RunID)
+		}
+		if err != nil {
+			v.badTickets = append(v.badTickets, badTicket{key: string(kv.Key), err: fmt.Errorf("queue ticket %s: %w", kv.Key, err), lease: kv.Lease})
 			continue
 		}
 		v.queue = append(v.queue, queued{t: t, createRev: kv.CreateRevision, lease: kv.Lease})
@@ -118,45 +131,51 @@ func decodeRun(b []byte) (*record.Run, error) {
 	return record.DecodeRun(b)
 }
 
-// runs is the active set as admission sees it. An owner key that exists
-// means a living lease; etcd deletes it when the lease ends, so a missing
-// one is proof the owner is gone.
-func (v *view) runs() []admission.Run {
-	out := make([]admission.Run, 0, len(v.active))
+// owner is what an active key's owner key says: etcd deletes the key when
+// its lease ends, so a missing one is proof that the owner is gone, and
+// one that exists, that its lease lives.
+func owner(owned bool) record.Owner {
+	if owned {
+		return record.Owner{Owner: record.Alive, Supervisor: record.Alive}
+	}
+	return record.Owner{Owner: record.Dead, Supervisor: record.Dead}
+}
+
+// entry is a as the orchestration sees a run of the active set.
+func (a activeRun) entry() backend.ActiveEntry {
+	return backend.ActiveEntry{ID: a.id, Name: strings.TrimPrefix(a.key, a.key[:strings.LastIndex(a.key, "/")+1]),
+		Path: a.key, Rec: a.rec, Err: a.err}
+}
+
+// scan is the active set with its owners' liveness.
+func (v *view) scan() []backend.ActiveRun {
+	out := make([]backend.ActiveRun, 0, len(v.active))
 	for _, a := range v.active {
-		l := record.Dead
-		if a.owned {
-			l = record.Alive
-		}
-		out = append(out, admission.Run{ID: a.id, Rec: a.rec, Owner: record.Owner{Owner: l, Supervisor: l}})
+		out = append(out, backend.ActiveRun{ActiveEntry: a.entry(), Owner: owner(a.owned)})
 	}
 	return out
 }
 
-func (v *view) usage() admission.Usage { return admission.Count(v.runs()) }
-
-// tickets is the queue for admission.Decide and Plan.
-func (v *view) tickets() []admission.Ticket {
-	out := make([]admission.Ticket, 0, len(v.queue))
+// tickets is the queue, in arrival order, each with its waiter's liveness:
+// a ticket is on its waiter's lease, so it exists while the waiter lives;
+// one on no lease was written by hand, and has no waiter.
+func (v *view) tickets(k keys) []backend.TicketEntry {
+	out := make([]backend.TicketEntry, 0, len(v.queue)+len(v.badTickets))
 	for _, q := range v.queue {
-		out = append(out, admission.Ticket{ID: q.t.RunID, Task: q.t.Task, Pool: q.t.Pool, Since: q.t.CreatedAt})
+		out = append(out, backend.TicketEntry{ID: q.t.RunID, Path: k.ticket(q.t.RunID), Ticket: q.t, Waiter: waiterLiveness(q.lease)})
+	}
+	for _, b := range v.badTickets {
+		id, _ := record.ParseRunID(strings.TrimPrefix(b.key, k.queuePrefix()))
+		out = append(out, backend.TicketEntry{ID: id, Path: b.key, Err: b.err, Waiter: waiterLiveness(b.lease)})
 	}
 	return out
 }
 
-// warnings are problems in the active set that admission steps around.
-func (v *view) warnings() []error {
-	var w []error
-	for _, a := range v.active {
-		if a.rec == nil {
-			hold := "holds no slot (its owner is gone); `crew recover` sets it aside"
-			if a.owned {
-				hold = "holds a slot while its owner's lease lives"
-			}
-			w = append(w, fmt.Errorf("unreadable record %s (%w): %s", a.key, a.err, hold))
-		}
+func waiterLiveness(lease int64) record.Liveness {
+	if lease == 0 {
+		return record.Dead
 	}
-	return w
+	return record.Alive
 }
 
 // errFenced is a fenced write whose condition no longer held: the record
@@ -196,7 +215,7 @@ func (f *Fleet) holds(key string, b []byte) (int64, bool) {
 // removeLog removes the local log of a finished run that this host ran;
 // the log of a run another host ran is that host's.
 func (f *Fleet) removeLog(id record.RunID, host string) {
-	if f.Logs != nil && host == f.Host {
-		_ = f.Logs.RemoveFinished(id) // no local record: just its log
+	if f.logs != nil && host == f.host {
+		_ = f.logs.RemoveFinished(id) // no local record: just its log
 	}
 }

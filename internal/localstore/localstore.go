@@ -13,7 +13,9 @@ import (
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/retention"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Store is a state root.
@@ -57,7 +59,7 @@ func (h history) HoldLog(id record.RunID) (backend.LogHold, error) {
 
 // Begin opens a start's standing: on a state root there is nothing to
 // open, its locks are the kernel's.
-func (s *Store) Begin(context.Context, backend.BeginOptions) (backend.Starter, error) {
+func (s *Store) Begin(context.Context) (backend.Starter, error) {
 	return starter{s.Store}, nil
 }
 
@@ -95,8 +97,15 @@ func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return w, nil
+	return waiter{w}, nil
 }
+
+// waiter is a place in a state root's queue: its bell is rung only for
+// the waiters admission would let in (dispatch.RingWaiters), so a ring is
+// worth the admission lock at once.
+type waiter struct{ *runstore.Waiter }
+
+func (waiter) Screen() bool { return false }
 
 // Adopt takes over a run whose locks a detached supervisor inherited, as
 // its parent handed them on (runstore.RunLocks.HandOver).
@@ -106,3 +115,52 @@ func (s *Store) Adopt(id record.RunID, _ []string, files []*os.File) (backend.Ru
 	}
 	return s.AdoptRunLocks(id, files[0], files[1])
 }
+
+// ByFinish reads every finished record (crew prune knows exactly which N
+// runs finished last).
+func (h history) ByFinish() ([]retention.Run, []string, error) {
+	return recovery.ByFinish(h.Store)
+}
+
+func (h history) Remove(id record.RunID, dry bool) (int64, error) {
+	return recovery.RemoveFinished(h.Store, id, dry)
+}
+
+func (h history) AfterPrune(removed []record.RunID) { recovery.AfterPrune(h.Store, removed) }
+
+// PruneLazily reads the oldest shards of the done index (recovery.LazyPrune).
+func (h history) PruneLazily(p retention.Policy, now time.Time) error {
+	_, err := recovery.LazyPrune(h.Store, p, now, recovery.DefaultLazyLimits)
+	return err
+}
+
+// Prepare makes a layout directory a copied root lost (owners/): without
+// it, runs cannot be fenced, and so neither finalized nor quarantined.
+func (s *Store) Prepare(dry bool) (bool, error) {
+	if !s.Exists() {
+		return false, nil // nothing was ever run here
+	}
+	if dry {
+		return true, nil
+	}
+	return true, s.Ensure()
+}
+
+func (s *Store) Quarantine(e backend.ActiveEntry, now time.Time, host string) (backend.ReapOutcome, string, error) {
+	return recovery.Quarantine(s.Store, e, now, host)
+}
+
+func (s *Store) Sweep(o backend.UpkeepOptions) []vocab.RecoverItem { return recovery.Sweep(s.Store, o) }
+func (s *Store) Reindex(o backend.UpkeepOptions) []vocab.RecoverItem {
+	return recovery.Reindex(s.Store, o)
+}
+
+// What a state root is, to the orchestration.
+var (
+	_ backend.Store     = (*Store)(nil)
+	_ backend.Adopter   = (*Store)(nil)
+	_ backend.Upkeep    = (*Store)(nil)
+	_ backend.Processes = (*Store)(nil)
+	_ backend.Sizes     = (*Store)(nil)
+	_ backend.Refusals  = (*Store)(nil)
+)

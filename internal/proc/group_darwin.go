@@ -4,6 +4,7 @@ package proc
 
 import (
 	"fmt"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,14 +13,14 @@ import (
 const sZomb = 5
 
 // GroupHasOthers reports whether process group pgid has a living member
-// (not a zombie) other than pid except, from the kernel's process table.
-func GroupHasOthers(pgid, except int) (bool, error) {
+// (not a zombie) other than the pids except, from the kernel's process table.
+func GroupHasOthers(pgid int, except ...int) (bool, error) {
 	procs, err := unix.SysctlKinfoProcSlice("kern.proc.pgrp", pgid)
 	if err != nil {
 		return false, fmt.Errorf("list process group %d: %w", pgid, err)
 	}
 	for _, kp := range procs {
-		if int(kp.Proc.P_pid) != except && kp.Proc.P_stat != sZomb {
+		if !slices.Contains(except, int(kp.Proc.P_pid)) && kp.Proc.P_stat != sZomb {
 			return true, nil
 		}
 	}

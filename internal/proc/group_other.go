@@ -3,4 +3,4 @@
 package proc
 
 // GroupHasOthers cannot tell here.
-func GroupHasOthers(pgid, except int) (bool, error) { return false, ErrUnsupported }
+func GroupHasOthers(pgid int, except ...int) (bool, error) { return false, ErrUnsupported }

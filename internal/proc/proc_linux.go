@@ -171,16 +171,16 @@ func (p *Proc) Close() {
 }
 
 // GroupHasOthers reports whether process group pgid has a living member
-// (not a zombie) other than pid except. It reads, never signals: a
+// (not a zombie) other than the pids except. It reads, never signals: a
 // supervisor asks it about its own command's group, whose id its unreaped
 // leader pins.
-func GroupHasOthers(pgid, except int) (bool, error) {
+func GroupHasOthers(pgid int, except ...int) (bool, error) {
 	pids, err := listPIDs()
 	if err != nil {
 		return false, err
 	}
 	for _, pid := range pids {
-		if pid == except {
+		if slices.Contains(except, pid) {
 			continue
 		}
 		if st, err := readStat(pid); err == nil && st.pgrp == pgid && st.state != 'Z' && st.state != 'X' {

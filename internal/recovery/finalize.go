@@ -22,29 +22,13 @@ import (
 // run at all. The record is re-read under the fence because it may have
 // changed since it was listed.
 func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (backend.ReapOutcome, *record.Run, error) {
-	return finalizeFenced(st, id, func(rec *record.Run) {
-		if rec.CommandEnded != nil {
-			rec.FinishAfterLeftovers(now, fmt.Sprintf("the processes it left held the run's slot until they ended (gone at %s, when crew process %d looked)",
-				now.UTC().Format(time.RFC3339), os.Getpid()))
-			return
-		}
-		markInterrupted(rec, now, st.HasLog(id))
-	})
+	return finalizeFenced(st, id, func(rec *record.Run) { rec.EndDead(now, record.OwnerExited, st.HasLog(id)) })
 }
 
 // FinalizeStopped records a run whose supervisor was already gone, and
 // whose command crew stop has just seen end, as stopped by req.
 func FinalizeStopped(st *runstore.Store, id record.RunID, req *record.StopRequest, now time.Time) (backend.ReapOutcome, *record.Run, error) {
-	return finalizeFenced(st, id, func(rec *record.Run) {
-		if rec.CommandEnded != nil {
-			rec.FinishAfterLeftovers(now, fmt.Sprintf("the processes it left held the run's slot until %s ended them with %s", req.Who(), req.Signal))
-			return
-		}
-		rec.Signal = req.Signal
-		rec.Finish(record.Stopped, now, nil, fmt.Sprintf(
-			"%s; its supervisor (pid %d) was already gone, so the command's exit status is unknown",
-			req.Describe(rec.PGID), rec.SupervisorPID))
-	})
+	return finalizeFenced(st, id, func(rec *record.Run) { rec.EndStopped(now, req) })
 }
 
 // finalizeFenced takes the run's fence, re-reads its record and, if it is
@@ -111,34 +95,4 @@ func endTruthfully(locks *runstore.RunLocks, rec *record.Run, end func(*record.R
 		rec.Reason += "; " + note
 		rec.AddEvent(time.Now().UTC(), "%s", note)
 	}
-}
-
-// markInterrupted turns an active record whose owner died into a final
-// one that says what is known and what is not.
-func markInterrupted(rec *record.Run, now time.Time, logExists bool) {
-	since := rec.CreatedAt
-	if rec.StartedAt != nil {
-		since = *rec.StartedAt
-	}
-	var what string
-	a := rec.Attempt()
-	switch {
-	case rec.State == record.Running && rec.TaskPID == 0 && a != nil && a.EndedAt != nil:
-		// Its supervisor died between two attempts (--retries).
-		what = fmt.Sprintf("no command was running: attempt %d of %d had ended (%s) and the next had not started", a.Number, rec.MaxAttempts(), a.Reason)
-	case rec.State == record.Running:
-		what = fmt.Sprintf("command pid %d is gone too", rec.TaskPID)
-	case !logExists:
-		what = "the command was never started"
-	default:
-		what = "the command may have started (its start was not recorded) and is gone if it did"
-	}
-	reason := fmt.Sprintf("owner process %d on host %s exited without finalizing the run (killed or crashed); "+
-		"state was %s since %s; %s; exit status unknown",
-		rec.SupervisorPID, rec.Host, rec.State, since.UTC().Format(time.RFC3339), what)
-	rec.State = record.Interrupted
-	rec.FinishedAt = &now
-	rec.ExitCode = nil
-	rec.Reason = reason
-	rec.AddEvent(now, "interrupted: finalized by crew process %d: %s", os.Getpid(), reason)
 }

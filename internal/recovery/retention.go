@@ -6,64 +6,9 @@ import (
 
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/retention"
 	"github.com/crew-dev/crew/internal/runstore"
 )
-
-// Policy says which finished runs to keep; a run is removable only when
-// every rule that is set lets it go (so with both, a run is kept if
-// either keeps it). Both go by when runs finished, not by when they were
-// created (a run that waited in line was created when it joined it):
-//
-//   - KeepNewest N keeps the N runs that finished last: a run goes only
-//     once N finished runs ended after it. (So a run is never removed the
-//     moment it ends, nor while crew wait is about to read it, and a long
-//     run that ended after N shorter ones is kept.) Negative: no rule by
-//     count. Zero keeps none.
-//   - OlderThan D keeps runs that finished less than D ago. Negative: no
-//     rule by age. Zero keeps none.
-//
-// With neither rule set, nothing is removable.
-type Policy struct {
-	KeepNewest int
-	OlderThan  time.Duration
-}
-
-// NoCountRule and NoAgeRule are KeepNewest's and OlderThan's values for
-// "no rule by count", "no rule by age".
-const (
-	NoCountRule = -1
-	NoAgeRule   = -1
-)
-
-// PolicyOf is the retention a config asks for (crew init --retain,
-// --retain-for).
-func PolicyOf(cfg record.Config) Policy {
-	p := Policy{KeepNewest: NoCountRule, OlderThan: NoAgeRule}
-	if cfg.Retain > 0 {
-		p.KeepNewest = cfg.Retain
-	}
-	if cfg.RetainFor > 0 {
-		p.OlderThan = cfg.RetainFor
-	}
-	return p
-}
-
-// KeepsEverything reports whether the policy removes nothing.
-func (p Policy) KeepsEverything() bool { return p.KeepNewest < 0 && p.OlderThan < 0 }
-
-// removable applies the policy to a run that finished at fin; byCount
-// says whether the count rule lets it go (N runs finished after it).
-func (p Policy) removable(fin time.Time, byCount bool, now time.Time) bool {
-	switch {
-	case p.KeepsEverything():
-		return false
-	case p.KeepNewest >= 0 && !byCount:
-		return false
-	case p.OlderThan >= 0 && now.Sub(fin) < p.OlderThan:
-		return false
-	}
-	return true
-}
 
 // creationLine is a first, cheap line for the count rule: the creation
 // time of the N-th newest-created finished run, found by counting shards
@@ -133,7 +78,7 @@ type LazyReport struct {
 // A removable run finished before a line (lazyLine), so it was created
 // before it: the prune reads the oldest shards, and in them the oldest
 // runs, until it reaches runs created after the line.
-func LazyPrune(st *runstore.Store, p Policy, now time.Time, lim LazyLimits) (LazyReport, error) {
+func LazyPrune(st *runstore.Store, p retention.Policy, now time.Time, lim LazyLimits) (LazyReport, error) {
 	var rep LazyReport
 	if p.KeepsEverything() || !st.Exists() {
 		return rep, nil
@@ -170,7 +115,7 @@ func LazyPrune(st *runstore.Store, p Policy, now time.Time, lim LazyLimits) (Laz
 type lazyPrune struct {
 	st      *runstore.Store
 	x       *runstore.DoneIndex
-	p       Policy
+	p       retention.Policy
 	now     time.Time
 	lim     LazyLimits
 	line    *lazyLine
@@ -242,7 +187,8 @@ func (pr *lazyPrune) removeEmptyShards() {
 type lazyLine struct {
 	st      *runstore.Store
 	x       *runstore.DoneIndex
-	p       Policy
+	p       retention.Policy
+	now     time.Time
 	age     time.Time // runs that finished before it are old enough
 	count   time.Time // runs that finished before it have N finishes after them
 	raised  bool
@@ -252,8 +198,8 @@ type lazyLine struct {
 // farFuture stands for "no line": every run finished before it.
 var farFuture = time.Unix(1<<62, 0)
 
-func newLazyLine(st *runstore.Store, x *runstore.DoneIndex, p Policy, now time.Time) (*lazyLine, bool, error) {
-	l := &lazyLine{st: st, x: x, p: p, age: farFuture, count: farFuture}
+func newLazyLine(st *runstore.Store, x *runstore.DoneIndex, p retention.Policy, now time.Time) (*lazyLine, bool, error) {
+	l := &lazyLine{st: st, x: x, p: p, now: now, age: farFuture, count: farFuture}
 	if p.OlderThan >= 0 {
 		l.age = now.Add(-p.OlderThan)
 	}
@@ -284,7 +230,7 @@ func (l *lazyLine) lets(fin, created time.Time) bool {
 			l.raise()
 		}
 	}
-	return fin.Before(l.before())
+	return l.p.Lets(fin, fin.Before(l.count), l.now)
 }
 
 // raise raises the count line to what the index of finished runs proves,

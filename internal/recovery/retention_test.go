@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/retention"
 	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // base is the fixtures' clock: runs are created from here on.
@@ -73,11 +75,28 @@ func remaining(t testing.TB, st *runstore.Store) []record.RunID {
 	return ids
 }
 
-func keepNewest(n int) Policy { return Policy{KeepNewest: n, OlderThan: NoAgeRule} }
+// localFinished is a state root's finished runs, as crew prune removes
+// them (retention.Prune).
+type localFinished struct{ st *runstore.Store }
+
+func (l localFinished) ByFinish() ([]retention.Run, []string, error) { return ByFinish(l.st) }
+func (l localFinished) Remove(id record.RunID, dry bool) (int64, error) {
+	return RemoveFinished(l.st, id, dry)
+}
+func (l localFinished) AfterPrune(removed []record.RunID) { AfterPrune(l.st, removed) }
+
+// fullPrune is crew prune on st.
+func fullPrune(st *runstore.Store, p retention.Policy, now time.Time, dry bool) (*vocab.PruneReport, error) {
+	return retention.Prune(localFinished{st}, p, now, dry)
+}
+
+func keepNewest(n int) retention.Policy {
+	return retention.Policy{KeepNewest: n, OlderThan: retention.NoAgeRule}
+}
 
 // prune runs lazy prunes until one removes nothing, as finishing runs
 // would, and checks each one kept to its bounds.
-func pruneLazily(t testing.TB, st *runstore.Store, p Policy, now time.Time) (calls int) {
+func pruneLazily(t testing.TB, st *runstore.Store, p retention.Policy, now time.Time) (calls int) {
 	t.Helper()
 	for {
 		rep, err := LazyPrune(st, p, now, DefaultLazyLimits)
@@ -183,7 +202,7 @@ func TestRetentionCountsRunsThatWaitedInLineByFinish(t *testing.T) {
 			indexed(t, st)
 			now := base.Add(time.Hour)
 			if full {
-				rep, err := Prune(st, PruneOptions{Policy: keepNewest(5), Now: now})
+				rep, err := fullPrune(st, keepNewest(5), now, false)
 				if err != nil || len(rep.Removed) != 35 || rep.Kept != 5 {
 					t.Fatalf("prune: %d removed, %d kept, %v; want 35 and 5", len(rep.Removed), rep.Kept, err)
 				}
@@ -237,7 +256,7 @@ func TestLazyPruneByAgeIsNotAnHourLate(t *testing.T) {
 	old := finished(t, st, 0, base.Add(10*time.Second), base.Add(20*time.Second))
 	young := finished(t, st, 1, base.Add(30*time.Second), base.Add(40*time.Second))
 	now := base.Add(20*time.Second + time.Minute + time.Second) // old finished a minute and a second ago
-	pruneLazily(t, st, Policy{KeepNewest: NoCountRule, OlderThan: time.Minute}, now)
+	pruneLazily(t, st, retention.Policy{KeepNewest: retention.NoCountRule, OlderThan: time.Minute}, now)
 	if got := remaining(t, st); !slices.Equal(got, []record.RunID{young}) {
 		t.Errorf("kept %v; want only %s (%s finished more than a minute ago)", got, young, old)
 	}
@@ -259,7 +278,7 @@ func TestLazyPruneByAge(t *testing.T) {
 		}
 	}
 	lateFinisher := finished(t, st, 99, base.Add(30*time.Minute), now.Add(-time.Hour))
-	pruneLazily(t, st, Policy{KeepNewest: NoCountRule, OlderThan: 24 * time.Hour}, now)
+	pruneLazily(t, st, retention.Policy{KeepNewest: retention.NoCountRule, OlderThan: 24 * time.Hour}, now)
 	got := remaining(t, st)
 	want := append([]record.RunID{lateFinisher}, young...)
 	slices.Sort(want)
@@ -277,12 +296,12 @@ func TestLazyPruneBothRules(t *testing.T) {
 		c := base.Add(time.Duration(i) * 2 * time.Hour) // the last 12 finished within a day
 		ids = append(ids, finished(t, st, i, c, c.Add(time.Minute)))
 	}
-	p := Policy{KeepNewest: 20, OlderThan: 24 * time.Hour}
+	p := retention.Policy{KeepNewest: 20, OlderThan: 24 * time.Hour}
 	pruneLazily(t, st, p, now)
 	if got := remaining(t, st); !slices.Equal(got, ids[20:]) {
 		t.Errorf("kept %d; want the newest 20 (more than the day's 12)", len(got))
 	}
-	p = Policy{KeepNewest: 5, OlderThan: 24 * time.Hour}
+	p = retention.Policy{KeepNewest: 5, OlderThan: 24 * time.Hour}
 	pruneLazily(t, st, p, now)
 	var young int
 	for _, id := range ids {
@@ -303,8 +322,8 @@ func TestLazyPruneRemovesNothingItShouldNot(t *testing.T) {
 		c := base.Add(time.Duration(i) * time.Minute)
 		finished(t, st, i, c, c.Add(time.Second))
 	}
-	for _, p := range []Policy{{KeepNewest: NoCountRule, OlderThan: NoAgeRule}, keepNewest(10), keepNewest(50),
-		{KeepNewest: NoCountRule, OlderThan: 1000 * time.Hour}} {
+	for _, p := range []retention.Policy{{KeepNewest: retention.NoCountRule, OlderThan: retention.NoAgeRule}, keepNewest(10), keepNewest(50),
+		{KeepNewest: retention.NoCountRule, OlderThan: 1000 * time.Hour}} {
 		rep, err := LazyPrune(st, p, base.Add(time.Hour), DefaultLazyLimits)
 		if err != nil || rep.Removed != 0 {
 			t.Errorf("policy %+v: %+v, %v", p, rep, err)
@@ -343,7 +362,7 @@ func TestPruneAppliesThePolicyInFull(t *testing.T) {
 		c := base.Add(time.Duration(i) * 7 * time.Minute)
 		ids = append(ids, finished(t, st, i, c, c.Add(time.Minute)))
 	}
-	rep, err := Prune(st, PruneOptions{Policy: keepNewest(15), Now: base.Add(24 * time.Hour), DryRun: true})
+	rep, err := fullPrune(st, keepNewest(15), base.Add(24*time.Hour), true)
 	if err != nil || len(rep.Removed) != 45 || rep.Kept != 15 {
 		t.Fatalf("dry run: %d removed, %d kept, %v", len(rep.Removed), rep.Kept, err)
 	}
@@ -351,7 +370,7 @@ func TestPruneAppliesThePolicyInFull(t *testing.T) {
 		t.Fatalf("a dry run removed runs: %d left", n)
 	}
 	settle(t, st) // as an hour later: the index remembers settled shards only
-	rep, err = Prune(st, PruneOptions{Policy: keepNewest(15), Now: base.Add(24 * time.Hour)})
+	rep, err = fullPrune(st, keepNewest(15), base.Add(24*time.Hour), false)
 	if err != nil || len(rep.Removed) != 45 {
 		t.Fatalf("prune: %+v, %v", rep, err)
 	}

@@ -501,6 +501,10 @@ type claim struct{ l *RunLocks }
 func (c claim) Files() []*os.File { return []*os.File{c.l.OwnerFile()} }
 func (c claim) Env() string       { return "CREW_ROOT=" + c.l.s.Root() }
 
+// Lease is nil: the owner lock holds the slot for as long as any process
+// keeps it, and cannot run out.
+func (c claim) Lease() backend.Lease { return nil }
+
 // HandOver is the state root and both locks, for a detached supervisor
 // (AdoptRunLocks takes them back).
 func (l *RunLocks) HandOver() backend.HandOver {

@@ -17,11 +17,8 @@ type ending struct {
 	reason   string
 	code     int  // crew start's exit code for it: the command's, or 124 for a timeout
 	timedOut bool // --timeout ended it
+	lease    bool // the run's lease ended it (never retried)
 }
-
-// exitTimedOut is the exit code of a run whose command ran out of time
-// (--timeout), as coreutils timeout(1) has it.
-const exitTimedOut = 124
 
 // endingOf says how the command ended: who stopped it (crew stop, a signal
 // crew forwarded, Ctrl-C at the terminal, --timeout), or how it exited.
@@ -33,6 +30,12 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 	}
 	e := ending{state: record.Failed, reason: how, code: code}
 	switch req := s.stopRequestOfRight(); {
+	case s.leaseEnd != "" && code != 0:
+		// The lease, not the command nor whoever stopped it, ended the run.
+		e.reason, e.lease = s.leaseEnd+"; "+how, true
+		if ws.Signaled() {
+			e.signal = vocab.SignalName(ws.Signal())
+		}
 	case stop != nil && stop.req != nil:
 		// crew stop asked, and this supervisor carried it out.
 		r := *stop.req
@@ -47,7 +50,7 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 	case stop != nil && stop.timedOut:
 		// The command is said to have timed out even if it exited on its
 		// own just as the time ran out, as with coreutils timeout.
-		e.signal, e.code, e.timedOut = vocab.SignalName(stop.sig), exitTimedOut, true
+		e.signal, e.code, e.timedOut = vocab.SignalName(stop.sig), vocab.ExitTimedOut, true
 		e.reason = fmt.Sprintf("timed out after %s: crew sent %s to process group %d", duration.Format(time.Duration(s.rec.Timeout)), e.signal, s.pgid)
 		if stop.killed {
 			e.reason += fmt.Sprintf(" and SIGKILL after the %s grace period", s.Grace)

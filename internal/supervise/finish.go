@@ -93,8 +93,9 @@ func (s *supervisor) internalFailure(cause error) error {
 		s.signalGroup(syscall.SIGKILL) // not reaped yet: the group is still the command's
 		s.cmd.reap()
 	}
+	s.endGuard()
 	if !s.done {
-		code := 125
+		code := vocab.ExitInternal
 		s.rec.Finish(record.Failed, s.now(), &code, "crew internal error: "+cause.Error())
 		if err := s.finish(); err != nil {
 			s.Warn(fmt.Errorf("run %s: could not record the failure (%w); `crew recover` will finalize it", id, err))

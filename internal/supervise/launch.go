@@ -22,7 +22,11 @@ func (s *supervisor) launch(out *output) error {
 	env := append(WithoutCrewVars(s.Env),
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, claim.Env())
 	sys, stdin := &syscall.SysProcAttr{Setpgid: true}, s.Stdin
-	if s.pty != nil {
+	if lease := s.leased(); lease != nil {
+		if err := s.startGuard(lease, sys); err != nil {
+			return err
+		}
+	} else if s.pty != nil {
 		sys, stdin = s.pty.childSys(), s.pty.slave
 	} else if fd, ok := foregroundTTY(s.Stdin); ok {
 		sys.Foreground = true
@@ -38,10 +42,15 @@ func (s *supervisor) launch(out *output) error {
 	}
 	c, err := startChild(rec.Command, rec.Dir, env, stdin, out.child[0], out.child[1], claim.Files(), sys)
 	if err != nil {
+		s.endGuard()
 		return err
 	}
 	s.cmd = c
 	s.pgid = c.pid
+	if s.guard != nil {
+		s.pgid = s.guard.Pgid()
+		return s.confirmGuard()
+	}
 	if s.pty != nil {
 		s.pty.pgid.Store(int32(c.pid))
 	}
@@ -72,10 +81,10 @@ func (s *supervisor) launchFailure(startErr error) error {
 	}
 	name := s.rec.Command[0]
 	notFound := errors.Is(startErr, exec.ErrNotFound) || errors.Is(startErr, fs.ErrNotExist)
-	code, reason := 126, fmt.Sprintf("cannot run %s: %v", name, startErr)
+	code, reason := vocab.ExitCannotRun, fmt.Sprintf("cannot run %s: %v", name, startErr)
 	switch {
 	case notFound:
-		code, reason = 127, fmt.Sprintf("command not found: %s", name)
+		code, reason = vocab.ExitNotFound, fmt.Sprintf("command not found: %s", name)
 	case errors.Is(startErr, fs.ErrPermission):
 		reason = fmt.Sprintf("command not executable: %s: permission denied", name)
 	case errors.Is(startErr, syscall.ENOEXEC):

@@ -16,7 +16,7 @@ import (
 // exit, a signal crew did not send, or the timeout), never a stop on
 // purpose (crew stop, a signal crew received, Ctrl-C at the terminal).
 func (s *supervisor) retriesAfter(e ending, n int) bool {
-	return e.state == record.Failed && n < s.rec.MaxAttempts()
+	return e.state == record.Failed && !e.lease && n < s.rec.MaxAttempts()
 }
 
 // endAttempt records how the latest attempt ended, in a run with retries.
@@ -50,19 +50,24 @@ func (s *supervisor) between(n int, e ending, log *runLog) (stopped bool, err er
 		line += ", in " + duration.Format(delay)
 	}
 	s.Note(line)
-	sig, req := s.awaitRetry(delay)
-	if sig == 0 {
+	sig, req, expired := s.awaitRetry(delay)
+	how := fmt.Sprintf("while waiting to retry (attempt %d of %d: %s); no command was running", n, s.rec.MaxAttempts(), e.reason)
+	switch {
+	case expired:
+		code := vocab.ExitInternal
+		s.rec.Finish(record.Failed, s.now(), &code, "the run's lease expired "+how)
+		return true, nil
+	case sig == 0:
 		// crew logs shows the attempts one after the other: say where
 		// each begins.
 		log.note(next)
 		return false, nil
 	}
-	how := fmt.Sprintf("while waiting to retry (attempt %d of %d: %s); no command was running", n, s.rec.MaxAttempts(), e.reason)
 	reason := fmt.Sprintf("crew received %s %s", vocab.SignalName(sig), how)
 	if req != nil {
 		reason = fmt.Sprintf("stopped by %s %s", req.Who(), how)
 	}
-	code := 128 + int(sig)
+	code := vocab.ExitSignalled(sig)
 	s.rec.Signal = vocab.SignalName(sig)
 	s.rec.Finish(record.Stopped, s.now(), &code, reason)
 	return true, nil
@@ -82,8 +87,9 @@ func (e ending) short(timeout time.Duration) string {
 // awaitRetry waits d unless a stop comes first: a signal crew received, or a
 // crew stop request, which it acknowledges (crew stop then need not act
 // itself; there is no command to signal). It returns the stop's signal,
-// 0 if there was none, and crew stop's request if it was one.
-func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRequest) {
+// 0 if there was none, and crew stop's request if it was one; or that the
+// run's lease expired meanwhile (a store of leases).
+func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRequest, bool) {
 	w, err := s.Run.WatchStops()
 	if err != nil {
 		s.Warn(fmt.Errorf("%w; crew stop will have to wait for the next attempt", err))
@@ -96,19 +102,25 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 	notifyAt := time.After(notifyAfter) // as in wait: a short delay polls
 	timer := time.NewTimer(d)
 	defer timer.Stop()
+	var expired <-chan struct{}
+	if lease := s.leased(); lease != nil {
+		expired = lease.Expired()
+	}
 	for req := pending(); ; req = pending() {
 		if req != nil && s.mayAct(req) {
 			ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid(), RequesterUID: s.requesterOf(req)}
 			if err := w.Acknowledge(req, ack); err != nil {
 				s.Warn(err)
 			}
-			return RequestedSignal(req), req
+			return RequestedSignal(req), req, false
 		}
 		select {
 		case sig := <-s.Signals:
-			return asSignal(sig), nil
+			return asSignal(sig), nil, false
+		case <-expired:
+			return 0, nil, true
 		case <-timer.C:
-			return 0, nil
+			return 0, nil, false
 		case <-poll.C:
 		case <-w.Changed():
 		case <-notifyAt:

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 func lines(t *testing.T, path string) int {
@@ -45,7 +46,7 @@ func awaitRecord(t *testing.T, req Request, what string, cond func(*record.Run) 
 func TestTimeoutStopsTheCommand(t *testing.T) {
 	req := reserve(t, "sleep", "20")
 	req.Rec.Timeout = record.Duration(200 * time.Millisecond)
-	assert.Equal(t, exitTimedOut, exitCodeOf(t, awaitResult(t, supervise(req))))
+	assert.Equal(t, vocab.ExitTimedOut, exitCodeOf(t, awaitResult(t, supervise(req))))
 	final, err := req.Logs.ReadRun(req.Rec.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, record.Failed, final.State)

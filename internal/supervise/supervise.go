@@ -81,6 +81,10 @@ type supervisor struct {
 	uid int
 	// refused are the stop requests refused so far, each noted once.
 	refused []refusedStop
+	// guard is the attempt's lease guard, on a store of leases (lease.go).
+	guard backend.Guard
+	// leaseEnd says why the lease ended the run, if it did.
+	leaseEnd string
 }
 
 func newSupervisor(req Request) *supervisor {
@@ -149,6 +153,9 @@ func (s *supervisor) run() error {
 	if err := s.finish(); err != nil {
 		return finishFailure(id, err)
 	}
+	if err := s.leaseEnded(); err != nil {
+		s.Warn(err)
+	}
 	if code != 0 {
 		return &vocab.ExitError{RunID: id, Code: code}
 	}
@@ -169,6 +176,10 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	s.pty.started()
 	if err := s.launch(out); err != nil {
 		out.closeAll()
+		var fault *crewFault
+		if errors.As(err, &fault) {
+			return ending{}, s.internalFailure(fault.err)
+		}
 		return ending{}, s.launchFailure(err)
 	}
 	out.started()
@@ -179,6 +190,8 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	s.signalReady("running")
 
 	ws, stop := s.wait()
+	s.overdue(ws)
+	s.endGuard()
 	s.pty.close() // keystrokes from now on are the shell's
 	out.drain()
 	s.pty.release() // once the command's output is all out, raw as written
@@ -193,7 +206,7 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 // newOutput makes the command's stdout and stderr for an attempt: a
 // pseudo-terminal on an interactive terminal, else pipes.
 func (s *supervisor) newOutput(logw io.Writer) (*output, error) {
-	if s.pty = s.ptyFor(); s.pty != nil {
+	if s.pty = s.ptyFor(); s.pty != nil && s.leased() == nil {
 		return newTerminalOutput(s.Stdout, logw, s.pty), nil
 	}
 	return newOutput(s.Stdout, s.Stderr, logw, s.Tag)
@@ -274,6 +287,11 @@ func (s *supervisor) recordRunning(n int) error {
 		return s.Run.Update(s.rec)
 	}
 	s.rec.StartedAt = &now
+	if s.guard != nil {
+		s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d, in process group %d led by its lease guard (pid %d)",
+			s.rec.TaskPID, s.rec.SupervisorPID, s.pgid, s.guard.PID())
+		return s.Run.Update(s.rec)
+	}
 	s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d", s.rec.TaskPID, s.rec.SupervisorPID)
 	return s.Run.Update(s.rec)
 }

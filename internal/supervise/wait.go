@@ -12,6 +12,7 @@ import (
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/proc"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // How often a supervisor looks for a crew stop request (one fstatat each
@@ -41,8 +42,12 @@ type waitLoop struct {
 	child <-chan childEvent
 	stop  *stopRecord
 	grace <-chan time.Time
-	watch backend.StopWatch // nil if the run's stop requests cannot be watched
-	poll  *time.Ticker
+	// graceAt is when grace fires.
+	graceAt time.Time
+	// losing tells that the run's lease is running out (nil: no lease).
+	losing <-chan backend.LeaseLoss
+	watch  backend.StopWatch // nil if the run's stop requests cannot be watched
+	poll   *time.Ticker
 	// notifyAt fires when it is time to ask for inotify (nil: asked).
 	notifyAt <-chan time.Time
 	jobs     *jobControl // nil without a terminal
@@ -74,6 +79,9 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 			l.graceOver()
 		case <-l.deadline:
 			l.timeUp()
+		case loss := <-l.losing:
+			l.losing = nil
+			l.leaseLost(loss)
 		case <-l.jobs.continued():
 			s.continued(l.jobs)
 		case <-s.pty.suspended():
@@ -94,7 +102,11 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 }
 
 func (s *supervisor) newWaitLoop() *waitLoop {
-	l := &waitLoop{s: s, child: watchChild(s.cmd), jobs: startJobControl(s.Stdin)}
+	l := &waitLoop{s: s, child: watchChild(s.cmd), losing: s.losing()}
+	if s.guard == nil {
+		// A leased command is crew's background job (lease.go).
+		l.jobs = startJobControl(s.Stdin)
+	}
 	w, err := s.Run.WatchStops()
 	if err != nil {
 		s.Warn(fmt.Errorf("%w; crew stop will have to signal the command itself", err))
@@ -143,7 +155,7 @@ func (l *waitLoop) begin(stop *stopRecord) {
 		stop.killed = true // a timeout's stop had already sent SIGKILL
 	}
 	l.stop = stop
-	l.grace = time.After(stop.grace)
+	l.grace, l.graceAt = time.After(stop.grace), time.Now().Add(stop.grace)
 }
 
 // forward passes a signal crew received on to the command's group.
@@ -205,7 +217,7 @@ func (l *waitLoop) endGroup() {
 func (l *waitLoop) awaitGroup() {
 	s := l.s
 	for {
-		others, err := proc.GroupHasOthers(s.pgid, s.cmd.pid)
+		others, err := proc.GroupHasOthers(s.pgid, s.groupMembers()...)
 		if err == nil && !others {
 			return
 		}
@@ -223,10 +235,23 @@ func (l *waitLoop) awaitGroup() {
 // group's id is still the command's. Group 0 or 1 or crew's own is never
 // signalled, whatever happened to the command.
 func (s *supervisor) signalGroup(sig syscall.Signal) {
+	if s.guard != nil {
+		s.signalGuarded(sig)
+		return
+	}
 	if s.pgid <= 1 || s.pgid == unix.Getpgrp() {
 		return
 	}
 	_ = unix.Kill(-s.pgid, sig)
+}
+
+// groupMembers are the processes of the command's group that are crew's
+// own: its leader (the command, or its lease guard) and the command.
+func (s *supervisor) groupMembers() []int {
+	if s.guard != nil {
+		return []int{s.cmd.pid, s.guard.PID()}
+	}
+	return []int{s.cmd.pid}
 }
 
 func asSignal(sig os.Signal) syscall.Signal {
@@ -238,7 +263,7 @@ func asSignal(sig os.Signal) syscall.Signal {
 
 func exitCode(ws syscall.WaitStatus) int {
 	if ws.Signaled() {
-		return 128 + int(ws.Signal())
+		return vocab.ExitSignalled(ws.Signal())
 	}
 	return ws.ExitStatus()
 }

@@ -302,3 +302,27 @@ func (e *LockTimeoutError) Error() string {
 	return fmt.Sprintf("timed out after %s waiting for the admission lock %s, held by %s%s; "+
 		"if that process is stuck, stop it (%s), or raise --lock-timeout", e.Waited, of, e.Holder, where, goes)
 }
+
+// RefusedOnStoreError is a behaviour a store cannot offer, and why (the
+// README lists each): crew refuses it as a usage error.
+type RefusedOnStoreError struct {
+	What  string
+	Where interface{ String() string }
+	Why   string
+}
+
+func (e *RefusedOnStoreError) Error() string {
+	return fmt.Sprintf("%s: not available on %s: %s", e.What, e.Where, e.Why)
+}
+
+// RemoteLogError is a run's log kept on another host: on a store shared by
+// hosts, a run's log is where its supervisor ran.
+type RemoteLogError struct {
+	RunID record.RunID
+	Host  string
+}
+
+func (e *RemoteLogError) Error() string {
+	return fmt.Sprintf("run %s ran on host %s: its log is kept there, in that host's local state root (logs/%s.log); run crew logs on %s",
+		e.RunID, e.Host, e.RunID, e.Host)
+}

@@ -8,6 +8,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// A run's outcome codes, which its record keeps and crew start exits with
+// (as coreutils timeout(1) and shells have them): the command's own exit
+// status, or one of these.
+const (
+	// ExitTimedOut: --timeout stopped the command.
+	ExitTimedOut = 124
+	// ExitInternal: crew itself failed the run (or its lease ran out).
+	ExitInternal = 125
+	// ExitCannotRun: the command exists but cannot be executed.
+	ExitCannotRun = 126
+	// ExitNotFound: the command was not found.
+	ExitNotFound = 127
+)
+
+// ExitSignalled is the outcome code of a command killed by sig: 128+N.
+func ExitSignalled(sig syscall.Signal) int { return 128 + int(sig) }
+
 // ExitError is a command that ran and exited non-zero (or was killed by
 // a signal): crew start exits with the same code.
 type ExitError struct {

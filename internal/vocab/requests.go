@@ -22,9 +22,6 @@ type AdmitRequest struct {
 	Force bool
 	// LockTimeout bounds each wait for the admission lock.
 	LockTimeout time.Duration
-	// LeaseTTL, on a store of leases (etcd), is how long the run's slot
-	// outlives a supervisor that stopped renewing it.
-	LeaseTTL time.Duration
 	// Wait joins the queue instead of refusing, for at most WaitTimeout
 	// (zero: no limit).
 	Wait        bool

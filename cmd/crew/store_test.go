@@ -17,10 +17,6 @@ func TestStoreUsageErrors(t *testing.T) {
 			stderr: `crew: store "http://127.0.0.1:1/x": crew knows etcd stores only (etcd://HOST:PORT[,HOST:PORT...]/PREFIX)`},
 		{name: "root and store", args: []string{"--root", "/tmp/x", "--store", "etcd://127.0.0.1:1/x", "status"},
 			stderr: "crew: --root and --store (or CREW_STORE) do not go together: a run lives in one store"},
-		{name: "flag not on etcd", env: map[string]string{"CREW_STORE": "etcd://127.0.0.1:1/x"}, args: []string{"init", "--group", "ci"},
-			stderr: "crew: crew init --group is not available with an etcd store yet (on etcd: crew init --max/--pool/--retain/--retain-for/--log-max, " +
-				"crew start (every flag), " +
-				"crew status [TASK|RUN-ID], crew stop, crew wait, crew logs, crew history, crew prune, crew recover)"},
 		{name: "lease ttl locally", args: []string{"--root", "/nonexistent/x", "start", "--lease-ttl", "5s", "t", "--", "true"},
 			stderr: "crew: --lease-ttl is for an etcd store (--store or CREW_STORE)"},
 	} {

@@ -1,15 +1,13 @@
-package recovery
+package dispatch
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // An orphan's report names the processes shown holding its slot, or says
@@ -36,9 +34,9 @@ func TestOrphanNamesItsHolders(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := &recoverer{opts: Options{Holders: c.holders}}
-			it := r.orphan(Item{RunID: "r-1"}, rec)
-			if it.Outcome != Orphaned {
+			r := &recoverer{holders: c.holders}
+			it := r.orphan(vocab.RecoverItem{RunID: "r-1"}, rec)
+			if it.Outcome != vocab.Orphaned {
 				t.Errorf("outcome %s", it.Outcome)
 			}
 			if !strings.Contains(it.Reason, c.reason) {
@@ -51,32 +49,5 @@ func TestOrphanNamesItsHolders(t *testing.T) {
 				t.Errorf("holders unknown %q, want %q", it.HoldersUnknown, c.unknown)
 			}
 		})
-	}
-}
-
-// A root whose owners/ directory is gone (copied without its empty
-// directories, or removed by hand) still has its unreadable records
-// quarantined and reported: the fence that guards the move needs the
-// directory, and recover makes it, instead of skipping them silently.
-func TestRecoverQuarantinesWithoutAnOwnersDirectory(t *testing.T) {
-	st := newStore(t)
-	root := st.Root()
-	bad := "r-20260301T080000.000000000Z-0000000000000001.json"
-	if err := os.WriteFile(filepath.Join(root, "runs", "active", bad), []byte("{torn"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(filepath.Join(root, "owners")); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	rep, err := Recover(runstore.New(root), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := rep.Count(Quarantined); n != 1 {
-		t.Fatalf("quarantined %d, want the torn record: %+v", n, rep.Items)
-	}
-	if _, err := os.Lstat(filepath.Join(root, "quarantine", bad)); err != nil {
-		t.Errorf("the torn record is not in quarantine/: %v", err)
 	}
 }
