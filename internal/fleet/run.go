@@ -214,6 +214,6 @@ func (f *Fleet) Adopt(id record.RunID, values []string, _ []*os.File) (backend.R
 // URL, and a lease that each attempt's guard keeps it from outliving.
 type leaseClaim struct{ r *run }
 
-func (c leaseClaim) Files() []*os.File     { return nil }
-func (c leaseClaim) Env() string           { return "CREW_STORE=" + c.r.f.Loc.URL }
-func (c leaseClaim) Lease() backend.Lease  { return c.r.lease }
+func (c leaseClaim) Files() []*os.File    { return nil }
+func (c leaseClaim) Env() string          { return "CREW_STORE=" + c.r.f.Loc.URL }
+func (c leaseClaim) Lease() backend.Lease { return c.r.lease }

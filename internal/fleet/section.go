@@ -180,8 +180,10 @@ func (sec *section) LoadConfig() (record.Config, bool, error) {
 	return sec.v.cfg, sec.v.cfgExists, sec.v.cfgErr
 }
 
-func (sec *section) ScanActive() ([]backend.ActiveRun, error)    { return sec.v.scan(), nil }
-func (sec *section) ListTickets() ([]backend.TicketEntry, error) { return sec.v.tickets(sec.s.f.k), nil }
+func (sec *section) ScanActive() ([]backend.ActiveRun, error) { return sec.v.scan(), nil }
+func (sec *section) ListTickets() ([]backend.TicketEntry, error) {
+	return sec.v.tickets(sec.s.f.k), nil
+}
 
 // RemoveDeadTicket removes a queue key on no lease (one written by hand):
 // a waiter's ticket goes with its lease by itself.
@@ -327,11 +329,16 @@ func newWaiter(s *starter, id record.RunID, rev int64) *waiter {
 	return w
 }
 
-func (w *waiter) ID() record.RunID        { return w.id }
-func (w *waiter) Rung() <-chan struct{}   { return w.rung }
-func (w *waiter) ring()                   { sendNonBlocking(w.rung) }
-func (w *waiter) stop()                   { w.once.Do(func() { w.cancel(); <-w.done }) }
-func sendNonBlocking(ch chan struct{})    { select { case ch <- struct{}{}: default: } }
+func (w *waiter) ID() record.RunID      { return w.id }
+func (w *waiter) Rung() <-chan struct{} { return w.rung }
+func (w *waiter) ring()                 { sendNonBlocking(w.rung) }
+func (w *waiter) stop()                 { w.once.Do(func() { w.cancel(); <-w.done }) }
+func sendNonBlocking(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
 
 // Screen: every change rings every waiter, so a ring is worth a look
 // before the admission lock; except the waiter's own news, a lost lease,
