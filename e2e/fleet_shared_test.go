@@ -10,6 +10,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,6 +195,66 @@ var sharedCases = []struct {
 		r = f.run("h2", startArgs("x", []string{"true"}, "--pool", "nope")...)
 		wantCode(t, r, "a start in an unknown pool", 64)
 		assert.Contains(t, r.Stderr, `unknown pool "nope"`)
+	}},
+	// crew stop of a command that traps SIGTERM and exits 0: the run was
+	// stopped, whatever its code (issue 22: the etcd store said succeeded).
+	{"StopOfATrapThatExitsZero", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		ready := filepath.Join(f.dir, "trap-ready")
+		p := f.start("h1", nil, startArgs("trapper", []string{"sh", "-c", `trap "exit 0" TERM; : >"$0"; while :; do sleep 0.05; done`, ready})...)
+		eventually(t, 20*time.Second, "the trap to be set and the run recorded running", func() bool {
+			return exists(ready) && f.runIDOf("trapper") != "" && f.status().Active[0].State == "running"
+		})
+		id := f.runIDOf("trapper")
+		wantCode(t, f.run("h2", "stop", id), "crew stop of the trapping command", 0)
+		wantCode(t, p.wait(t, 20*time.Second), "the stopped crew start: the command's own code", 0)
+		rec := f.finalRecord(id, 10*time.Second)
+		assert.Equal(t, "stopped", rec.State, rec.Reason)
+		require.NotNil(t, rec.ExitCode)
+		assert.Equal(t, 0, *rec.ExitCode)
+		assert.Contains(t, rec.Reason, "stopped by crew stop")
+	}},
+	// A nested start whose ancestors hold every slot would wait forever:
+	// it is refused at once with 78, --wait or not (issue 22: the etcd
+	// store said 75, and waited forever with --wait).
+	{"NestedStartWouldDeadlock", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		for _, inner := range [][]string{{"start", "--wait", "inner", "--", "true"}, {"start", "inner", "--", "true"}} {
+			r, _, err := f.tryRunFor(time.Minute, "h1", nil, append([]string{"start", "outer", "--", f.bin}, inner...)...)
+			require.NoError(t, err, "the nested start did not end: %v", inner)
+			wantCode(t, r, fmt.Sprintf("a nested %v at cap 1", inner), 78)
+			assert.Contains(t, r.Stderr, `crew: inner: not admitted: it would wait forever for a slot (1/1 in use), all held by runs it was started from: task "outer" (run r-`)
+		}
+		assert.Empty(t, f.status().Queue, "the refused waiter left no ticket")
+	}},
+	// crew wait takes a unique prefix of a run id, as every RUN argument
+	// does (issue 22: exit 64 on the etcd store).
+	{"WaitByUniquePrefix", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		wantCode(t, f.run("h1", startArgs("prefixed", []string{"sh", "-c", "exit 5"})...), "the run to wait for", 5)
+		id := f.runIDOf("prefixed")
+		prefix := id[:len(id)-10]
+		wantCode(t, f.run("h2", "wait", prefix), "crew wait "+prefix, 5)
+		wantCode(t, f.run("h2", "status", prefix), "crew status "+prefix, 0)
+	}},
+	// What a store cannot offer, it refuses as a usage error that says why
+	// (README, "What each store offers").
+	{"DocumentedRefusals", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		if f.kind == "local" {
+			r := f.run("h1", startArgs("t", []string{"true"}, "--lease-ttl", "5s")...)
+			wantCode(t, r, "crew start --lease-ttl on a state root", 64)
+			assert.Contains(t, r.Stderr, "crew: --lease-ttl is for an etcd store (--store or CREW_STORE); a local run's slot is held by a lock that dies with its processes")
+			return
+		}
+		r := f.run("h1", "init", "--group", "nogroup")
+		wantCode(t, r, "crew init --group on an etcd store", 64)
+		assert.Contains(t, r.Stderr, "crew: crew init --group and --no-group: not available on etcd store "+f.store+": it has no files to share with a group")
+		p, ob := f.victim("h1", "held", nil)
+		r = f.run("h2", "stop", "--signal", "SIGSTOP", ob.runID)
+		wantCode(t, r, "crew stop --signal SIGSTOP on an etcd store", 64)
+		assert.Contains(t, r.Stderr, "crew stop --signal SIGSTOP: not available on etcd store "+f.store+": it would freeze the run's lease guard")
+		_ = p
 	}},
 }
 

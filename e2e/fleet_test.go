@@ -150,10 +150,7 @@ func fleetContract(t *testing.T, c *etcdCluster) {
 	assert.Equal(t, "try\ntry\n", r.Stdout)
 	assert.Equal(t, 2, len(f.finalRecord(f.status().Finished[0].RunID, 10*time.Second).Attempts), "both attempts are in the record")
 
-	// Not available with an etcd store: exit 64, saying so.
-	r = f.run("h1", "init", "--group", "nobody")
-	wantCode(t, r, "crew init --group on etcd", 64)
-	assert.Contains(t, r.Stderr, "not available with an etcd store", "the message says why")
+	// What an etcd store cannot offer: sharedCases' DocumentedRefusals.
 	// The rest of the run-level commands work on etcd.
 	for _, args := range [][]string{{"history"}, {"wait", "contract"}, {"stop", "contract"}, {"prune", "--dry-run", "--keep", "5"}} {
 		r := f.run("h1", args...)
@@ -761,11 +758,11 @@ func fleetDetachedSupervisorDies(t *testing.T, c *etcdCluster) {
 	const ttl = 2 * time.Second
 	cmd, ob := f.obs.sleeper("orphan", 50*time.Millisecond)
 	began := time.Now()
-	d := f.start("h1", []string{"CREW_FAILPOINT=detach-handover:kill"}, startArgs("orphan", cmd, "--detach", "--lease-ttl", ttl.String())...)
+	d := f.start("h1", []string{"CREW_FAILPOINT=adopted:kill"}, startArgs("orphan", cmd, "--detach", "--lease-ttl", ttl.String())...)
 	r := d.wait(t, 30*time.Second)
 	wantCode(t, r, "crew start --detach whose supervisor died", 125)
 	assert.Contains(t, r.Stderr, "crew: orphan: ")
-	assert.Contains(t, r.Stderr, "detached supervisor exited before the command started; the run's slot frees with its lease, and `crew recover` finalizes it")
+	assert.Contains(t, r.Stderr, "detached supervisor exited before the command started; `crew recover` will finalize the run")
 	id := f.runIDOf("orphan")
 	require.NotEmpty(t, id, "the orphaned run's record")
 
@@ -777,7 +774,9 @@ func fleetDetachedSupervisorDies(t *testing.T, c *etcdCluster) {
 	rec := f.finalRecord(id, 5*time.Second)
 	assert.Equal(t, "interrupted", rec.State)
 	assert.Contains(t, rec.Reason, "h1")
-	assert.Contains(t, rec.Reason, "lost its lease before it recorded the command's start")
+	assert.Contains(t, rec.Reason, "lost its lease without finalizing the run")
+	assert.Contains(t, rec.Reason, "state was provisioning")
+	assert.Contains(t, rec.Reason, "the command may have started (its start was not recorded)")
 	again := f.recover("h2")
 	assert.Zero(t, again.changes(), "a second recover has nothing to do: %+v", again.Items)
 }

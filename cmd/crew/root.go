@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // streams are a command's standard streams; tests pass buffers.
@@ -111,7 +112,8 @@ func run(args []string, s streams) int {
 			fmt.Fprintf(s.Err, "crew: %s\n", hint)
 		}
 	}
-	if code == exitUsage && cmd != nil {
+	var onStore *vocab.RefusedOnStoreError
+	if code == exitUsage && cmd != nil && !errors.As(err, &onStore) { // the command line was right, the store cannot
 		fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
 	return code

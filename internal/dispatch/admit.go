@@ -39,7 +39,9 @@ func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reserv
 	if len(req.Command) == 0 {
 		return nil, vocab.Usagef("missing command: give it after --, as in `crew start TASK -- COMMAND [ARGS...]`")
 	}
-	st, err := d.Store.Begin(ctx)
+	bctx, cancel := context.WithTimeout(ctx, req.LockTimeout) // a store that cannot be reached says so in time
+	st, err := d.Store.Begin(bctx)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

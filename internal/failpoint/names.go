@@ -36,6 +36,7 @@ var (
 	StopSignal         = Name{"stop-signal"}
 	Admitted           = Name{"admitted"}
 	DetachHandover     = Name{"detach-handover"}
+	Adopted            = Name{"adopted"}
 	PTYOpen            = Name{"pty-open"}
 	ForkExec           = Name{"fork-exec"}
 	Launched           = Name{"launched"}
@@ -70,6 +71,7 @@ var Points = []Point{
 	{StopSignal, Step, "crew start took a stop signal that came while it was being admitted"},
 	{Admitted, Step, "admission lock released, command not yet started"},
 	{DetachHandover, Step, "`--detach`: the background supervisor started and holds the locks; the parent has not exited"},
+	{Adopted, Step, "`--detach`: the background supervisor took the run over from its parent; the command has not started"},
 	{PTYOpen, Fault, "the command's pseudo-terminal is opened (`error:` makes it fail)"},
 	{ForkExec, Fault, "about to start the command (`error:` makes the start fail as fork/exec would)"},
 	{Launched, Step, "command started, record not yet `running`"},

@@ -147,7 +147,12 @@ const leaseGone = "lost its lease without finalizing the run (it died, froze, or
 
 // FinalizeDead records a run whose owner's lease is gone as interrupted.
 func (r runs) FinalizeDead(id record.RunID, now time.Time) (backend.ReapOutcome, *record.Run, error) {
-	return r.f.finalize(id, func(rec *record.Run) { rec.EndDead(now, leaseGone, r.f.logs != nil && r.f.logs.HasLog(id)) })
+	return r.f.finalize(id, func(rec *record.Run) {
+		// A run of another host's may have a log there: whether its
+		// command started, this host cannot tell.
+		logged := rec.Host != r.f.host || (r.f.logs != nil && r.f.logs.HasLog(id))
+		rec.EndDead(now, leaseGone, logged)
+	})
 }
 
 // FinalizeStopped records a run whose supervisor was gone as stopped by

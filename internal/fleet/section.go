@@ -59,9 +59,14 @@ type starter struct {
 	reserved bool
 }
 
-// Begin grants the start's lease and opens its session.
-func (f *Fleet) Begin(context.Context) (backend.Starter, error) {
-	l, err := f.grantPatiently(f.ttl, unavailableFor)
+// Begin grants the start's lease and opens its session, trying for as long
+// as ctx allows (at most unavailableFor) while etcd does not answer.
+func (f *Fleet) Begin(ctx context.Context) (backend.Starter, error) {
+	patience := unavailableFor
+	if d, ok := ctx.Deadline(); ok {
+		patience = min(patience, time.Until(d))
+	}
+	l, err := f.grantPatiently(f.ttl, patience)
 	if err != nil {
 		return nil, err
 	}

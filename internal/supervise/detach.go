@@ -130,6 +130,7 @@ func RunDetached(a Adoption, grace time.Duration, signals <-chan os.Signal, fini
 	if err != nil {
 		return err
 	}
+	failpoint.Hit(failpoint.Adopted)
 	rec, err := a.Runs.ReadActive(a.ID)
 	if err != nil {
 		return err
