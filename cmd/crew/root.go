@@ -99,7 +99,7 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 // run executes crew with args and returns the process exit code.
 func run(args []string, s streams) int {
 	if err := checkOpenFiles(args); err != nil {
-		fmt.Fprintf(s.Err, "crew: %v\n", err)
+		fmt.Fprintf(s.Err, "crew: %s\n", termError(err))
 		return exitCodeFor(err)
 	}
 	g := &globalOptions{getenv: os.Getenv, argv: args}
@@ -111,7 +111,7 @@ func run(args []string, s streams) int {
 	}
 	if cmd == nil || !cmdRan(cmd) {
 		// cobra's own errors: unknown command, bad arguments.
-		err = &usageError{err}
+		err = &usageError{&cobraError{err}}
 	}
 	var unsafe *dispatch.UnsafeRootError
 	if errors.As(err, &unsafe) {
