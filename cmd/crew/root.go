@@ -88,7 +88,7 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 	root.SetErr(s.Err)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state root directory (default $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew)")
 	root.PersistentFlags().StringVar(&g.store, "store", "", "a store shared across machines instead of the state root: etcd://HOST:PORT[,HOST:PORT...]/PREFIX (default $CREW_STORE; needs a crew built with -tags etcd)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{flagError(err)} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{flagError(unknownFlag(cmd, err))} })
 	root.Version = versionString()
 	root.SetVersionTemplate("crew version {{.Version}}\n")
 	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newHistoryCmd(g, s), newRecoverCmd(g, s),

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -83,11 +82,8 @@ A task whose name begins with - is given with --task: crew start --task=-x -- CM
 			return o.run(cmd, args, s)
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		if strings.HasPrefix(err.Error(), "unknown flag") || strings.HasPrefix(err.Error(), "unknown shorthand flag") {
-			err = fmt.Errorf("%w (a task name that begins with - is given as --task=NAME)", err)
-		}
-		return &usageError{flagError(err)}
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{flagError(startFlagHint(cmd, err, g.argv))}
 	})
 	f := cmd.Flags()
 	f.StringVar(&o.task, "task", "", "the task's name, instead of TASK before --; for names that begin with - (--task=-x)")
@@ -133,6 +129,8 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	switch {
 	case len(args) == 0:
 		return &usageError{fmt.Errorf("missing task name: usage is crew start TASK -- COMMAND [ARGS...]")}
+	case dash < 0 && len(args) > 1:
+		return &usageError{fmt.Errorf("missing `--` before the command: did you forget it? As in: crew start %s -- %s", shellWord(args[0]), shellQuote(args[1:]))}
 	case dash < 0 || dash == len(args):
 		return &usageError{fmt.Errorf("missing command: give it after --, as in crew start %s -- COMMAND [ARGS...]", args[0])}
 	case dash != 1:
