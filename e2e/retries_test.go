@@ -303,7 +303,7 @@ func TestTimeoutAndRetriesUsageErrors(t *testing.T) {
 
 	h := e.run("start", "--help")
 	assert.Equal(t, 0, h.Code)
-	for _, want := range []string{"--timeout", "--retries", "--retry-delay", "124    --timeout: the command ran out of time"} {
+	for _, want := range []string{"--timeout", "--retries", "--retry-delay", "124 --timeout ran out"} {
 		assert.Contains(t, h.Stdout, want)
 	}
 }

@@ -24,23 +24,12 @@ const (
 	exitNotFound      = 127 // the command was not found
 )
 
-// exitCodeHelp is the table printed by `crew start --help` and in the README.
-const exitCodeHelp = `Exit codes:
-  0-255  the command's own exit code (128+N if signal N ended it)
-  64     usage error: bad task name, missing command, bad flag, unknown pool
-  75     not admitted: all slots are busy (or --refused-exit's code)
-  76     not admitted: the task already has an active run (or --refused-exit's code)
-  78     not admitted: a nested start (run by a crew command: CREW_RUN_ID) could
-         only wait for the runs it was started from, which wait for it
-  124    --timeout: the command ran out of time (its last attempt, with --retries)
-  125    crew itself failed (state root unwritable, lock timeout, unusable crew.json,
-         a queue that cannot be listed, too few file descriptors, the run's end could
-         not be recorded on a full disk)
-  126    the command is not executable
-  127    the command was not found
-
-A command can exit 75 or 76 itself. To tell a refusal from the command's own
-exit code, choose a code the command never uses: --refused-exit 200.`
+// exitCodeHelp is crew start --help's word on exit codes; the README has
+// the table.
+const exitCodeHelp = `Exit codes: the command's own (128+N if signal N ended it); 64 usage error;
+75 not admitted, all slots busy; 76 not admitted, the task already runs (both:
+--refused-exit N); 78 a nested start that could only wait for its own parents;
+124 --timeout ran out; 125 crew itself failed; 126 not executable; 127 not found.`
 
 // usageError marks errors in how crew was called.
 type usageError struct{ err error }

@@ -79,7 +79,8 @@ func newRootCmd(g *globalOptions, s streams) *cobra.Command {
 		Short: "Run commands under a machine-wide concurrency cap, with truthful records",
 		Long: `crew runs a command only when one of maximumInProgress slots is free, across
 every crew process on the machine, with no daemon. Every run is recorded in the
-state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew).`,
+state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew).
+The README is the reference: every command, the state root, the exit codes.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -93,6 +94,8 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 	root.SetVersionTemplate("crew version {{.Version}}\n")
 	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newHistoryCmd(g, s), newRecoverCmd(g, s),
 		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g))
+	root.SetUsageFunc(usageFunc(s.Out))
+	hideUnsupported(root)
 	return root
 }
 

@@ -38,44 +38,23 @@ func newStartCmd(g *globalOptions, s streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "start [flags] TASK -- COMMAND [ARGS...]",
 		Short: "Run COMMAND as a run of TASK when a slot is free",
-		Long: `Run COMMAND as a run of TASK if one of maximumInProgress slots is free and TASK
-has no active run; otherwise refuse at once (exit 75 or 76, or --refused-exit's
-code; --quiet says nothing), or with --wait, wait in line: slots go to waiting
-starts in arrival order, and a start whose task is busy or whose pool is full
-does not hold up the others. --wait takes its limit only after "=" (--wait=10m):
-a separate word after --wait is the task, and one that reads as a limit is
-refused. Every line crew start writes about the run begins "crew: TASK: ".
+		Long: `Run COMMAND as a run of TASK when one of the maximumInProgress slots is free
+and TASK has no active run; otherwise refuse at once, or with --wait wait in line.
+The command's output is also written to the run's log; SIGINT, SIGTERM and SIGHUP
+are forwarded to its process group. A name that begins with - is given as --task.
 
-The command's stdin, stdout and stderr are passed through, and its output is
-also written to the run's log in the state root. It runs in its own process
-group with CREW_RUN_ID, CREW_TASK and CREW_ROOT set. SIGINT, SIGTERM and SIGHUP
-are forwarded to that group; after --grace the group gets SIGKILL. crew exits
-with the command's exit code.
+` + exitCodeHelp + `
 
---timeout D stops the command the same way once it has run for D (exit 124,
-recorded as timed out). --retries N runs a failed command (non-zero exit,
-killed, timed out; never one stopped by crew stop or a signal crew received)
-again up to N more times in the same run, keeping its slot, --retry-delay
-apart; the timeout is per attempt, and the exit code is the last attempt's.
-
-` + terminalHelp + `
-
-Any non-empty UTF-8 name up to 200 bytes of characters that print is a task,
-except names beginning with "r-" and a digit (reserved: they look like run ids).
-A task whose name begins with - is given with --task: crew start --task=-x -- CMD.
-
-` + exitCodeHelp,
+The README's "crew start" section is the reference: the queue, terminals,
+signals, timeouts and retries, task names.`,
 		Example: `  crew start build -- make -j2
-  crew start --wait build -- make                  # wait in line, then run
-  crew start --wait=10m nightly -- ./backup.sh     # give up after 10 minutes: exit 75
+  crew start --wait build -- make                # wait in line, then run
+  crew start --wait=10m nightly -- ./backup.sh   # give up after 10 minutes: exit 75
   crew start --pool deploy deploy:prod -- ./deploy.sh
-  crew start --force hotfix -- ./deploy.sh
-  crew start --task=-nightly -- ./backup.sh         # a task name that begins with -
-  crew start --tag lint -- make lint               # each output line starts with "lint<TAB>"
-  crew start --no-pty build -- make                # pipes, not a pseudo-terminal, on a terminal
-  crew start --log-max 10MiB chatty -- ./noisy.sh  # keep the first 5 MiB and the newest output
-  crew start --quiet --refused-exit 0 nightly -- ./backup.sh   # cron: already running is fine
-  crew start --timeout 30m --retries 2 e2e -- make e2e   # 30 minutes per attempt, 3 attempts at most`,
+  crew start --task=-nightly -- ./backup.sh      # a task name that begins with -
+  crew start --tag lint -- make lint             # each output line starts "lint<TAB>"
+  crew start --timeout 30m --retries 2 e2e -- make e2e
+  crew start --quiet --refused-exit 0 sync -- ./sync.sh   # cron: busy is fine`,
 		ValidArgsFunction: completeStart(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
