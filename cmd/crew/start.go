@@ -66,7 +66,7 @@ signals, timeouts and retries, task names.`,
 	})
 	f := cmd.Flags()
 	f.StringVar(&o.task, "task", "", "the task's name, instead of TASK before --; for names that begin with - (--task=-x)")
-	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D (with \"=\") gives up after D (exit 75, or 76 if it was the task)")
+	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D (with \"=\") gives up after D (exit 75, or 76 if it was the task); --wait=0 does not wait")
 	f.Lookup("wait").NoOptDefVal = "forever"
 	f.StringVar(&o.pool, "pool", "", "also take a slot in this configured pool")
 	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only")
