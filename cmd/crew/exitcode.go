@@ -14,7 +14,7 @@ const (
 	exitOK            = 0
 	exitFailed        = 1   // crew recover: an item failed; crew logs: no log
 	exitUsage         = 64  // bad arguments or flags (EX_USAGE)
-	exitWaitTimeout   = 124 // crew wait: timed out
+	exitWaitGaveUp    = 75  // crew wait: its --timeout ran out (EX_TEMPFAIL, as a --wait=D start's)
 	exitSlotsBusy     = 75  // not admitted: all slots busy (EX_TEMPFAIL)
 	exitTaskActive    = 76  // not admitted: the task already has an active run
 	exitNoPerm        = 77  // crew stop: another user's run or waiting start (EX_NOPERM)
@@ -67,7 +67,7 @@ func exitCodeFor(err error) int {
 		exited   *supervise.ExitError
 		launch   *supervise.LaunchError
 		signal   *supervise.SignalledError
-		timeout  *waitTimeoutError
+		gaveUp   *waitGaveUpError
 		noLog    *noLogError
 		failed   *itemsFailedError
 		status   *exitStatus
@@ -94,8 +94,8 @@ func exitCodeFor(err error) int {
 		return exitSlotsBusy
 	case errors.As(err, &usage), errors.As(err, &cliUsage), errors.As(err, &notFound), errors.As(err, &ambig):
 		return exitUsage
-	case errors.As(err, &timeout):
-		return exitWaitTimeout
+	case errors.As(err, &gaveUp):
+		return exitWaitGaveUp
 	case errors.As(err, &noLog), errors.As(err, &failed):
 		return exitFailed
 	case errors.As(err, &launch):

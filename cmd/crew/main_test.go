@@ -128,7 +128,7 @@ func TestExitCodeFor(t *testing.T) {
 		{"unknown run", &dispatch.NotFoundError{Err: errors.New("x")}, 64},
 		{"recover items failed", &itemsFailedError{2}, 1},
 		{"no log", &noLogError{"x"}, 1},
-		{"wait timeout", &waitTimeoutError{"x"}, 124},
+		{"wait gave up", &waitGaveUpError{"x"}, 75},
 		{"signalled INT", &supervise.SignalledError{Signal: syscall.SIGINT}, 130},
 		{"signalled TERM", &supervise.SignalledError{Signal: syscall.SIGTERM}, 143},
 		{"signalled HUP", &supervise.SignalledError{Signal: syscall.SIGHUP}, 129},
