@@ -205,3 +205,37 @@ func TestTablesKeepTheTailAndAlignWideCharacters(t *testing.T) {
 			"the refusal's reason is wrapped, not cut")
 	}
 }
+
+// FORCE_COLOR and CLICOLOR_FORCE (set, and not "0") colour the states
+// where stdout is no terminal, as a CI log that renders colours wants;
+// NO_COLOR still wins (issue 24, item 9).
+func TestForcedColour(t *testing.T) {
+	e := newEnv(t)
+	require.Equal(t, 3, e.run("start", "failing", "--", "sh", "-c", "exit 3").Code)
+	for _, c := range []struct {
+		env    []string
+		colour bool
+	}{
+		{nil, false},
+		{[]string{"FORCE_COLOR=1"}, true},
+		{[]string{"FORCE_COLOR=true", "TERM=dumb"}, true},
+		{[]string{"CLICOLOR_FORCE=1"}, true},
+		{[]string{"FORCE_COLOR=0"}, false},
+		{[]string{"CLICOLOR_FORCE=0"}, false},
+		{[]string{"FORCE_COLOR="}, false},
+		{[]string{"FORCE_COLOR=1", "NO_COLOR=1"}, false},
+		{[]string{"CLICOLOR_FORCE=1", "NO_COLOR=1"}, false},
+	} {
+		r := e.runEnv(c.env, "status")
+		require.Equal(t, 0, r.Code, r.Stderr)
+		if c.colour {
+			assert.Contains(t, r.Stdout, "\x1b[31mfailed\x1b[0m", "%v: coloured", c.env)
+		} else {
+			assert.NotContains(t, r.Stdout, "\x1b[", "%v: no colour", c.env)
+		}
+		h := e.runEnv(c.env, "history")
+		assert.Equal(t, c.colour, strings.Contains(h.Stdout, "\x1b[31mfailed\x1b[0m"), "%v: history as status", c.env)
+	}
+	r := e.runEnv([]string{"FORCE_COLOR=1"}, "status", "--json")
+	assert.NotContains(t, r.Stdout, "\x1b[", "JSON is never coloured")
+}

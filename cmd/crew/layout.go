@@ -15,9 +15,11 @@ import (
 )
 
 // Text output for people: laid out for the terminal's width when stdout is
-// a terminal, else for $COLUMNS, else 80 columns; coloured only on a
-// terminal, and never where NO_COLOR is set (no-color.org) or TERM is
-// dumb. JSON output is never laid out or truncated.
+// a terminal, else for $COLUMNS, else 80 columns; coloured on a terminal
+// unless TERM is dumb, and anywhere FORCE_COLOR or CLICOLOR_FORCE is set
+// (to anything but 0: a CI log that renders colours), but never where
+// NO_COLOR is set (no-color.org). JSON output is never laid out, cut or
+// coloured.
 
 // defaultWidth is the width text is laid out for when it goes to a pipe or
 // a file.
@@ -30,19 +32,34 @@ type screen struct {
 }
 
 // screenFor lays out for w: its terminal's width and colours if it is a
-// terminal, else $COLUMNS (or 80) and no colour.
+// terminal, else $COLUMNS (or 80) and no colour unless forced.
 func screenFor(w io.Writer, getenv func(string) string) screen {
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		width := defaultWidth
 		if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 0 {
 			width = cols
 		}
-		return screen{width: width, color: getenv("NO_COLOR") == "" && getenv("TERM") != "dumb"}
+		return screen{width: width, color: colorWanted(getenv, getenv("TERM") != "dumb")}
 	}
+	sc := screen{width: defaultWidth, color: colorWanted(getenv, false)}
 	if n, err := strconv.Atoi(getenv("COLUMNS")); err == nil && n > 0 {
-		return screen{width: n}
+		sc.width = n
 	}
-	return screen{width: defaultWidth}
+	return sc
+}
+
+// colorWanted says whether to colour: never with NO_COLOR; always with
+// FORCE_COLOR or CLICOLOR_FORCE set to anything but "0"; else as the
+// screen would (a terminal that is not dumb).
+func colorWanted(getenv func(string) string, screenWould bool) bool {
+	forced := func(k string) bool { v := getenv(k); return v != "" && v != "0" }
+	switch {
+	case getenv("NO_COLOR") != "":
+		return false
+	case forced("FORCE_COLOR"), forced("CLICOLOR_FORCE"):
+		return true
+	}
+	return screenWould
 }
 
 // terminalWidth is the width of the terminal f is, or 0 if it is none.

@@ -163,6 +163,14 @@ func TestScreenFor(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	assert.Equal(t, screen{width: 80}, screenFor(f, env(nil)), "a file is no terminal")
+	// Colour forced (issue 24, item 9), NO_COLOR first.
+	for kv, color := range map[[2]string]bool{
+		{"FORCE_COLOR", "1"}: true, {"FORCE_COLOR", "3"}: true, {"CLICOLOR_FORCE", "1"}: true,
+		{"FORCE_COLOR", "0"}: false, {"CLICOLOR_FORCE", "0"}: false, {"FORCE_COLOR", ""}: false,
+	} {
+		assert.Equal(t, screen{width: 80, color: color}, screenFor(&buf, env(map[string]string{kv[0]: kv[1]})), "%s=%s", kv[0], kv[1])
+		assert.Equal(t, screen{width: 80}, screenFor(&buf, env(map[string]string{kv[0]: kv[1], "NO_COLOR": "1"})), "%s=%s, NO_COLOR", kv[0], kv[1])
+	}
 }
 
 // crew status at 80 columns: every row fits, the command is quoted as a
