@@ -438,7 +438,7 @@ func (e *env) initMax(n int) {
 // signalName is the name crew records for a signal.
 func signalName(sig syscall.Signal) string {
 	return map[syscall.Signal]string{
-		syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGKILL: "SIGKILL",
+		syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGKILL: "SIGKILL", syscall.SIGQUIT: "SIGQUIT",
 	}[sig]
 }
 

@@ -73,10 +73,13 @@ func exitCodeFor(err error) int {
 		status   *exitStatus
 		nested   *dispatch.NestedDeadlockError
 		noPerm   *dispatch.NotPermittedError
+		intr     *interruptedError
 	)
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &intr):
+		return 128 + int(intr.sig) // if dying by it fails (main)
 	case errors.As(err, &status):
 		return status.code
 	case errors.As(err, &exited):
@@ -112,10 +115,13 @@ func exitCodeFor(err error) int {
 
 // silent reports whether err is an outcome to exit with, not a message
 // for the user: the command's own exit status says it all, or a refusal
-// crew start was asked to keep quiet about (--quiet).
+// crew start was asked to keep quiet about (--quiet), or an interrupted
+// run that ended with nothing more to say.
 func silent(err error) bool {
 	var exited *supervise.ExitError
 	var status *exitStatus
 	var chosen *chosenRefusal
-	return errors.As(err, &exited) || errors.As(err, &status) || (errors.As(err, &chosen) && chosen.quiet)
+	var intr *interruptedError
+	return errors.As(err, &exited) || errors.As(err, &status) || (errors.As(err, &chosen) && chosen.quiet) ||
+		(errors.As(err, &intr) && intr.err == nil)
 }

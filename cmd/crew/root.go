@@ -101,16 +101,24 @@ The README is the reference: every command, the state root, the exit codes.`,
 
 // run executes crew with args and returns the process exit code.
 func run(args []string, s streams) int {
+	code, _ := execute(args, s)
+	return code
+}
+
+// execute executes crew with args and returns the process exit code, and
+// for a run ended by SIGINT or SIGQUIT what crew is to die by instead
+// (main does).
+func execute(args []string, s streams) (int, *interruptedError) {
 	if err := checkOpenFiles(args); err != nil {
 		fmt.Fprintf(s.Err, "crew: %s\n", termError(err))
-		return exitCodeFor(err)
+		return exitCodeFor(err), nil
 	}
 	g := &globalOptions{getenv: os.Getenv, argv: args}
 	root := newRootCmd(g, s)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if err == nil {
-		return exitOK
+		return exitOK, nil
 	}
 	if cmd == nil || !cmdRan(cmd) {
 		// cobra's own errors: unknown command, bad arguments.
@@ -132,7 +140,11 @@ func run(args []string, s streams) int {
 	if code == exitUsage && cmd != nil {
 		fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
-	return code
+	var intr *interruptedError
+	if errors.As(err, &intr) {
+		return code, intr
+	}
+	return code, nil
 }
 
 // ranKey marks, in a command's annotations, that its RunE started: errors

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +13,7 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/supervise"
 )
 
 type startOptions struct {
@@ -131,7 +131,8 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	// the runtime's signal loop to go idle (a goroutine handoff, 0.3 ms of
 	// a 5 ms start); a signal that arrives after the run ended is dropped
 	// instead of turning the command's exit code into crew's own death.
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, stopSignals...)
+	relay := relaySignals(sigs)
 	surviveBrokenPipes()
 
 	start, recordRefusal, done, err := o.store(cmd)
@@ -174,7 +175,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Stdout:  s.Out,
 		Stderr:  s.Err,
 		Env:     os.Environ(),
-		Signals: sigs,
+		Signals: relay.out,
 		Warn:    func(err error) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termError(err)) },
 		Note:    view.note,
 	})
@@ -186,12 +187,26 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		}
 	}
 	if o.detach && err == nil {
-		if o.json {
-			return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})
+		if err := o.printDetached(s, runID); err != nil {
+			return err
 		}
-		fmt.Fprintln(s.Out, runID)
+		if sig := relay.received(); sig != 0 {
+			// The run went on, detached as asked; the script that
+			// started it was interrupted all the same.
+			fmt.Fprintf(s.Err, "crew: %s: received %s; run %s goes on, detached (`crew stop %s` ends it)\n",
+				quoteTask(args[0]), supervise.SignalName(sig), runID, runID)
+		}
 	}
-	return aboutTask(args[0], err)
+	return interrupted(aboutTask(args[0], err), relay.received())
+}
+
+// printDetached prints a detached run's id: bare, or as JSON.
+func (o *startOptions) printDetached(s streams, runID record.RunID) error {
+	if o.json {
+		return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})
+	}
+	fmt.Fprintln(s.Out, runID)
+	return nil
 }
 
 // store is where crew start admits the run: the etcd store (with its lease
