@@ -20,6 +20,8 @@ func TestFlagMistakesGetTheirHint(t *testing.T) {
 			"crew: unknown shorthand flag: 'j' in -j2: did you forget `--` before the command? As in: crew start build -- make -j2\n"},
 		{[]string{"start", "--pool", "deploy", "build", "./deploy.sh", "--prod", "now"},
 			"crew: unknown flag: --prod: did you forget `--` before the command? As in: crew start build -- ./deploy.sh --prod ...\n"},
+		{[]string{"start", "lint", "eslint", "--max-warnings=0", "src"},
+			"crew: unknown flag: --max-warnings: did you forget `--` before the command? As in: crew start lint -- eslint --max-warnings=0 ...\n"},
 		// No flag to trip on: the command is missing its --.
 		{[]string{"start", "build", "make", "all"},
 			"crew: missing `--` before the command: did you forget it? As in: crew start build -- make all\n"},

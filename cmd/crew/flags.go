@@ -202,10 +202,14 @@ func startFlagHint(cmd *cobra.Command, err error, argv []string) error {
 
 // withDash is the crew start line that was most likely meant: the task,
 // --, then the command's words read so far and the word that stopped the
-// parse (and "..." if more followed it).
+// parse, as typed (--flag=value too), and "..." if more followed it.
 func withDash(words []string, bad string, argv []string) string {
+	i := slices.IndexFunc(argv, func(a string) bool { return a == bad || strings.HasPrefix(a, bad+"=") })
+	if i >= 0 {
+		bad = argv[i]
+	}
 	line := "crew start " + shellWord(words[0]) + " -- " + shellQuote(append(slices.Clone(words[1:]), bad))
-	if i := slices.Index(argv, bad); i >= 0 && i < len(argv)-1 {
+	if i >= 0 && i < len(argv)-1 {
 		line += " ..."
 	}
 	return line
