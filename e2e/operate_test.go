@@ -280,7 +280,7 @@ func TestStatusTellsTheTaskStory(t *testing.T) {
 	require.Equal(t, 75, r.Code)
 	st := e.run("status", "blocked")
 	assert.Contains(t, st.Stdout, "Last start refused at ")
-	assert.Contains(t, st.Stdout, "exit 75): not admitted: all slots are busy (1/1 in use)")
+	assert.Contains(t, strings.Join(strings.Fields(st.Stdout), " "), "exit 75): not admitted: all slots are busy (1/1 in use)", "wrapped to the width")
 	r = e.run("start", "busy", "--", "true")
 	require.Equal(t, 76, r.Code)
 	st = e.run("status", "busy")

@@ -131,8 +131,10 @@ func truncateMiddle(s string, width int) string {
 		return truncate(s, width)
 	}
 	room := width - 1
-	head := headOf(s, room*2/5)
-	return head + ellipsis + tailOf(s, room-cellWidth(head))
+	tail := tailOf(s, room-cellWidth(headOf(s, room*2/5)))
+	// What the tail left (a wide character or an escape that did not fit
+	// whole) goes to the head.
+	return headOf(s, room-cellWidth(tail)) + ellipsis + tail
 }
 
 // headOf is the longest beginning of s, in whole grapheme clusters, that
@@ -140,7 +142,7 @@ func truncateMiddle(s string, width int) string {
 func headOf(s string, width int) string {
 	used, rest, state := 0, s, -1
 	for rest != "" {
-		_, next, w, st := uniseg.FirstGraphemeClusterInString(rest, state)
+		next, w, st := firstCluster(rest, state)
 		if used+w > width {
 			break
 		}
@@ -156,7 +158,7 @@ func tailOf(s string, width int) string {
 	var clusters []cluster
 	rest, state := s, -1
 	for rest != "" {
-		_, next, w, st := uniseg.FirstGraphemeClusterInString(rest, state)
+		next, w, st := firstCluster(rest, state)
 		clusters = append(clusters, cluster{len(s) - len(rest), w})
 		rest, state = next, st
 	}
@@ -165,6 +167,48 @@ func tailOf(s string, width int) string {
 		at, used = clusters[i].at, used+clusters[i].width
 	}
 	return s[at:]
+}
+
+// firstCluster splits off what a cut must keep whole at the beginning of
+// s: an escape that termSafe or a quoted name put there (\x1b, \u202e, \"),
+// which cut in two would read as part of the text, else a grapheme
+// cluster. It returns the rest, the piece's width, and uniseg's state for
+// the next call (-1 to start afresh).
+func firstCluster(s string, state int) (rest string, width, newState int) {
+	if n := escapeLen(s); n > 0 {
+		return s[n:], n, -1
+	}
+	_, rest, width, newState = uniseg.FirstGraphemeClusterInString(s, state)
+	return rest, width, newState
+}
+
+// escapeLen is the length of the Go escape s begins with, 0 if none.
+func escapeLen(s string) int {
+	if len(s) < 2 || s[0] != '\\' {
+		return 0
+	}
+	var hex int
+	switch s[1] {
+	case 'x':
+		hex = 2
+	case 'u':
+		hex = 4
+	case 'U':
+		hex = 8
+	case 'a', 'b', 'f', 'n', 'r', 't', 'v', '\\', '"', '\'':
+		return 2
+	default:
+		return 0
+	}
+	if len(s) < 2+hex {
+		return 0
+	}
+	for _, c := range s[2 : 2+hex] {
+		if !unicode.Is(unicode.ASCII_Hex_Digit, c) {
+			return 0
+		}
+	}
+	return 2 + hex
 }
 
 // wrapText breaks text into lines of at most width columns, at spaces,
@@ -189,7 +233,7 @@ func wrapText(text string, width, hang int) []string {
 		for cellWidth(word) > room() {
 			head := headOf(word, room())
 			if head == "" { // one character wider than the line
-				_, rest, _, _ := uniseg.FirstGraphemeClusterInString(word, -1)
+				rest, _, _ := firstCluster(word, -1)
 				head = word[:len(word)-len(rest)]
 			}
 			lines = append(lines, head)

@@ -47,6 +47,13 @@ func TestTruncateMiddle(t *testing.T) {
 	for w := 0; w < 30; w++ {
 		assert.LessOrEqual(t, cellWidth(truncateMiddle("構築-integration-✅-tests", w)), w)
 	}
+	// An escape is never cut in two: "202ename" would read as the name.
+	assert.Equal(t, `"evil…name"`, truncateMiddle(`"evil\u202ename"`, 12))
+	assert.Equal(t, `"ab…defghij"`, truncateMiddle(`"ab\u202ecdefghij"`, 12))
+	assert.Equal(t, `"\u202e…fghijklmnop"`, truncateMiddle(`"\u202eabcdefghijklmnop"`, 20))
+	assert.Equal(t, `a\x1b…`, truncate(`a\x1b[2J`, 6))
+	assert.Equal(t, `a…`, truncate(`a\x1b[2J`, 5))
+	assert.Equal(t, `\q…`, truncate(`\qrstu`, 3), "not an escape: cut anywhere")
 }
 
 // The lines after the first hang (are printed indented); a word longer
