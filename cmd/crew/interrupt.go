@@ -3,7 +3,7 @@ package main
 import (
 	"errors"
 	"os"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,28 +27,75 @@ import (
 var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // signalRelay passes the stop signals crew receives on to the store's
-// Signals channel, and remembers the first SIGINT or SIGQUIT among them.
+// Signals channel, one at a time, when the store takes it, and remembers
+// the first SIGINT or SIGQUIT the store took: one that ended the run (or
+// the wait in line). One that arrives once nobody takes any (the run has
+// ended) is only pending: it changes nothing of a foreground start's
+// outcome, as before crew died by interrupts.
 type signalRelay struct {
-	out       chan os.Signal
-	interrupt atomic.Int32
+	out  chan os.Signal
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+	// Written by the relay before done is closed, read after.
+	taken, pending syscall.Signal
 }
 
 // relaySignals relays what arrives on in to the returned relay's out.
 func relaySignals(in <-chan os.Signal) *signalRelay {
-	r := &signalRelay{out: make(chan os.Signal, cap(in))}
-	go func() {
-		for sig := range in {
-			if s, ok := sig.(syscall.Signal); ok && isInterrupt(s) {
-				r.interrupt.CompareAndSwap(0, int32(s)) // before it is passed on, so what was taken is known
-			}
-			r.out <- sig
-		}
-	}()
+	r := &signalRelay{out: make(chan os.Signal), stop: make(chan struct{}), done: make(chan struct{})}
+	go r.relay(in)
 	return r
 }
 
-// received is the first SIGINT or SIGQUIT crew received, 0 if none.
-func (r *signalRelay) received() syscall.Signal { return syscall.Signal(r.interrupt.Load()) }
+func (r *signalRelay) relay(in <-chan os.Signal) {
+	defer close(r.done)
+	for {
+		var sig os.Signal
+		select {
+		case sig = <-in:
+		case <-r.stop:
+			r.drain(in)
+			return
+		}
+		select {
+		case r.out <- sig:
+			note(&r.taken, sig)
+		case <-r.stop:
+			note(&r.pending, sig)
+			r.drain(in)
+			return
+		}
+	}
+}
+
+// drain notes the signals that came and were not passed on.
+func (r *signalRelay) drain(in <-chan os.Signal) {
+	for {
+		select {
+		case sig := <-in:
+			note(&r.pending, sig)
+		default:
+			return
+		}
+	}
+}
+
+// note keeps in first the first SIGINT or SIGQUIT.
+func note(first *syscall.Signal, sig os.Signal) {
+	if s, ok := sig.(syscall.Signal); ok && isInterrupt(s) && *first == 0 {
+		*first = s
+	}
+}
+
+// finish stops the relay (the store is done with signals) and returns the
+// first SIGINT or SIGQUIT the store took, and the first that came but was
+// not taken (0: none).
+func (r *signalRelay) finish() (taken, pending syscall.Signal) {
+	r.once.Do(func() { close(r.stop) })
+	<-r.done
+	return r.taken, r.pending
+}
 
 func isInterrupt(s syscall.Signal) bool { return s == syscall.SIGINT || s == syscall.SIGQUIT }
 
@@ -76,7 +123,7 @@ func (e *interruptedError) Unwrap() error { return e.err }
 
 // interrupted makes err, crew start's outcome, an *interruptedError if
 // the run ended because of SIGINT or SIGQUIT: typed at the terminal (the
-// supervisor says so), or received by crew (the relay saw it) when the
+// supervisor says so), or received by crew (the store took it) when the
 // outcome is the run's (its command's exit, a stop before launch, a start
 // that left the queue) rather than crew's failure or a refusal.
 func interrupted(err error, received syscall.Signal) error {

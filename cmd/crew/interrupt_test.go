@@ -57,18 +57,28 @@ func TestInterrupted(t *testing.T) {
 	}
 }
 
-// The relay passes every signal on, in order, and remembers the first
-// SIGINT or SIGQUIT before passing it on.
+// The relay passes every signal on, in order, when it is taken, and
+// tells the first SIGINT or SIGQUIT taken from the first that came and was
+// not: one the store never took did not end the run.
 func TestSignalRelay(t *testing.T) {
 	in := make(chan os.Signal, 4)
 	r := relaySignals(in)
 	in <- syscall.SIGTERM
 	assert.Equal(t, syscall.SIGTERM, <-r.out)
-	assert.Zero(t, r.received())
 	in <- syscall.SIGQUIT
 	in <- syscall.SIGINT
 	assert.Equal(t, syscall.SIGQUIT, <-r.out)
-	assert.Equal(t, syscall.SIGQUIT, r.received(), "known once taken")
 	assert.Equal(t, syscall.SIGINT, <-r.out)
-	assert.Equal(t, syscall.SIGQUIT, r.received(), "the first")
+	in <- syscall.SIGHUP
+	in <- syscall.SIGINT
+	taken, pending := r.finish()
+	assert.Equal(t, syscall.SIGQUIT, taken, "the first taken")
+	assert.Equal(t, syscall.SIGINT, pending, "came, not taken")
+	taken2, pending2 := r.finish()
+	assert.Equal(t, [2]syscall.Signal{taken, pending}, [2]syscall.Signal{taken2, pending2}, "finish is idempotent")
+
+	r = relaySignals(make(chan os.Signal, 4))
+	taken, pending = r.finish()
+	assert.Zero(t, taken)
+	assert.Zero(t, pending)
 }

@@ -179,6 +179,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Warn:    func(err error) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termError(err)) },
 		Note:    view.note,
 	})
+	received, pending := relay.finish()
 	var refused *dispatch.RefusedError
 	if errors.As(err, &refused) {
 		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
@@ -190,14 +191,16 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		if err := o.printDetached(s, runID); err != nil {
 			return err
 		}
-		if sig := relay.received(); sig != 0 {
-			// The run went on, detached as asked; the script that
-			// started it was interrupted all the same.
+		if received == 0 && pending != 0 {
+			// It came while the run was handed over, which nobody
+			// interrupts: the run goes on, detached as asked, but the
+			// script that started it was interrupted all the same.
+			received = pending
 			fmt.Fprintf(s.Err, "crew: %s: received %s; run %s goes on, detached (`crew stop %s` ends it)\n",
-				quoteTask(args[0]), supervise.SignalName(sig), runID, runID)
+				quoteTask(args[0]), supervise.SignalName(received), runID, runID)
 		}
 	}
-	return interrupted(aboutTask(args[0], err), relay.received())
+	return interrupted(aboutTask(args[0], err), received)
 }
 
 // printDetached prints a detached run's id: bare, or as JSON.
