@@ -40,13 +40,11 @@ func newStartCmd(g *globalOptions, s streams) *cobra.Command {
 		Short: "Run COMMAND as a run of TASK when a slot is free",
 		Long: `Run COMMAND as a run of TASK when one of the maximumInProgress slots is free
 and TASK has no active run; otherwise refuse at once, or with --wait wait in line.
-The command's output is also written to the run's log; SIGINT, SIGTERM and SIGHUP
-are forwarded to its process group. A name that begins with - is given as --task.
+Its output also goes to the run's log; SIGINT, SIGTERM, SIGHUP and SIGQUIT go to
+its process group, and a run SIGINT or SIGQUIT ended (Ctrl-C) ends crew by that
+signal, so that the script that ran crew stops too. See the README's "crew start".
 
-` + exitCodeHelp + `
-
-The README's "crew start" section is the reference: the queue, terminals,
-signals, timeouts and retries, task names.`,
+` + exitCodeHelp,
 		Example: `  crew start build -- make -j2
   crew start --wait build -- make                # wait in line, then run
   crew start --wait=10m nightly -- ./backup.sh   # give up after 10 minutes: exit 75
