@@ -19,5 +19,9 @@ func main() {
 			os.Exit(m(os.Args[2:]))
 		}
 	}
-	os.Exit(run(os.Args[1:], streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}))
+	code, intr := execute(os.Args[1:], streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	if intr != nil {
+		intr.die() // returns only if the signal did not kill crew: then 128+N
+	}
+	os.Exit(code)
 }

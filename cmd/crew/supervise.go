@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,7 +27,7 @@ func newSuperviseCmd(g *globalOptions) *cobra.Command {
 				return &usageError{err}
 			}
 			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			signal.Notify(sigs, stopSignals...)
 			surviveBrokenPipes()
 			d, err := g.dispatcher()
 			if err != nil {
