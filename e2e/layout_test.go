@@ -81,7 +81,7 @@ func TestStatusFitsTheTerminal(t *testing.T) {
 			assert.LessOrEqual(t, columns(l), width, "%s: %q", what, l)
 		}
 		assert.Contains(t, out, "…", "%s: long names and commands are cut with an ellipsis", what)
-		assert.Regexp(t, `\n  [0-9a-f]{8}  nightly-\S*… +(\x1b\[\d+m)?running`, out, what)
+		assert.Regexp(t, `\n  [0-9a-f]{8}  nigh\S*…\S*form +(\x1b\[\d+m)?running`, out, what)
 		assert.Contains(t, out, "sh -c '", "%s: the command is quoted as a shell would", what)
 		assert.Regexp(t, `\n  ID +TASK +STATE +FOR +PID +COMMAND`, out, what)
 	}
@@ -100,7 +100,7 @@ func TestStatusFitsTheTerminal(t *testing.T) {
 	check("a pipe", r.Stdout, 80)
 	assert.NotContains(t, r.Stdout, "\x1b[", "a pipe: no colour")
 	r = e.runEnv([]string{"COLUMNS=200"}, "status")
-	assert.Contains(t, r.Stdout, longTask[:24-1]+"…", "a task is cut at 24 columns even with room")
+	assert.Contains(t, r.Stdout, longTask[:9]+"…"+longTask[len(longTask)-14:], "a task is cut at 24 columns even with room, in its middle")
 	assert.Contains(t, r.Stdout, `'while [ ! -e "$1" ]; do sleep 0.01; done # it'\''s a "long" one' wait-gate `, "room: the whole command")
 
 	// JSON is never cut.
@@ -137,11 +137,105 @@ func TestWaitLineFitsTheTerminal(t *testing.T) {
 			waiting++
 			assert.LessOrEqual(t, columns(d), 59, "a drawing of the waiting line is wider than the terminal: %q", d)
 			assert.True(t, strings.HasSuffix(d, "…"), "cut with an ellipsis: %q", d)
-			assert.Contains(t, d, "…: waiting for a slot: 1st in", "the task's name is cut, not what it waits for: %q", d)
+			assert.Contains(t, d, "…inal-is-wide: waiting for a slot: 1st in", "the task's name is cut in its middle, not what it waits for: %q", d)
 		}
 	}
 	assert.GreaterOrEqual(t, waiting, 2, "the line was drawn and redrawn: %q", out)
 	assert.Contains(t, out, "crew: "+task[:20], "the waiting line names its task")
 	assert.Regexp(t, `crew: a-waiting-task\S*: admitted as run [0-9a-f]{8} after waiting `, out)
 	_ = io.Discard
+}
+
+// displayWidth is how many columns a line takes on a terminal, for the
+// lines these tests print: colour codes none, the emoji they use two,
+// every other character one.
+func displayWidth(line string) int {
+	n := 0
+	for _, r := range sgr.ReplaceAllString(line, "") {
+		switch r {
+		case '✅', '⚡':
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// Issue 24, item 8: tables cut a long task name in the middle, keeping
+// its tail, where names of one family differ; emoji take two columns, so
+// the rows stay aligned; and `crew status TASK`'s last refusal, a long
+// line, fits the terminal too.
+func TestTablesKeepTheTailAndAlignWideCharacters(t *testing.T) {
+	e := newEnv(t)
+	e.initMax(4)
+	tasks := []string{"integration-tests:postgres-14", "integration-tests:postgres-16", "deploy✅", "build⚡"}
+	for _, task := range tasks {
+		release, holder := e.holdSlot(task)
+		defer func() { release(); holder.wait(t, 10*time.Second) }()
+	}
+	refused := e.run("start", "--pool", "", "lint", "--", "true")
+	require.Equal(t, 75, refused.Code, refused.Stderr)
+
+	out := e.onTerminalOf(t, 100, []string{"NO_COLOR=1"}, nil, "status")
+	assert.Contains(t, out, "integrati…ts:postgres-14", "cut in the middle, the tail kept")
+	assert.Contains(t, out, "integrati…ts:postgres-16")
+	// Every row of the active table puts STATE at one column.
+	var at []int
+	for _, l := range terminalLines(out) {
+		if i := strings.Index(l, "  running  "); i >= 0 {
+			at = append(at, displayWidth(l[:i]))
+		}
+	}
+	require.Len(t, at, len(tasks), out)
+	for _, a := range at[1:] {
+		assert.Equal(t, at[0], a, "rows are aligned, emoji counted as two columns:\n%s", out)
+	}
+
+	for _, width := range []int{80, 60} {
+		out = e.onTerminalOf(t, width, []string{"NO_COLOR=1"}, nil, "status", "lint")
+		require.Contains(t, out, "Last start refused at ")
+		for _, l := range terminalLines(out) {
+			if strings.HasPrefix(l, "State root ") {
+				continue // a path, as long as it is
+			}
+			assert.LessOrEqual(t, displayWidth(l), width, "%d columns: %q", width, l)
+		}
+		assert.Contains(t, strings.Join(strings.Fields(out), " "), "not admitted: all slots are busy",
+			"the refusal's reason is wrapped, not cut")
+	}
+}
+
+// FORCE_COLOR and CLICOLOR_FORCE (set, and not "0") colour the states
+// where stdout is no terminal, as a CI log that renders colours wants;
+// NO_COLOR still wins (issue 24, item 9).
+func TestForcedColour(t *testing.T) {
+	e := newEnv(t)
+	require.Equal(t, 3, e.run("start", "failing", "--", "sh", "-c", "exit 3").Code)
+	for _, c := range []struct {
+		env    []string
+		colour bool
+	}{
+		{nil, false},
+		{[]string{"FORCE_COLOR=1"}, true},
+		{[]string{"FORCE_COLOR=true", "TERM=dumb"}, true},
+		{[]string{"CLICOLOR_FORCE=1"}, true},
+		{[]string{"FORCE_COLOR=0"}, false},
+		{[]string{"CLICOLOR_FORCE=0"}, false},
+		{[]string{"FORCE_COLOR="}, false},
+		{[]string{"FORCE_COLOR=1", "NO_COLOR=1"}, false},
+		{[]string{"CLICOLOR_FORCE=1", "NO_COLOR=1"}, false},
+	} {
+		r := e.runEnv(c.env, "status")
+		require.Equal(t, 0, r.Code, r.Stderr)
+		if c.colour {
+			assert.Contains(t, r.Stdout, "\x1b[31mfailed\x1b[0m", "%v: coloured", c.env)
+		} else {
+			assert.NotContains(t, r.Stdout, "\x1b[", "%v: no colour", c.env)
+		}
+		h := e.runEnv(c.env, "history")
+		assert.Equal(t, c.colour, strings.Contains(h.Stdout, "\x1b[31mfailed\x1b[0m"), "%v: history as status", c.env)
+	}
+	r := e.runEnv([]string{"FORCE_COLOR=1"}, "status", "--json")
+	assert.NotContains(t, r.Stdout, "\x1b[", "JSON is never coloured")
 }

@@ -169,11 +169,13 @@ func (e *env) stopLeftovers() {
 }
 
 // environ is the environment for crew: the test's own, minus anything
-// that could point crew elsewhere, plus extra.
+// that could point crew elsewhere or colour its output otherwise than a
+// test asks, plus extra.
 func (e *env) environ(extra ...string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "CREW_") {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(kv, "CREW_") || name == "NO_COLOR" || name == "FORCE_COLOR" || name == "CLICOLOR_FORCE" {
 			continue
 		}
 		out = append(out, kv)
@@ -436,7 +438,7 @@ func (e *env) initMax(n int) {
 // signalName is the name crew records for a signal.
 func signalName(sig syscall.Signal) string {
 	return map[syscall.Signal]string{
-		syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGKILL: "SIGKILL",
+		syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGKILL: "SIGKILL", syscall.SIGQUIT: "SIGQUIT",
 	}[sig]
 }
 

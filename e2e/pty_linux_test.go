@@ -180,9 +180,12 @@ func TestPTYInputAndCtrlC(t *testing.T) {
 // TestPTYTypeAheadAfterCtrlC: what is typed right after the Ctrl-C that
 // ends the command is left on crew's terminal for what reads it next (the
 // shell), as a terminal keeps it, instead of going to the dying command.
+// crew dies by the SIGINT and gives it to its job, the shell too, as the
+// terminal would have: this shell traps it, and goes on to read.
 func TestPTYTypeAheadAfterCtrlC(t *testing.T) {
 	e := newEnv(t)
-	shell := exec.Command("sh", "-c", `"$1" start typeahead -- sh -c 'test -t 1 && echo ready; exec sleep 60'
+	shell := exec.Command("sh", "-c", `trap 'echo shell-interrupted' INT
+"$1" start typeahead -- sh -c 'test -t 1 && echo ready; exec sleep 60'
 echo "crew=$?"; read -r rest; echo "rest:$rest"`, "sh", e.bin)
 	shell.Env, shell.Dir = e.environ(), e.dir
 	c := e.onTerminal(t, shell, 0)
@@ -191,6 +194,7 @@ echo "crew=$?"; read -r rest; echo "rest:$rest"`, "sh", e.bin)
 	// is handed over as received, so an Enter (\r) typed ahead ends a
 	// line for readline (bash) but not for sh's read.
 	c.typeIn(t, "\x03echo next\n")
+	c.expect(t, "shell-interrupted")
 	c.expect(t, "crew=130")
 	c.expect(t, "rest:echo next")
 	_, _ = c.exit(t)

@@ -282,8 +282,7 @@ func TestTimeoutAndRetriesUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--timeout", "0"}, "crew: --timeout must be positive, not 0s: give how long the command may run, as in --timeout=10m"},
-		{[]string{"--timeout=-5m"}, "crew: --timeout must be positive, not -5m: give how long the command may run, as in --timeout=10m"},
+		{[]string{"--timeout=-5m"}, "crew: --timeout must not be negative, not -5m: give how long the command may run, as in --timeout=10m (0: no timeout)"},
 		{[]string{"--timeout", "soon"}, `crew: --timeout "soon": not a duration; give a number and a unit, as in --timeout=90s (durations: 90s, 10m, 1h30m, 7d)`},
 		{[]string{"--timeout", "5"}, `crew: --timeout "5": not a duration; give a number and a unit, as in --timeout=5s`},
 		{[]string{"--retries", "-1"}, "crew: --retries must be from 0 to 100, not -1"},
@@ -303,7 +302,7 @@ func TestTimeoutAndRetriesUsageErrors(t *testing.T) {
 
 	h := e.run("start", "--help")
 	assert.Equal(t, 0, h.Code)
-	for _, want := range []string{"--timeout", "--retries", "--retry-delay", "124    --timeout: the command ran out of time"} {
+	for _, want := range []string{"--timeout", "--retries", "--retry-delay", "124 --timeout ran out"} {
 		assert.Contains(t, h.Stdout, want)
 	}
 }

@@ -13,7 +13,7 @@ const (
 	exitOK            = 0
 	exitFailed        = 1                   // crew recover: an item failed; crew logs: no log
 	exitUsage         = 64                  // bad arguments or flags (EX_USAGE)
-	exitWaitTimeout   = vocab.ExitTimedOut  // crew wait: timed out
+	exitWaitGaveUp    = 75                  // crew wait: its --timeout ran out (EX_TEMPFAIL, as a --wait=D start's)
 	exitSlotsBusy     = 75                  // not admitted: all slots busy (EX_TEMPFAIL)
 	exitTaskActive    = 76                  // not admitted: the task already has an active run
 	exitNoPerm        = 77                  // crew stop: another user's run or waiting start (EX_NOPERM)
@@ -23,23 +23,12 @@ const (
 	exitNotFound      = vocab.ExitNotFound  // the command was not found
 )
 
-// exitCodeHelp is the table printed by `crew start --help` and in the README.
-const exitCodeHelp = `Exit codes:
-  0-255  the command's own exit code (128+N if signal N ended it)
-  64     usage error: bad task name, missing command, bad flag, unknown pool
-  75     not admitted: all slots are busy (or --refused-exit's code)
-  76     not admitted: the task already has an active run (or --refused-exit's code)
-  78     not admitted: a nested start (run by a crew command: CREW_RUN_ID) could
-         only wait for the runs it was started from, which wait for it
-  124    --timeout: the command ran out of time (its last attempt, with --retries)
-  125    crew itself failed (state root unwritable, lock timeout, unusable crew.json,
-         a queue that cannot be listed, too few file descriptors, the run's end could
-         not be recorded on a full disk)
-  126    the command is not executable
-  127    the command was not found
-
-A command can exit 75 or 76 itself. To tell a refusal from the command's own
-exit code, choose a code the command never uses: --refused-exit 200.`
+// exitCodeHelp is crew start --help's word on exit codes; the README has
+// the table.
+const exitCodeHelp = `Exit codes: the command's own (128+N if signal N ended it); 64 usage error;
+75 not admitted, all slots busy; 76 not admitted, the task already runs (both:
+--refused-exit N); 78 a nested start that could only wait for its own parents;
+124 --timeout ran out; 125 crew itself failed; 126 not executable; 127 not found.`
 
 // usageError marks errors in how crew was called.
 type usageError struct{ err error }
@@ -77,17 +66,20 @@ func exitCodeFor(err error) int {
 		exited   *vocab.ExitError
 		launch   *vocab.LaunchError
 		signal   *vocab.SignalledError
-		timeout  *waitTimeoutError
+		gaveUp   *waitGaveUpError
 		noLog    *noLogError
 		failed   *itemsFailedError
 		status   *exitStatus
 		nested   *vocab.NestedDeadlockError
 		noPerm   *vocab.NotPermittedError
 		onStore  *vocab.RefusedOnStoreError
+		intr     *interruptedError
 	)
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &intr):
+		return 128 + int(intr.sig) // if dying by it fails (main)
 	case errors.As(err, &status):
 		return status.code
 	case errors.As(err, &exited):
@@ -105,8 +97,8 @@ func exitCodeFor(err error) int {
 		return exitSlotsBusy
 	case errors.As(err, &usage), errors.As(err, &cliUsage), errors.As(err, &notFound), errors.As(err, &ambig), errors.As(err, &onStore):
 		return exitUsage
-	case errors.As(err, &timeout):
-		return exitWaitTimeout
+	case errors.As(err, &gaveUp):
+		return exitWaitGaveUp
 	case errors.As(err, &noLog), errors.As(err, &failed):
 		return exitFailed
 	case errors.As(err, &launch):
@@ -123,10 +115,13 @@ func exitCodeFor(err error) int {
 
 // silent reports whether err is an outcome to exit with, not a message
 // for the user: the command's own exit status says it all, or a refusal
-// crew start was asked to keep quiet about (--quiet).
+// crew start was asked to keep quiet about (--quiet), or an interrupted
+// run that ended with nothing more to say.
 func silent(err error) bool {
 	var exited *vocab.ExitError
 	var status *exitStatus
 	var chosen *chosenRefusal
-	return errors.As(err, &exited) || errors.As(err, &status) || (errors.As(err, &chosen) && chosen.quiet)
+	var intr *interruptedError
+	return errors.As(err, &exited) || errors.As(err, &status) || (errors.As(err, &chosen) && chosen.quiet) ||
+		(errors.As(err, &intr) && intr.err == nil)
 }

@@ -30,34 +30,20 @@ type initOptions struct {
 func newInitCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &initOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "init [--max N] [--pool NAME=N]... [--retain N] [--retain-for D] [--log-max SIZE] [--group NAME | --no-group]",
+		Use:   "init [--max N] [--pool NAME=N]... [--retain N] [--retain-for D] [--log-max SIZE]",
 		Short: "Create the state root and write its config (crew.json)",
 		Long: fmt.Sprintf(`Create the state root and write its versioned config, crew.json, atomically.
+Running it again is safe: it changes only what its flags give, also while runs
+are active. Without any config the cap is %d. --group NAME shares the state root
+with a group (directories 2770, files 0660); --no-group makes it private again.
+--retain N and --retain-for D bound the finished runs kept, --log-max each log.
 
-Running it again is safe: without --max it keeps the current cap; with --max it
-changes the cap, also while runs are active (admissions read the config inside
-the admission lock). Without any config the cap is %d.
-
-crew uses only a state root that nobody but its user can write. To share one
-with the members of a group on purpose, run crew init --group NAME: the root
-and everything in it become group NAME's, directories 2770 and files 0660,
-and crew.json records the group, so crew accepts exactly that group. Running
-it again converts whatever was made private meanwhile. crew init --no-group
-makes the root private again (directories 0700, your files 0600); other
-users lose access at once. Without either flag, crew init keeps the root as
-it is.
-
-Retention (default: keep every finished run): --retain N keeps the newest N
-finished runs, --retain-for D those that finished less than D ago (7d, 12h);
-with both, a run goes only when both let it go. Each run that finishes removes
-a few runs past them (records and logs, oldest first); crew prune applies them
-in full. --log-max SIZE caps every run's log (crew start --log-max overrides
-it). 0 removes a limit.`, record.DefaultMaximumInProgress),
+The README's "crew init" and "Retention and log caps" sections are the reference.`, record.DefaultMaximumInProgress),
 		Example: `  crew init --max 4
-  crew init --retain 1000 --log-max 1MiB          # a cron job's state root stays bounded (~1 GiB at worst)
-  crew init --retain-for 30d --retain 100         # a month, and at least the last 100 runs
-  crew init --retain 0                            # keep any number again
-  crew init --group ci                            # share the state root with group ci`,
+  crew init --retain 1000 --log-max 1MiB     # a cron job's state root stays bounded
+  crew init --retain-for 30d --retain 100    # a month, and at least the last 100 runs
+  crew init --retain 0                       # keep any number again
+  crew init --group ci                       # share the state root with group ci`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			markRan(cmd)
@@ -68,7 +54,7 @@ it). 0 removes a limit.`, record.DefaultMaximumInProgress),
 	cmd.Flags().IntVar(&o.max, "max", record.DefaultMaximumInProgress, "maximumInProgress: how many runs may be active at once")
 	cmd.Flags().StringArrayVar(&o.pools, "pool", nil, "NAME=N: give pool NAME a cap of N (inside the global cap); N=0 removes it; repeatable")
 	cmd.Flags().Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
-	cmd.Flags().StringVar(&o.group, "group", "", "share the state root with this group: directories 2770, files 0660 (see above)")
+	cmd.Flags().StringVar(&o.group, "group", "", "share the state root with this group: directories 2770, files 0660")
 	cmd.Flags().BoolVar(&o.noGroup, "no-group", false, "make a shared state root private again")
 	o.initExtras.flags(cmd)
 	return cmd

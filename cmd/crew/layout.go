@@ -10,13 +10,16 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/rivo/uniseg"
 	"golang.org/x/term"
 )
 
 // Text output for people: laid out for the terminal's width when stdout is
-// a terminal, else for $COLUMNS, else 80 columns; coloured only on a
-// terminal, and never where NO_COLOR is set (no-color.org) or TERM is
-// dumb. JSON output is never laid out or truncated.
+// a terminal, else for $COLUMNS, else 80 columns; coloured on a terminal
+// unless TERM is dumb, and anywhere FORCE_COLOR or CLICOLOR_FORCE is set
+// (to anything but 0: a CI log that renders colours), but never where
+// NO_COLOR is set (no-color.org). JSON output is never laid out, cut or
+// coloured.
 
 // defaultWidth is the width text is laid out for when it goes to a pipe or
 // a file.
@@ -29,19 +32,34 @@ type screen struct {
 }
 
 // screenFor lays out for w: its terminal's width and colours if it is a
-// terminal, else $COLUMNS (or 80) and no colour.
+// terminal, else $COLUMNS (or 80) and no colour unless forced.
 func screenFor(w io.Writer, getenv func(string) string) screen {
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		width := defaultWidth
 		if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 0 {
 			width = cols
 		}
-		return screen{width: width, color: getenv("NO_COLOR") == "" && getenv("TERM") != "dumb"}
+		return screen{width: width, color: colorWanted(getenv, getenv("TERM") != "dumb")}
 	}
+	sc := screen{width: defaultWidth, color: colorWanted(getenv, false)}
 	if n, err := strconv.Atoi(getenv("COLUMNS")); err == nil && n > 0 {
-		return screen{width: n}
+		sc.width = n
 	}
-	return screen{width: defaultWidth}
+	return sc
+}
+
+// colorWanted says whether to colour: never with NO_COLOR; always with
+// FORCE_COLOR or CLICOLOR_FORCE set to anything but "0"; else as the
+// screen would (a terminal that is not dumb).
+func colorWanted(getenv func(string) string, screenWould bool) bool {
+	forced := func(k string) bool { v := getenv(k); return v != "" && v != "0" }
+	switch {
+	case getenv("NO_COLOR") != "":
+		return false
+	case forced("FORCE_COLOR"), forced("CLICOLOR_FORCE"):
+		return true
+	}
+	return screenWould
 }
 
 // terminalWidth is the width of the terminal f is, or 0 if it is none.
@@ -80,31 +98,11 @@ func stateColor(state string) string {
 	return ""
 }
 
-// cellWidth is how many columns s takes on a terminal: wide (East Asian)
-// characters take two, combining marks none. s must be printable (made so
-// by termSafe).
-func cellWidth(s string) int {
-	n := 0
-	for _, r := range s {
-		n += runeWidth(r)
-	}
-	return n
-}
-
-func runeWidth(r rune) int {
-	switch {
-	case r < 0x300:
-		return 1
-	case unicode.Is(unicode.Mn, r), unicode.Is(unicode.Me, r):
-		return 0
-	case r >= 0x1100 && r <= 0x115f, r >= 0x2e80 && r <= 0xa4cf && r != 0x303f,
-		r >= 0xac00 && r <= 0xd7a3, r >= 0xf900 && r <= 0xfaff, r >= 0xfe30 && r <= 0xfe4f,
-		r >= 0xff00 && r <= 0xff60, r >= 0xffe0 && r <= 0xffe6, r >= 0x1f300 && r <= 0x1faff,
-		r >= 0x20000 && r <= 0x3fffd:
-		return 2
-	}
-	return 1
-}
+// cellWidth is how many columns s takes on a terminal: its grapheme
+// clusters' East Asian widths as github.com/rivo/uniseg measures them
+// (wide characters and emoji shown as emoji take two, combining marks
+// none). s must be printable (made so by termSafe).
+func cellWidth(s string) int { return uniseg.StringWidth(s) }
 
 // ellipsis marks text cut to fit.
 const ellipsis = "…"
@@ -118,18 +116,135 @@ func truncate(s string, width int) string {
 	if width <= 0 {
 		return ""
 	}
-	var b strings.Builder
-	used := 0
-	for _, r := range s {
-		w := runeWidth(r)
-		if used+w > width-1 {
+	return headOf(s, width-1) + ellipsis
+}
+
+// truncateMiddle cuts s to at most width columns in its middle, with an
+// ellipsis there, keeping more of its end than of its beginning: names of
+// one family (integration-tests:postgres, integration-tests:mysql) differ
+// at the end, which a cut at the end would take away.
+func truncateMiddle(s string, width int) string {
+	if cellWidth(s) <= width {
+		return s
+	}
+	if width < 3 {
+		return truncate(s, width)
+	}
+	room := width - 1
+	tail := tailOf(s, room-cellWidth(headOf(s, room*2/5)))
+	// What the tail left (a wide character or an escape that did not fit
+	// whole) goes to the head.
+	return headOf(s, room-cellWidth(tail)) + ellipsis + tail
+}
+
+// headOf is the longest beginning of s, in whole grapheme clusters, that
+// takes at most width columns.
+func headOf(s string, width int) string {
+	used, rest, state := 0, s, -1
+	for rest != "" {
+		next, w, st := firstCluster(rest, state)
+		if used+w > width {
 			break
 		}
-		b.WriteRune(r)
-		used += w
+		used, rest, state = used+w, next, st
 	}
-	b.WriteString(ellipsis)
-	return b.String()
+	return s[:len(s)-len(rest)]
+}
+
+// tailOf is the longest end of s, in whole grapheme clusters, that takes
+// at most width columns.
+func tailOf(s string, width int) string {
+	type cluster struct{ at, width int }
+	var clusters []cluster
+	rest, state := s, -1
+	for rest != "" {
+		next, w, st := firstCluster(rest, state)
+		clusters = append(clusters, cluster{len(s) - len(rest), w})
+		rest, state = next, st
+	}
+	at, used := len(s), 0
+	for i := len(clusters) - 1; i >= 0 && used+clusters[i].width <= width; i-- {
+		at, used = clusters[i].at, used+clusters[i].width
+	}
+	return s[at:]
+}
+
+// firstCluster splits off what a cut must keep whole at the beginning of
+// s: an escape that termSafe or a quoted name put there (\x1b, \u202e, \"),
+// which cut in two would read as part of the text, else a grapheme
+// cluster. It returns the rest, the piece's width, and uniseg's state for
+// the next call (-1 to start afresh).
+func firstCluster(s string, state int) (rest string, width, newState int) {
+	if n := escapeLen(s); n > 0 {
+		return s[n:], n, -1
+	}
+	_, rest, width, newState = uniseg.FirstGraphemeClusterInString(s, state)
+	return rest, width, newState
+}
+
+// escapeLen is the length of the Go escape s begins with, 0 if none.
+func escapeLen(s string) int {
+	if len(s) < 2 || s[0] != '\\' {
+		return 0
+	}
+	var hex int
+	switch s[1] {
+	case 'x':
+		hex = 2
+	case 'u':
+		hex = 4
+	case 'U':
+		hex = 8
+	case 'a', 'b', 'f', 'n', 'r', 't', 'v', '\\', '"', '\'':
+		return 2
+	default:
+		return 0
+	}
+	if len(s) < 2+hex {
+		return 0
+	}
+	for _, c := range s[2 : 2+hex] {
+		if !unicode.Is(unicode.ASCII_Hex_Digit, c) {
+			return 0
+		}
+	}
+	return 2 + hex
+}
+
+// wrapText breaks text into lines of at most width columns, at spaces,
+// those after the first hang columns narrower (they are printed indented
+// by that much); a word wider than its line is broken where the line ends,
+// so that nothing is lost. width <= 0 leaves it one line.
+func wrapText(text string, width, hang int) []string {
+	if width <= 0 || cellWidth(text) <= width {
+		return []string{text}
+	}
+	var lines []string
+	room := func() int { return max(1, width-min(len(lines), 1)*hang) }
+	line := ""
+	for _, word := range strings.Fields(text) {
+		switch {
+		case line == "":
+		case cellWidth(line)+1+cellWidth(word) <= room():
+			word = line + " " + word
+		default:
+			lines = append(lines, line)
+		}
+		for cellWidth(word) > room() {
+			head := headOf(word, room())
+			if head == "" { // one character wider than the line
+				rest, _, _ := firstCluster(word, -1)
+				head = word[:len(word)-len(rest)]
+			}
+			lines = append(lines, head)
+			word = word[len(head):]
+		}
+		line = word
+	}
+	if line == "" { // the last word was broken whole into lines
+		return lines
+	}
+	return append(lines, line)
 }
 
 // column is one column of a table.
@@ -145,6 +260,9 @@ type column struct {
 	max int
 	// right aligns numbers.
 	right bool
+	// middle cuts the column's text in the middle, keeping its end (task
+	// names), instead of at its end.
+	middle bool
 }
 
 // flexRoom is what a table's flexible column keeps before other columns
@@ -211,7 +329,11 @@ func (sc screen) table(w io.Writer, cols []column, rows [][]cell) {
 			last--
 		}
 		for i := 0; i <= last; i++ {
-			text := truncate(cells[i].text, widths[i])
+			cut := truncate
+			if cols[i].middle {
+				cut = truncateMiddle
+			}
+			text := cut(cells[i].text, widths[i])
 			pad := strings.Repeat(" ", widths[i]-cellWidth(text))
 			if cols[i].right {
 				b.WriteString(pad)

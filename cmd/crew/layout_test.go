@@ -24,6 +24,46 @@ func TestTruncate(t *testing.T) {
 	assert.Equal(t, 4, cellWidth("構築"))
 	assert.Equal(t, "構…", truncate("構築です", 4))
 	assert.Equal(t, "é", truncate("é", 1))
+	// Emoji shown as emoji take two columns (issue 24, item 8), and so do
+	// flags and joined sequences, which are one character on the screen.
+	assert.Equal(t, 2, cellWidth("✅"))
+	assert.Equal(t, 2, cellWidth("⚡"))
+	assert.Equal(t, 7, cellWidth("build⚡"))
+	assert.Equal(t, 2, cellWidth("👩‍💻"))
+	assert.Equal(t, 1, cellWidth("e\u0301"), "a combining mark takes none")
+	assert.Equal(t, "build…", truncate("build⚡x", 6), "a cut never splits a wide character")
+}
+
+// Task names are cut in their middle, keeping more of their end, where
+// names of one family differ.
+func TestTruncateMiddle(t *testing.T) {
+	assert.Equal(t, "build", truncateMiddle("build", 5))
+	assert.Equal(t, "integ…:postgres", truncateMiddle("integration-tests:postgres", 15))
+	assert.Equal(t, "integ…:mysql-8", truncateMiddle("integration-tests:mysql-8", 14))
+	assert.Equal(t, "PR-12…it-tests", truncateMiddle("PR-1234/unit-tests", 14))
+	assert.Equal(t, "de…✅✅", truncateMiddle("deploy✅✅", 7), "whole characters only")
+	assert.Equal(t, "b…", truncateMiddle("build", 2))
+	assert.Equal(t, "", truncateMiddle("build", 0))
+	for w := 0; w < 30; w++ {
+		assert.LessOrEqual(t, cellWidth(truncateMiddle("構築-integration-✅-tests", w)), w)
+	}
+	// An escape is never cut in two: "202ename" would read as the name.
+	assert.Equal(t, `"evil…name"`, truncateMiddle(`"evil\u202ename"`, 12))
+	assert.Equal(t, `"ab…defghij"`, truncateMiddle(`"ab\u202ecdefghij"`, 12))
+	assert.Equal(t, `"\u202e…fghijklmnop"`, truncateMiddle(`"\u202eabcdefghijklmnop"`, 20))
+	assert.Equal(t, `a\x1b…`, truncate(`a\x1b[2J`, 6))
+	assert.Equal(t, `a…`, truncate(`a\x1b[2J`, 5))
+	assert.Equal(t, `\q…`, truncate(`\qrstu`, 3), "not an escape: cut anywhere")
+}
+
+// The lines after the first hang (are printed indented); a word longer
+// than a line is broken, never dropped.
+func TestWrapText(t *testing.T) {
+	assert.Equal(t, []string{"short"}, wrapText("short", 80, 2))
+	assert.Equal(t, []string{"one line"}, wrapText("one line", 0, 2))
+	assert.Equal(t, []string{"not admitted: all", "slots are busy", "(4/4 in use)"}, wrapText("not admitted: all slots are busy (4/4 in use)", 18, 2))
+	assert.Equal(t, []string{"see", "r-2026120", "2T1118"}, wrapText("see r-20261202T1118", 9, 0))
+	assert.Equal(t, []string{"✅", "✅"}, wrapText("✅✅", 1, 0), "a character wider than the line still goes")
 }
 
 func TestShellQuote(t *testing.T) {
@@ -130,6 +170,14 @@ func TestScreenFor(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	assert.Equal(t, screen{width: 80}, screenFor(f, env(nil)), "a file is no terminal")
+	// Colour forced (issue 24, item 9), NO_COLOR first.
+	for kv, color := range map[[2]string]bool{
+		{"FORCE_COLOR", "1"}: true, {"FORCE_COLOR", "3"}: true, {"CLICOLOR_FORCE", "1"}: true,
+		{"FORCE_COLOR", "0"}: false, {"CLICOLOR_FORCE", "0"}: false, {"FORCE_COLOR", ""}: false,
+	} {
+		assert.Equal(t, screen{width: 80, color: color}, screenFor(&buf, env(map[string]string{kv[0]: kv[1]})), "%s=%s", kv[0], kv[1])
+		assert.Equal(t, screen{width: 80}, screenFor(&buf, env(map[string]string{kv[0]: kv[1], "NO_COLOR": "1"})), "%s=%s, NO_COLOR", kv[0], kv[1])
+	}
 }
 
 // crew status at 80 columns: every row fits, the command is quoted as a
@@ -167,7 +215,7 @@ func TestPrintSnapshotFits80Columns(t *testing.T) {
 	}
 	assert.Contains(t, out, "  ID        TASK                 STATE     FOR    POOL     PID  COMMAND\n")
 	assert.Contains(t, out, "  3f2a9c0d  build                running   2m10s  -       4712  make -j12 'CFLA…\n")
-	assert.Contains(t, out, "  a1b2c3d4  deploy:prod-eu-wes…  orphaned  2m10s  deploy  4720  ./deploy.sh 'it…\n")
+	assert.Contains(t, out, "  a1b2c3d4  deploy:…anary-stage  orphaned  2m10s  deploy  4720  ./deploy.sh 'it…\n")
 	assert.Contains(t, out, "  a1b2c3d4: orphaned: its supervisor (pid 4711) is gone; the command still runs and holds its slot")
 	assert.Contains(t, out, "Last 10 finished runs, newest finish first:\n  ID        TASK  STATE   EXIT  STARTED    TOOK  REASON\n")
 	assert.Contains(t, out, "  77aa88bb  test  failed     2  11:57:50  2m00s  command exited with status 2 a…\n")

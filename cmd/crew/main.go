@@ -14,5 +14,9 @@ func main() {
 	if guardMain != nil && len(os.Args) == 2 && os.Args[1] == guardArg {
 		os.Exit(guardMain()) // a run's lease guard (etcd store): no command line of crew's
 	}
-	os.Exit(run(os.Args[1:], streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}))
+	code, intr := execute(os.Args[1:], streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	if intr != nil {
+		intr.die() // returns only if the signal did not kill crew: then 128+N
+	}
+	os.Exit(code)
 }

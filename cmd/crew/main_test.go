@@ -127,7 +127,7 @@ func TestExitCodeFor(t *testing.T) {
 		{"unknown run", &vocab.NotFoundError{Err: errors.New("x")}, 64},
 		{"recover items failed", &itemsFailedError{2}, 1},
 		{"no log", &noLogError{"x"}, 1},
-		{"wait timeout", &waitTimeoutError{"x"}, 124},
+		{"wait gave up", &waitGaveUpError{"x"}, 75},
 		{"signalled INT", &vocab.SignalledError{Signal: syscall.SIGINT}, 130},
 		{"signalled TERM", &vocab.SignalledError{Signal: syscall.SIGTERM}, 143},
 		{"signalled HUP", &vocab.SignalledError{Signal: syscall.SIGHUP}, 129},
@@ -219,11 +219,10 @@ func TestStartHelpShowsExitCodes(t *testing.T) {
 	assert.Equal(t, 0, r.code)
 	assert.Empty(t, r.stderr)
 	assert.Contains(t, r.stdout, "Exit codes:")
-	for _, code := range []string{"64", "75", "76", "125", "126", "127"} {
-		assert.Contains(t, r.stdout, "\n  "+code+" ", "exit code %s in the table", code)
+	for _, code := range []string{"64 usage error", "75 not admitted, all slots busy", "76 not admitted, the task already runs",
+		"78 a nested start", "124 --timeout", "125 crew itself failed", "126 not executable", "127 not found"} {
+		assert.Contains(t, strings.ReplaceAll(r.stdout, "\n", " "), " "+code, "exit code %s in the summary", code)
 	}
-	assert.Contains(t, r.stdout, "75     not admitted: all slots are busy")
-	assert.Contains(t, r.stdout, "76     not admitted: the task already has an active run")
 	assert.Contains(t, r.stdout, "--force")
 	assert.Contains(t, r.stdout, "--lock-timeout")
 	assert.Contains(t, r.stdout, "--grace")

@@ -65,7 +65,8 @@ func newRootCmd(g *globalOptions, s streams) *cobra.Command {
 		Short: "Run commands under a machine-wide concurrency cap, with truthful records",
 		Long: `crew runs a command only when one of maximumInProgress slots is free, across
 every crew process on the machine, with no daemon. Every run is recorded in the
-state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew).`,
+state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew).
+The README is the reference: every command, the state root, the exit codes.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -74,30 +75,40 @@ state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/
 	root.SetErr(s.Err)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state root directory (default $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew)")
 	root.PersistentFlags().StringVar(&g.store, "store", "", "a store shared across machines instead of the state root: etcd://HOST:PORT[,HOST:PORT...]/PREFIX (default $CREW_STORE; needs a crew built with -tags etcd)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{flagError(err)} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{flagError(unknownFlag(cmd, err))} })
 	root.Version = versionString()
 	root.SetVersionTemplate("crew version {{.Version}}\n")
 	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newHistoryCmd(g, s), newRecoverCmd(g, s),
 		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g))
+	root.SetUsageFunc(usageFunc(s.Out))
+	hideUnsupported(root)
 	return root
 }
 
 // run executes crew with args and returns the process exit code.
 func run(args []string, s streams) int {
+	code, _ := execute(args, s)
+	return code
+}
+
+// execute executes crew with args and returns the process exit code, and
+// for a run ended by SIGINT or SIGQUIT what crew is to die by instead
+// (main does).
+func execute(args []string, s streams) (int, *interruptedError) {
 	if err := checkOpenFiles(args); err != nil {
-		fmt.Fprintf(s.Err, "crew: %v\n", err)
-		return exitCodeFor(err)
+		fmt.Fprintf(s.Err, "crew: %s\n", termError(err))
+		return exitCodeFor(err), nil
 	}
 	g := &globalOptions{getenv: os.Getenv, argv: args}
 	root := newRootCmd(g, s)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if err == nil {
-		return exitOK
+		return exitOK, nil
 	}
 	if cmd == nil || !cmdRan(cmd) {
 		// cobra's own errors: unknown command, bad arguments.
-		err = &usageError{err}
+		err = &usageError{&cobraError{err}}
 	}
 	var unsafe *dispatch.UnsafeRootError
 	if errors.As(err, &unsafe) {
@@ -116,7 +127,11 @@ func run(args []string, s streams) int {
 	if code == exitUsage && cmd != nil && !errors.As(err, &onStore) { // the command line was right, the store cannot
 		fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
-	return code
+	var intr *interruptedError
+	if errors.As(err, &intr) {
+		return code, intr
+	}
+	return code, nil
 }
 
 // ranKey marks, in a command's annotations, that its RunE started: errors

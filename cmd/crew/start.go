@@ -6,13 +6,12 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/crew-dev/crew/internal/duration"
+	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -38,59 +37,33 @@ func newStartCmd(g *globalOptions, s streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "start [flags] TASK -- COMMAND [ARGS...]",
 		Short: "Run COMMAND as a run of TASK when a slot is free",
-		Long: `Run COMMAND as a run of TASK if one of maximumInProgress slots is free and TASK
-has no active run; otherwise refuse at once (exit 75 or 76, or --refused-exit's
-code; --quiet says nothing), or with --wait, wait in line: slots go to waiting
-starts in arrival order, and a start whose task is busy or whose pool is full
-does not hold up the others. --wait takes its limit only after "=" (--wait=10m):
-a separate word after --wait is the task, and one that reads as a limit is
-refused. Every line crew start writes about the run begins "crew: TASK: ".
-
-The command's stdin, stdout and stderr are passed through, and its output is
-also written to the run's log in the state root. It runs in its own process
-group with CREW_RUN_ID, CREW_TASK and CREW_ROOT set. SIGINT, SIGTERM and SIGHUP
-are forwarded to that group; after --grace the group gets SIGKILL. crew exits
-with the command's exit code.
-
---timeout D stops the command the same way once it has run for D (exit 124,
-recorded as timed out). --retries N runs a failed command (non-zero exit,
-killed, timed out; never one stopped by crew stop or a signal crew received)
-again up to N more times in the same run, keeping its slot, --retry-delay
-apart; the timeout is per attempt, and the exit code is the last attempt's.
-
-` + terminalHelp + `
-
-Any non-empty UTF-8 name up to 200 bytes of characters that print is a task,
-except names beginning with "r-" and a digit (reserved: they look like run ids).
-A task whose name begins with - is given with --task: crew start --task=-x -- CMD.
+		Long: `Run COMMAND as a run of TASK when one of the maximumInProgress slots is free
+and TASK has no active run; otherwise refuse at once, or with --wait wait in line.
+Its output also goes to the run's log; SIGINT, SIGTERM, SIGHUP and SIGQUIT go to
+its process group, and a run SIGINT or SIGQUIT ended (Ctrl-C) ends crew by that
+signal, so that the script that ran crew stops too. See the README's "crew start".
 
 ` + exitCodeHelp,
 		Example: `  crew start build -- make -j2
-  crew start --wait build -- make                  # wait in line, then run
-  crew start --wait=10m nightly -- ./backup.sh     # give up after 10 minutes: exit 75
+  crew start --wait build -- make                # wait in line, then run
+  crew start --wait=10m nightly -- ./backup.sh   # give up after 10 minutes: exit 75
   crew start --pool deploy deploy:prod -- ./deploy.sh
-  crew start --force hotfix -- ./deploy.sh
-  crew start --task=-nightly -- ./backup.sh         # a task name that begins with -
-  crew start --tag lint -- make lint               # each output line starts with "lint<TAB>"
-  crew start --no-pty build -- make                # pipes, not a pseudo-terminal, on a terminal
-  crew start --log-max 10MiB chatty -- ./noisy.sh  # keep the first 5 MiB and the newest output
-  crew start --quiet --refused-exit 0 nightly -- ./backup.sh   # cron: already running is fine
-  crew start --timeout 30m --retries 2 e2e -- make e2e   # 30 minutes per attempt, 3 attempts at most`,
+  crew start --task=-nightly -- ./backup.sh      # a task name that begins with -
+  crew start --tag lint -- make lint             # each output line starts "lint<TAB>"
+  crew start --timeout 30m --retries 2 e2e -- make e2e
+  crew start --quiet --refused-exit 0 sync -- ./sync.sh   # cron: busy is fine`,
 		ValidArgsFunction: completeStart(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
 			return o.run(cmd, args, s)
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		if strings.HasPrefix(err.Error(), "unknown flag") || strings.HasPrefix(err.Error(), "unknown shorthand flag") {
-			err = fmt.Errorf("%w (a task name that begins with - is given as --task=NAME)", err)
-		}
-		return &usageError{flagError(err)}
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{flagError(startFlagHint(cmd, err, g.argv))}
 	})
 	f := cmd.Flags()
 	f.StringVar(&o.task, "task", "", "the task's name, instead of TASK before --; for names that begin with - (--task=-x)")
-	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D (with \"=\") gives up after D (exit 75, or 76 if it was the task)")
+	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D (with \"=\") gives up after D (exit 75, or 76 if it was the task); --wait=0 does not wait")
 	f.Lookup("wait").NoOptDefVal = "forever"
 	f.StringVar(&o.pool, "pool", "", "also take a slot in this configured pool")
 	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only")
@@ -132,6 +105,8 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	switch {
 	case len(args) == 0:
 		return &usageError{fmt.Errorf("missing task name: usage is crew start TASK -- COMMAND [ARGS...]")}
+	case dash < 0 && len(args) > 1:
+		return &usageError{fmt.Errorf("missing `--` before the command: did you forget it? As in: crew start %s -- %s", shellWord(args[0]), shellQuote(args[1:]))}
 	case dash < 0 || dash == len(args):
 		return &usageError{fmt.Errorf("missing command: give it after --, as in crew start %s -- COMMAND [ARGS...]", args[0])}
 	case dash != 1:
@@ -153,7 +128,8 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	// the runtime's signal loop to go idle (a goroutine handoff, 0.3 ms of
 	// a 5 ms start); a signal that arrives after the run ended is dropped
 	// instead of turning the command's exit code into crew's own death.
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, stopSignals...)
+	relay := relaySignals(sigs)
 	surviveBrokenPipes()
 
 	ttl, err := o.leaseTTLFor(cmd)
@@ -200,20 +176,37 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Stdout:  s.Out,
 		Stderr:  s.Err,
 		Env:     os.Environ(),
-		Signals: sigs,
+		Signals: relay.out,
 		Warn:    func(err error) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termError(err)) },
 		Note:    view.note,
 	})
+	received, pending := relay.finish()
 	var refused *vocab.RefusedError
 	if errors.As(err, &refused) {
 		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
 		d.RecordRefusal(args[0], refused, exitCodeFor(err))
 	}
 	if o.detach && err == nil {
-		if o.json {
-			return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})
+		if err := o.printDetached(s, runID); err != nil {
+			return err
 		}
-		fmt.Fprintln(s.Out, runID)
+		if received == 0 && pending != 0 {
+			// It came while the run was handed over, which nobody
+			// interrupts: the run goes on, detached as asked, but the
+			// script that started it was interrupted all the same.
+			received = pending
+			fmt.Fprintf(s.Err, "crew: %s: received %s; run %s goes on, detached (`crew stop %s` ends it)\n",
+				quoteTask(args[0]), vocab.SignalName(received), runID, runID)
+		}
 	}
-	return aboutTask(args[0], err)
+	return interrupted(aboutTask(args[0], err), received)
+}
+
+// printDetached prints a detached run's id: bare, or as JSON.
+func (o *startOptions) printDetached(s streams, runID record.RunID) error {
+	if o.json {
+		return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})
+	}
+	fmt.Fprintln(s.Out, runID)
+	return nil
 }

@@ -27,7 +27,7 @@ func (x *startExtras) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&x.tag, "tag", false, "prefix each line of the command's output with the task name and a tab (like parallel --tag; the log keeps it untagged)")
 	f.Var(bytesize.NewValue(&x.logMax, 0), "log-max", "cap the run's log, keeping its first half and the newest output (10MiB, 1GB; 0: no cap); default: crew.json's logMax")
-	f.Var(duration.NewValue(&x.timeout, 0), "timeout", "stop the command (SIGTERM, then SIGKILL after --grace) once it has run this long, per attempt; the run is recorded as timed out and crew exits 124")
+	f.Var(duration.NewValue(&x.timeout, 0), "timeout", "stop the command (SIGTERM, then SIGKILL after --grace) once it has run this long, per attempt; the run is recorded as timed out and crew exits 124; 0: no timeout, as without the flag")
 	f.Lookup("timeout").DefValue = "none"
 	f.IntVar(&x.retries, "retries", 0, fmt.Sprintf("run a failed command (non-zero exit, killed, timed out; not stopped) again, up to `N` more times (at most %d), keeping the slot", record.MaxRetries))
 	f.Var(duration.NewValue(&x.retryDelay, time.Second), "retry-delay", "time between a failed attempt and the next (with --retries)")
@@ -37,8 +37,8 @@ func (x *startExtras) flags(cmd *cobra.Command) {
 func (x *startExtras) checkRetries(cmd *cobra.Command) error {
 	changed := cmd.Flags().Changed
 	switch {
-	case changed("timeout") && x.timeout <= 0:
-		return &usageError{fmt.Errorf("--timeout must be positive, not %s: give how long the command may run, as in --timeout=10m", duration.Format(x.timeout))}
+	case x.timeout < 0:
+		return &usageError{fmt.Errorf("--timeout must not be negative, not %s: give how long the command may run, as in --timeout=10m (0: no timeout)", duration.Format(x.timeout))}
 	case x.retries < 0 || x.retries > record.MaxRetries:
 		return &usageError{fmt.Errorf("--retries must be from 0 to %d, not %d", record.MaxRetries, x.retries)}
 	case x.retryDelay < 0:

@@ -144,7 +144,7 @@ func printSnapshot(w io.Writer, sc screen, snap *vocab.Snapshot, task string, no
 			}
 			rows = append(rows, row)
 		}
-		cols := []column{{title: "#", right: true}, {title: "ID"}, {title: "TASK", min: 12, max: 24},
+		cols := []column{{title: "#", right: true}, {title: "ID"}, {title: "TASK", min: 12, max: 24, middle: true},
 			{title: "POOL", min: 6}, {title: "WAITING FOR"}, {title: "WAITED"}}
 		if fleet {
 			cols = append(cols, column{title: "HOST", min: 4, max: 24})
@@ -152,7 +152,7 @@ func printSnapshot(w io.Writer, sc screen, snap *vocab.Snapshot, task string, no
 		sc.table(w, cols, rows)
 	}
 	if task != "" {
-		printTaskStory(w, snap, task)
+		printTaskStory(w, sc, snap, task)
 	}
 	if len(snap.Problems) > 0 {
 		fmt.Fprintln(w, "\nProblems (run `crew recover` to quarantine unreadable records):")
@@ -237,7 +237,7 @@ func printActive(w io.Writer, sc screen, snap *vocab.Snapshot, now time.Time) {
 				r.RunID.Short(), a.Number, r.MaxAttempts(), termSafe(a.Reason), a.Number+1, clock(next, now)))
 		}
 	}
-	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24}, {title: "STATE"}, {title: "FOR"},
+	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24, middle: true}, {title: "STATE"}, {title: "FOR"},
 		{title: "POOL", min: 6}, {title: "HOST", min: 4, max: 24}, {title: "PID", right: true}, {title: "COMMAND", flex: true}}
 	drop := func(c int) {
 		cols = append(cols[:c], cols[c+1:]...)
@@ -281,7 +281,7 @@ func printFinished(w io.Writer, sc screen, runs []vocab.RunView, now time.Time, 
 		}
 		rows = append(rows, row)
 	}
-	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24}, {title: "STATE"}, {title: "EXIT", right: true},
+	cols := []column{{title: "ID"}, {title: "TASK", min: 12, max: 24, middle: true}, {title: "STATE"}, {title: "EXIT", right: true},
 		{title: "STARTED"}, {title: "TOOK", right: true}, {title: "REASON", flex: true}}
 	if !withTask {
 		cols = append(cols[:1], cols[2:]...)
@@ -442,7 +442,7 @@ func dashIfEmpty(s string) string {
 
 // printTaskStory explains one task: its active run's history, its place in
 // the queue, and its last refused start if nothing ran since.
-func printTaskStory(w io.Writer, snap *vocab.Snapshot, task string) {
+func printTaskStory(w io.Writer, sc screen, snap *vocab.Snapshot, task string) {
 	for _, r := range snap.Active {
 		fmt.Fprintf(w, "\nHistory of %s (%s):\n", r.RunID.Short(), r.RunID)
 		for _, ev := range r.Events {
@@ -453,7 +453,21 @@ func printTaskStory(w io.Writer, snap *vocab.Snapshot, task string) {
 		fmt.Fprintf(w, "\n%s is waiting: %s in line for a %s since %s\n", quoteTask(task), ordinal(q.Position), q.WaitingFor, humanTime(q.Since))
 	}
 	if r := snap.LastRefusal; r != nil {
-		fmt.Fprintf(w, "\nLast start refused at %s (%s, exit %d): %s\n", humanTime(r.At), ago(r.At), r.ExitCode, termSafe(r.Reason))
+		printRefusal(w, sc, r)
+	}
+}
+
+// printRefusal says when the task's last start was refused and why,
+// wrapped to the screen's width (the reason lists what held the slots,
+// and can take hundreds of columns), the lines after the first indented.
+func printRefusal(w io.Writer, sc screen, r *record.Refusal) {
+	text := fmt.Sprintf("Last start refused at %s (%s, exit %d): %s", humanTime(r.At), ago(r.At), r.ExitCode, termSafe(r.Reason))
+	fmt.Fprintln(w)
+	for i, l := range wrapText(text, sc.width, 2) {
+		if i > 0 {
+			l = "  " + l
+		}
+		fmt.Fprintln(w, l)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,7 +31,7 @@ func newSuperviseCmd(g *globalOptions) *cobra.Command {
 				return &usageError{err}
 			}
 			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			signal.Notify(sigs, stopSignals...)
 			surviveBrokenPipes()
 			d, err := g.open(openOptions{})
 			if err != nil {

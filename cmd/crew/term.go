@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // termSafe makes text that comes from the state root (task names, commands,
@@ -42,15 +45,23 @@ func termSafe(s string) string {
 // termError is err's message made safe for the terminal as termSafe
 // makes text, except for the line breaks crew put there itself: errors
 // that errors.Join combined stay on lines of their own (each under the
-// first, indented), while a line break in a file name, a record or any
-// other text from the state root is escaped like any control character.
-// Which is which is told from the errors themselves, not the text.
+// first, indented), an ambiguous run's candidates one per line, cobra's
+// messages as cobra laid them out; while a line break in a file name, a
+// record or any other text from the state root is escaped like any
+// control character. Which is which is told from the errors themselves,
+// not the text.
 func termError(err error) string {
 	return renderError(err, "\n  ")
 }
 
 // renderError renders err, breaking lines with br where errors.Join did.
 func renderError(err error, br string) string {
+	switch e := err.(type) {
+	case *vocab.AmbiguousError:
+		return renderAmbiguous(e)
+	case *cobraError:
+		return e.render()
+	}
 	msg := err.Error()
 	if !strings.Contains(msg, "\n") {
 		return termSafe(msg)
@@ -109,6 +120,41 @@ func renderAround(msg string, errs []error, br string) string {
 	}
 	b.WriteString(termSafe(rest))
 	return b.String()
+}
+
+// renderAmbiguous lists the runs an ambiguous argument fits, one per line,
+// from the error's fields: the ids, states and task names are the state
+// root's, each made safe; the line breaks are crew's.
+func renderAmbiguous(e *vocab.AmbiguousError) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s is ambiguous: it fits %d runs:", termSafe(e.Arg), len(e.Candidates)+e.More)
+	for _, c := range e.Candidates {
+		fmt.Fprintf(&b, "\n  %s  %s  %s", termSafe(string(c.ID)), termSafe(c.State), quoteTask(c.Task))
+	}
+	if e.More > 0 {
+		fmt.Fprintf(&b, "\n  and %d more", e.More)
+	}
+	b.WriteString("\ngive more of the id")
+	return b.String()
+}
+
+// cobraError is an error of cobra's own (an unknown command and what it
+// may have meant, a wrong number of arguments): its line breaks and
+// leading tabs are cobra's layout, and what the user typed in it is
+// quoted (%q) already. Its lines are made safe one by one, and the blank
+// lines it ends with dropped.
+type cobraError struct{ err error }
+
+func (e *cobraError) Error() string { return e.err.Error() }
+func (e *cobraError) Unwrap() error { return e.err }
+
+func (e *cobraError) render() string {
+	lines := strings.Split(strings.TrimRight(e.err.Error(), "\n"), "\n")
+	for i, l := range lines {
+		body := strings.TrimLeft(l, "\t")
+		lines[i] = l[:len(l)-len(body)] + termSafe(body)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // printable reports whether every character of s prints as itself.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // Issue 23, item 13a: warnings printed the line breaks of errors that
@@ -35,6 +37,40 @@ func TestTermErrorKeepsCrewsLineBreaksOnly(t *testing.T) {
 			"task x\\x1b[2J: write .r-1.json: no space left on device\n  close .r-1.json: input/output error"},
 	}
 	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := termError(c.err); got != c.want {
+				t.Errorf("termError:\n got %q\nwant %q", got, c.want)
+			}
+		})
+	}
+}
+
+// Issue 24, item 2: an ambiguous run's candidates are listed one per
+// line, and cobra's messages keep their layout; text from the state root
+// in them (task names, states, ids) stays escaped, and the user's words
+// are cobra's quotes.
+func TestTermErrorLaysOutAmbiguityAndCobra(t *testing.T) {
+	amb := &vocab.AmbiguousError{Arg: "r-2026", More: 2, Candidates: []vocab.Candidate{
+		{ID: "r-20260101T000000.000000001Z-0123456789abcdef", Task: "build", State: "running"},
+		{ID: "r-20260101T000000.000000002Z-fedcba9876543210", Task: "evil\ncrew: fake", State: "succeeded\x1b[2J"},
+	}}
+	want := "r-2026 is ambiguous: it fits 4 runs:\n" +
+		"  r-20260101T000000.000000001Z-0123456789abcdef  running  build\n" +
+		"  r-20260101T000000.000000002Z-fedcba9876543210  succeeded\\x1b[2J  \"evil\\ncrew: fake\"\n" +
+		"  and 2 more\n" +
+		"give more of the id"
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"ambiguous", amb, want},
+		{"ambiguous, wrapped", &usageError{fmt.Errorf("logs: %w", amb)}, "logs: " + want},
+		{"cobra", &cobraError{errors.New("unknown command \"strat\" for \"crew\"\n\nDid you mean this?\n\tstart\n\n")},
+			"unknown command \"strat\" for \"crew\"\n\nDid you mean this?\n\tstart"},
+		{"cobra, escapes", &cobraError{errors.New("unknown command \"a\\nb\" for \"crew\"\n\t\x1b[2Jx\u202e")},
+			"unknown command \"a\\nb\" for \"crew\"\n\t\\x1b[2Jx\\u202e"},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := termError(c.err); got != c.want {
 				t.Errorf("termError:\n got %q\nwant %q", got, c.want)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
@@ -29,7 +30,8 @@ func newWaitCmd(g *globalOptions, s streams) *cobra.Command {
 
 A TASK means its active run, else its waiting start, else its latest run. A run
 that ended interrupted (its exit status is unknown) exits 125 and says why on
-stderr. With --timeout, exit 124 if the runs have not finished in time.`,
+stderr. With --timeout, exit 75 if the runs have not finished in time (124 is
+a run's own exit code when its --timeout ran out).`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: completeRuns(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -37,15 +39,16 @@ stderr. With --timeout, exit 124 if the runs have not finished in time.`,
 			return o.run(args, s)
 		},
 	}
-	cmd.Flags().Var(duration.NewValue(&o.timeout, 0), "timeout", "give up after this long (exit 124); 0 waits forever")
-	cmd.Flags().BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "exitCode": N}`)
+	cmd.Flags().Var(duration.NewValue(&o.timeout, 0), "timeout", "give up after this long (exit 75); 0 waits forever")
+	cmd.Flags().BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "exitCode": N, "gaveUp": false}`)
 	return cmd
 }
 
-// waitTimeoutError maps to exit 124.
-type waitTimeoutError struct{ msg string }
+// waitGaveUpError is a wait whose --timeout ran out before its runs
+// ended: exit 75, apart from 124, a run's own timeout.
+type waitGaveUpError struct{ msg string }
 
-func (e *waitTimeoutError) Error() string { return e.msg }
+func (e *waitGaveUpError) Error() string { return e.msg }
 
 func (o *waitOptions) run(args []string, s streams) error {
 	if o.timeout < 0 {
@@ -70,10 +73,10 @@ func (o *waitOptions) run(args []string, s streams) error {
 	}
 	var views []*vocab.RunView
 	code := 0
-	for _, id := range ids {
+	for i, id := range ids {
 		rec, err := d.WaitRun(ctx, id)
 		if errors.Is(err, vocab.ErrWaitTimeout) {
-			return &waitTimeoutError{fmt.Sprintf("%s: timed out after %s waiting for run %s", quoteTask(d.TaskOf(id)), o.timeout, id)}
+			return o.gaveUp(d, s, views, ids[i:])
 		}
 		if err != nil {
 			return err
@@ -89,7 +92,7 @@ func (o *waitOptions) run(args []string, s streams) error {
 		}
 	}
 	if o.json {
-		if err := writeJSON(s.Out, map[string]any{"version": 1, "runs": views, "exitCode": code}); err != nil {
+		if err := writeJSON(s.Out, map[string]any{"version": 1, "runs": views, "exitCode": code, "gaveUp": false}); err != nil {
 			return err
 		}
 	}
@@ -97,6 +100,27 @@ func (o *waitOptions) run(args []string, s streams) error {
 		return &exitStatus{code}
 	}
 	return nil
+}
+
+// gaveUp ends a wait whose --timeout ran out while pending (the first of
+// them the one waited for) had not finished: with --json, every run as it
+// is now (the finished ones in views, then the pending ones, those that
+// can be read), and exit 75.
+func (o *waitOptions) gaveUp(d *dispatch.Dispatcher, s streams, views []*vocab.RunView, pending []record.RunID) error {
+	err := &waitGaveUpError{fmt.Sprintf("%s: gave up after %s: run %s has not finished (crew wait exits %d)",
+		quoteTask(d.TaskOf(pending[0])), duration.Format(o.timeout), pending[0], exitWaitGaveUp)}
+	if !o.json {
+		return err
+	}
+	for _, id := range pending {
+		if v, err := d.Run(id); err == nil {
+			views = append(views, v)
+		}
+	}
+	if werr := writeJSON(s.Out, map[string]any{"version": 1, "runs": views, "exitCode": exitWaitGaveUp, "gaveUp": true}); werr != nil {
+		return werr
+	}
+	return err
 }
 
 // runOutcome is a finished run's exit status as crew wait and crew logs -f

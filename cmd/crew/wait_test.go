@@ -28,10 +28,17 @@ func TestWaitFlag(t *testing.T) {
 	assert.Equal(t, 90*time.Second, w.timeout)
 	assert.Equal(t, "1m30s", w.String())
 
-	for _, bad := range []string{"soon", "0s", "-1m", "10"} {
+	for _, bad := range []string{"soon", "-1m", "10"} {
 		var w waitFlag
 		assert.Error(t, w.Set(bad), bad)
 		assert.False(t, w.set, bad)
+	}
+	// --wait=0 does not wait: as no --wait, even after a --wait.
+	for _, zero := range []string{"0", "0s"} {
+		w := waitFlag{set: true}
+		require.NoError(t, w.Set(zero), zero)
+		assert.False(t, w.set, zero)
+		assert.Equal(t, "", w.String(), zero)
 	}
 }
 
@@ -45,7 +52,7 @@ func TestQueueAndPoolUsageErrors(t *testing.T) {
 	}{
 		{"wait with force", []string{"start", "--wait", "--force", "x", "--", "true"}, "--wait and --force do not go together"},
 		{"bad wait", []string{"start", "--wait=soon", "x", "--", "true"}, "not a duration"},
-		{"zero wait", []string{"start", "--wait=0s", "x", "--", "true"}, "must be positive"},
+		{"negative wait", []string{"start", "--wait=-1s", "x", "--", "true"}, "must not be negative (--wait=0 does not wait)"},
 		{"unknown pool", []string{"start", "--pool", "nope", "x", "--", "true"}, `unknown pool "nope"; configured pools: deploy`},
 		{"pool without size", []string{"init", "--pool", "deploy"}, `--pool wants NAME=N (such as deploy=1), not "deploy"`},
 		{"pool size not a number", []string{"init", "--pool", "deploy=one"}, "--pool wants NAME=N"},

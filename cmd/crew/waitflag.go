@@ -7,7 +7,9 @@ import (
 	"github.com/crew-dev/crew/internal/duration"
 )
 
-// waitFlag is --wait[=DURATION]: given alone it waits without a limit.
+// waitFlag is --wait[=DURATION]: given alone it waits without a limit;
+// --wait=0 does not wait at all, as flock -w 0 does not: it is a start
+// without --wait (refused at once if it cannot run now).
 type waitFlag struct {
 	set     bool
 	timeout time.Duration // 0: no limit
@@ -32,10 +34,10 @@ func (w *waitFlag) Set(s string) error {
 	if err != nil {
 		return err // flagError says it in crew's words
 	}
-	if d <= 0 {
-		return fmt.Errorf("must be positive")
+	if d < 0 {
+		return fmt.Errorf("must not be negative (--wait=0 does not wait)")
 	}
-	w.set, w.timeout = true, d
+	w.set, w.timeout = d > 0, d
 	return nil
 }
 

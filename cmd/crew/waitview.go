@@ -108,7 +108,7 @@ func (v *waitView) tick() {
 func (v *waitView) render() {
 	line := v.prefix() + describeWait(*v.last)
 	if width := terminalWidth(v.w); width > 1 {
-		task := truncate(quoteTask(v.task), max(12, width/3))
+		task := truncateMiddle(quoteTask(v.task), max(12, width/3))
 		line = truncate("crew: "+task+": "+describeWait(*v.last), width-1)
 	}
 	fmt.Fprintf(v.w, "\r\x1b[K%s", line)

@@ -18,6 +18,9 @@ type ending struct {
 	code     int  // crew start's exit code for it: the command's, or 124 for a timeout
 	timedOut bool // --timeout ended it
 	lease    bool // the run's lease ended it (never retried)
+	// interrupt is the SIGINT or SIGQUIT typed at the terminal that
+	// killed the command (ExitError.TerminalInterrupt).
+	interrupt syscall.Signal
 }
 
 // endingOf says how the command ended: who stopped it (crew stop, a signal
@@ -65,7 +68,7 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 	case (s.ownsTTY || s.pty != nil) && ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGQUIT):
 		// The command owned the terminal, so Ctrl-C (or Ctrl-\) went to it
 		// directly rather than through crew.
-		e.state, e.signal = record.Stopped, vocab.SignalName(ws.Signal())
+		e.state, e.signal, e.interrupt = record.Stopped, vocab.SignalName(ws.Signal()), ws.Signal()
 		e.reason = fmt.Sprintf("interrupted from the terminal (%s); %s", e.signal, how)
 	case code == 0:
 		e.state, e.reason = record.Succeeded, ""
@@ -77,6 +80,7 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 
 // describeExit makes the record final from how the last attempt ended.
 func (s *supervisor) describeExit(e ending) {
+	s.interrupt = e.interrupt
 	s.endAttempt(e)
 	s.rec.Signal = e.signal
 	s.rec.TimedOut = e.timedOut

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
@@ -39,7 +40,7 @@ type Request struct {
 	// CREW_TASK and CREW_ROOT.
 	Env []string
 	// Signals delivers the stop signals crew received (SIGINT, SIGTERM,
-	// SIGHUP); they are forwarded to the command's process group.
+	// SIGHUP, SIGQUIT); they are forwarded to the command's process group.
 	Signals <-chan os.Signal
 	// Warn receives warnings for the user, as errors so that crew's own
 	// line breaks (errors.Join) can be told from text in the state root;
@@ -85,6 +86,9 @@ type supervisor struct {
 	guard backend.Guard
 	// leaseEnd says why the lease ended the run, if it did.
 	leaseEnd string
+	// interrupt is the signal typed at the terminal that ended the run,
+	// if one did (ExitError.TerminalInterrupt).
+	interrupt syscall.Signal
 }
 
 func newSupervisor(req Request) *supervisor {
@@ -157,7 +161,7 @@ func (s *supervisor) run() error {
 		s.Warn(err)
 	}
 	if code != 0 {
-		return &vocab.ExitError{RunID: id, Code: code}
+		return &vocab.ExitError{RunID: id, Code: code, TerminalInterrupt: s.interrupt}
 	}
 	return nil
 }

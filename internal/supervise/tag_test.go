@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -59,17 +58,44 @@ func TestTagWriterHoldsPartialLines(t *testing.T) {
 	}
 }
 
-// A line longer than what is held back goes out in tagged pieces.
+// A long line is held whole, however it is cut into writes, and goes out
+// in one write with its tag (GNU parallel --tag keeps lines whole); the
+// buffer it took is let go once written.
+func TestTagWriterKeepsLongLinesWhole(t *testing.T) {
+	out := &recordingWriter{}
+	tw := newTagWriter(out, "t\t")
+	long := strings.Repeat("x", 300000)
+	for i := 0; i < len(long); i += 4096 {
+		tw.Write([]byte(long[i:min(i+4096, len(long))]))
+	}
+	if len(out.writes) != 0 {
+		t.Fatalf("wrote %d times before the line ended", len(out.writes))
+	}
+	tw.Write([]byte("\nnext\n"))
+	if len(out.writes) != 1 || out.writes[0] != "t\t"+long+"\nt\tnext\n" {
+		t.Errorf("%d writes, %d bytes; want the whole line and the next in one", len(out.writes), len(out.all()))
+	}
+	if cap(tw.buf) > bigBuffer || cap(tw.held) > bigBuffer {
+		t.Errorf("kept %d and %d bytes of buffers", cap(tw.buf), cap(tw.held))
+	}
+}
+
+// A line longer than maxTaggedLine goes out in tagged pieces of that
+// size, each marked where it was cut: what a tagged stream holds is
+// bounded.
 func TestTagWriterBoundsWhatItHolds(t *testing.T) {
 	out := &recordingWriter{}
 	tw := newTagWriter(out, "t\t")
-	long := bytes.Repeat([]byte("x"), 2*maxHeldLine+10)
-	tw.Write(long)
-	if got := out.all(); got != "t\t"+strings.Repeat("x", maxHeldLine)+"\nt\t"+strings.Repeat("x", maxHeldLine)+"\n" {
-		t.Errorf("held %d bytes, wrote %d", len(tw.partial), len(got))
+	tw.Write([]byte("before\n" + strings.Repeat("x", 2*maxTaggedLine+10)))
+	piece := "t\t" + strings.Repeat("x", maxTaggedLine) + cutMark
+	if got := out.all(); got != "t\tbefore\n"+piece+piece {
+		t.Errorf("held %d bytes, wrote %d", len(tw.held), len(got))
+	}
+	if len(tw.held) != len("t\t")+10 {
+		t.Errorf("held %d bytes", len(tw.held))
 	}
 	tw.Write([]byte("y\n"))
-	if !strings.HasSuffix(out.all(), "t\t"+strings.Repeat("x", 10)+"y\n") {
+	if !strings.HasSuffix(out.all(), cutMark+"t\t"+strings.Repeat("x", 10)+"y\n") {
 		t.Errorf("the rest of the line: %q", out.all()[len(out.all())-30:])
 	}
 }

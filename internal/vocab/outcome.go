@@ -31,6 +31,14 @@ type ExitError struct {
 	RunID record.RunID
 	// Code is the command's exit status, 128+N if signal N killed it.
 	Code int
+	// TerminalInterrupt is SIGINT or SIGQUIT if that is what ended the
+	// run from the terminal (Ctrl-C, Ctrl-\): the command, in the
+	// terminal's foreground or on its own pseudo-terminal, was killed by
+	// it, while crew's own job, which the terminal would have signalled
+	// too, was not (crew's terminal raw, or the command's group in the
+	// foreground). crew start passes it on to its job, so that the script
+	// that ran it stops too.
+	TerminalInterrupt syscall.Signal
 }
 
 func (e *ExitError) Error() string {
