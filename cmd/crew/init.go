@@ -86,11 +86,11 @@ func (o *initOptions) run(cmd *cobra.Command, s streams) error {
 		return err
 	}
 	if o.group != "" {
-		if _, err := d.PrepareShare(o.group); err != nil {
+		if _, err := d.Admin().PrepareShare(o.group); err != nil {
 			return err
 		}
 	}
-	res, err := d.Init(o.max, o.maxSet, pools, o.lockTimeout, changes...)
+	res, err := d.Admin().Init(o.max, o.maxSet, pools, o.lockTimeout, changes...)
 	if err != nil {
 		return err
 	}
@@ -125,9 +125,9 @@ func (o *initOptions) share(d *dispatch.Dispatcher, s streams) error {
 	var err error
 	switch {
 	case o.group != "":
-		res, err = d.Share(o.group, o.lockTimeout)
+		res, err = d.Admin().Share(o.group, o.lockTimeout)
 	case o.noGroup:
-		res, err = d.Unshare(o.lockTimeout)
+		res, err = d.Admin().Unshare(o.lockTimeout)
 	default:
 		return nil
 	}

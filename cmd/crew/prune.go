@@ -93,7 +93,7 @@ func (o *pruneOptions) prune(configured bool, opts dispatch.PruneOptions) (*voca
 	}
 	defer d.Close()
 	if configured {
-		return d.PruneConfigured(opts.DryRun)
+		return d.Admin().PruneConfigured(opts.DryRun)
 	}
-	return d.Prune(opts)
+	return d.Admin().Prune(opts)
 }

@@ -115,5 +115,5 @@ func (o *recoverOptions) recover() (*vocab.RecoverReport, error) {
 		return nil, err
 	}
 	defer d.Close()
-	return d.Recover(dispatch.RecoverOptions{DryRun: o.dryRun, Timeout: o.timeout})
+	return d.Admin().Recover(dispatch.RecoverOptions{DryRun: o.dryRun, Timeout: o.timeout})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
@@ -81,42 +82,9 @@ signal, so that the script that ran crew stops too. See the README's "crew start
 }
 
 func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
-	if limit, ok := misplacedWaitLimit(o.argv); ok {
-		return &usageError{fmt.Errorf("--wait takes its limit only after \"=\": write --wait=%s (a separate word after --wait is read as the task name)", limit)}
-	}
-	switch {
-	case o.json && !o.detach:
-		return &usageError{fmt.Errorf("--json goes with --detach (it prints the detached run's id as JSON); a foreground start's output is its command's own, and its exit code is the command's")}
-	case o.refusedExit > 255 || (o.refusedExit < 0 && cmd.Flags().Changed("refused-exit")):
-		return &usageError{fmt.Errorf("--refused-exit must be an exit code from 0 to 255, not %d", o.refusedExit)}
-	}
-	dash := cmd.ArgsLenAtDash()
-	if cmd.Flags().Changed("task") {
-		// The task is the flag's; everything after -- is the command.
-		switch {
-		case dash > 0:
-			return &usageError{fmt.Errorf("give the task name once: with --task, or before --, not both (got --task=%s and %q)", strconv.Quote(o.task), args[:dash])}
-		case dash < 0 || dash == len(args):
-			return &usageError{fmt.Errorf("missing command: give it after --, as in crew start --task=%s -- COMMAND [ARGS...]", strconv.Quote(o.task))}
-		}
-		args = append([]string{o.task}, args...)
-		dash = 1
-	}
-	switch {
-	case len(args) == 0:
-		return &usageError{fmt.Errorf("missing task name: usage is crew start TASK -- COMMAND [ARGS...]")}
-	case dash < 0 && len(args) > 1:
-		return &usageError{fmt.Errorf("missing `--` before the command: did you forget it? As in: crew start %s -- %s", shellWord(args[0]), shellQuote(args[1:]))}
-	case dash < 0 || dash == len(args):
-		return &usageError{fmt.Errorf("missing command: give it after --, as in crew start %s -- COMMAND [ARGS...]", args[0])}
-	case dash != 1:
-		return &usageError{fmt.Errorf("expected one task name before --, got %d: %q", dash, args[:dash])}
-	case o.lockTimeout <= 0:
-		return &usageError{fmt.Errorf("--lock-timeout must be positive, not %s", o.lockTimeout)}
-	case o.wait.set && o.force:
-		return &usageError{fmt.Errorf("--wait and --force do not go together: --force skips the line")}
-	case o.grace < 0:
-		return &usageError{fmt.Errorf("--grace must not be negative, not %s", o.grace)}
+	args, dash, err := o.checkArgs(cmd, args)
+	if err != nil {
+		return err
 	}
 	logMax, err := o.startExtras.check(cmd, o.detach)
 	if err != nil {
@@ -180,11 +148,18 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 		Warn:    func(err error) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termError(err)) },
 		Note:    view.note,
 	})
+	return o.ended(d, s, args[0], runID, err, relay)
+}
+
+// ended says how a start ended: a refusal is logged (with the code crew
+// gives it), a detached run's id printed, and a signal crew took ends
+// crew by that signal.
+func (o *startOptions) ended(d *dispatch.Dispatcher, s streams, task string, runID record.RunID, err error, relay *signalRelay) error {
 	received, pending := relay.finish()
 	var refused *vocab.RefusedError
 	if errors.As(err, &refused) {
 		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
-		d.RecordRefusal(args[0], refused, exitCodeFor(err))
+		d.RecordRefusal(task, refused, exitCodeFor(err))
 	}
 	if o.detach && err == nil {
 		if err := o.printDetached(s, runID); err != nil {
@@ -196,10 +171,54 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			// script that started it was interrupted all the same.
 			received = pending
 			fmt.Fprintf(s.Err, "crew: %s: received %s; run %s goes on, detached (`crew stop %s` ends it)\n",
-				quoteTask(args[0]), vocab.SignalName(received), runID, runID)
+				quoteTask(task), vocab.SignalName(received), runID, runID)
 		}
 	}
-	return interrupted(aboutTask(args[0], err), received)
+	return interrupted(aboutTask(task, err), received)
+}
+
+// checkArgs checks crew start's command line: the task (before --, or
+// --task) and the command, and the flags that go together. It returns the
+// arguments with the task first, and where the command begins.
+func (o *startOptions) checkArgs(cmd *cobra.Command, args []string) ([]string, int, error) {
+	if limit, ok := misplacedWaitLimit(o.argv); ok {
+		return nil, 0, &usageError{fmt.Errorf("--wait takes its limit only after \"=\": write --wait=%s (a separate word after --wait is read as the task name)", limit)}
+	}
+	switch {
+	case o.json && !o.detach:
+		return nil, 0, &usageError{fmt.Errorf("--json goes with --detach (it prints the detached run's id as JSON); a foreground start's output is its command's own, and its exit code is the command's")}
+	case o.refusedExit > 255 || (o.refusedExit < 0 && cmd.Flags().Changed("refused-exit")):
+		return nil, 0, &usageError{fmt.Errorf("--refused-exit must be an exit code from 0 to 255, not %d", o.refusedExit)}
+	}
+	dash := cmd.ArgsLenAtDash()
+	if cmd.Flags().Changed("task") {
+		// The task is the flag's; everything after -- is the command.
+		switch {
+		case dash > 0:
+			return nil, 0, &usageError{fmt.Errorf("give the task name once: with --task, or before --, not both (got --task=%s and %q)", strconv.Quote(o.task), args[:dash])}
+		case dash < 0 || dash == len(args):
+			return nil, 0, &usageError{fmt.Errorf("missing command: give it after --, as in crew start --task=%s -- COMMAND [ARGS...]", strconv.Quote(o.task))}
+		}
+		args = append([]string{o.task}, args...)
+		dash = 1
+	}
+	switch {
+	case len(args) == 0:
+		return nil, 0, &usageError{fmt.Errorf("missing task name: usage is crew start TASK -- COMMAND [ARGS...]")}
+	case dash < 0 && len(args) > 1:
+		return nil, 0, &usageError{fmt.Errorf("missing `--` before the command: did you forget it? As in: crew start %s -- %s", shellWord(args[0]), shellQuote(args[1:]))}
+	case dash < 0 || dash == len(args):
+		return nil, 0, &usageError{fmt.Errorf("missing command: give it after --, as in crew start %s -- COMMAND [ARGS...]", args[0])}
+	case dash != 1:
+		return nil, 0, &usageError{fmt.Errorf("expected one task name before --, got %d: %q", dash, args[:dash])}
+	case o.lockTimeout <= 0:
+		return nil, 0, &usageError{fmt.Errorf("--lock-timeout must be positive, not %s", o.lockTimeout)}
+	case o.wait.set && o.force:
+		return nil, 0, &usageError{fmt.Errorf("--wait and --force do not go together: --force skips the line")}
+	case o.grace < 0:
+		return nil, 0, &usageError{fmt.Errorf("--grace must not be negative, not %s", o.grace)}
+	}
+	return args, dash, nil
 }
 
 // printDetached prints a detached run's id: bare, or as JSON.

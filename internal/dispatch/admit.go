@@ -45,11 +45,12 @@ func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reserv
 	if err != nil {
 		return nil, err
 	}
+	a := &admitter{d: d, st: st, req: req}
 	var res *Reservation
 	if req.Wait {
-		res, err = d.admitWaiting(ctx, st, req)
+		res, err = a.admitWaiting(ctx)
 	} else {
-		res, _, err = d.attempt(ctx, st, req, nil)
+		res, _, err = a.attempt(ctx, nil)
 	}
 	if res == nil {
 		st.Close()
@@ -59,12 +60,21 @@ func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reserv
 	return res, err
 }
 
+// admitter is one crew start's way through admission: its standing with
+// the store, and what it asks for.
+type admitter struct {
+	d   *Dispatcher
+	st  backend.Starter
+	req vocab.AdmitRequest
+}
+
 // attempt is one pass through the admission critical section. With a
 // waiter, it decides for that waiter's ticket; without one, for a newcomer
 // who lines up behind every waiting start. When the run is not admitted
 // and req.Wait is set, a newcomer's ticket is created (in the same
 // critical section, so nobody can slip in between) and returned.
-func (d *Dispatcher) attempt(ctx context.Context, st backend.Starter, req vocab.AdmitRequest, w backend.Waiter) (*Reservation, *attemptResult, error) {
+func (a *admitter) attempt(ctx context.Context, w backend.Waiter) (*Reservation, *attemptResult, error) {
+	d, st, req := a.d, a.st, a.req
 	adm, err := st.LockAdmission(ctx, req.LockTimeout)
 	if err != nil {
 		return nil, nil, err
@@ -75,7 +85,7 @@ func (d *Dispatcher) attempt(ctx context.Context, st backend.Starter, req vocab.
 
 	cfg, _, err := adm.LoadConfig()
 	if err != nil {
-		return d.unconfigured(adm, req, w, err)
+		return a.unconfigured(adm, w, err)
 	}
 	if req.Pool != "" {
 		if _, ok := cfg.Pools[req.Pool]; !ok {
@@ -86,12 +96,12 @@ func (d *Dispatcher) attempt(ctx context.Context, st backend.Starter, req vocab.
 	if err != nil {
 		return nil, nil, err
 	}
-	line, qWarnings, err := d.queueFor(adm, req, w)
+	line, qWarnings, err := a.queueFor(adm, w)
 	if err != nil {
-		return d.unreadableQueue(req, w, err)
+		return a.unreadableQueue(w, err)
 	}
 	queue := line.tickets
-	reaped := d.reap(set, req.Task)
+	reaped := a.reap(set, req.Task)
 	usage := set.usage()
 	cand := admission.Candidate{Task: req.Task, Pool: req.Pool, Force: req.Force}
 	if w != nil {
@@ -101,7 +111,7 @@ func (d *Dispatcher) attempt(ctx context.Context, st backend.Starter, req vocab.
 	d.exactHolder(set, verdict.BlockingRun)
 	warnings := append(append(set.warnings(), reaped.warnings...), qWarnings...)
 	if verdict.Admit {
-		res, err := d.reserve(adm, req, cfg, usage, verdict, w)
+		res, err := a.reserve(adm, cfg, usage, verdict, w)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -114,7 +124,7 @@ func (d *Dispatcher) attempt(ctx context.Context, st backend.Starter, req vocab.
 		// the admission lock, which they need).
 		defer d.RingWaiters()
 	}
-	if err := d.nestedDeadlock(set, cfg, usage, cand, req); err != nil {
+	if err := a.nestedDeadlock(set, cfg, usage, cand); err != nil {
 		return nil, nil, err // a waiter's ticket goes as admitWaiting returns
 	}
 	ar := &attemptResult{verdict: verdict, cfg: cfg, usage: usage, pool: req.Pool, warnings: warnings, waiter: w}
@@ -122,7 +132,7 @@ func (d *Dispatcher) attempt(ctx context.Context, st backend.Starter, req vocab.
 		return nil, nil, ar.refusal(req)
 	}
 	if w == nil {
-		if ar.waiter, err = d.joinQueue(adm, req, queue); err != nil {
+		if ar.waiter, err = a.joinQueue(adm, queue); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -132,7 +142,8 @@ func (d *Dispatcher) attempt(ctx context.Context, st backend.Starter, req vocab.
 // queueFor reads the queue for an attempt, with the warnings its
 // unreadable tickets call for. A queue that cannot be listed is an error,
 // except for a newcomer with --force, which skips the line anyway.
-func (d *Dispatcher) queueFor(adm backend.Section, req vocab.AdmitRequest, w backend.Waiter) (line, []error, error) {
+func (a *admitter) queueFor(adm backend.Section, w backend.Waiter) (line, []error, error) {
+	d, req := a.d, a.req
 	l, err := d.liveQueue(adm)
 	var qe *vocab.QueueError
 	if errors.As(err, &qe) && req.Force && w == nil {
@@ -166,7 +177,8 @@ type reapResult struct {
 // active set without an operator: at most maxReapsPerAdmission, plus every
 // dead run of task (the task being admitted), so that a task never has two
 // active records.
-func (d *Dispatcher) reap(set *activeSet, task string) reapResult {
+func (a *admitter) reap(set *activeSet, task string) reapResult {
+	d := a.d
 	var r reapResult
 	for _, e := range set.dead() {
 		if r.n >= maxReapsPerAdmission && (e.Rec == nil || e.Rec.Task != task) {
@@ -182,14 +194,15 @@ func (d *Dispatcher) reap(set *activeSet, task string) reapResult {
 
 // reserve creates the run's locks and its durable provisioning record. On
 // failure it leaves nothing behind. A queued run keeps its ticket's id.
-func (d *Dispatcher) reserve(adm backend.Section, req vocab.AdmitRequest, cfg record.Config, u admission.Usage, v admission.Verdict, w backend.Waiter) (*Reservation, error) {
+func (a *admitter) reserve(adm backend.Section, cfg record.Config, u admission.Usage, v admission.Verdict, w backend.Waiter) (*Reservation, error) {
+	d, req := a.d, a.req
 	now := d.now()
 	for attempt := 0; ; attempt++ {
 		id := record.NewRunID(now)
 		if w != nil {
 			id = w.ID()
 		}
-		rec := d.provisioning(id, req, cfg, u, v, now)
+		rec := a.provisioning(id, cfg, u, v, now)
 		run, err := adm.Reserve(rec)
 		if err == nil {
 			if w != nil {
@@ -205,7 +218,8 @@ func (d *Dispatcher) reserve(adm backend.Section, req vocab.AdmitRequest, cfg re
 
 // provisioning is the reservation's record: what was admitted, and what
 // admission saw.
-func (d *Dispatcher) provisioning(id record.RunID, req vocab.AdmitRequest, cfg record.Config, u admission.Usage, v admission.Verdict, now time.Time) *record.Run {
+func (a *admitter) provisioning(id record.RunID, cfg record.Config, u admission.Usage, v admission.Verdict, now time.Time) *record.Run {
+	d, req := a.d, a.req
 	rec := &record.Run{
 		Version:           record.RecordVersion,
 		RunID:             id,

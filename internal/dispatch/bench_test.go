@@ -18,7 +18,7 @@ func BenchmarkAdmissionScan(b *testing.B) {
 	for _, n := range []int{1, 200} {
 		b.Run(fmt.Sprintf("active=%d", n), func(b *testing.B) {
 			d := dispatch.New(b.TempDir() + "/state")
-			if _, err := d.Init(n+1, true, nil, 0); err != nil {
+			if _, err := d.Admin().Init(n+1, true, nil, 0); err != nil {
 				b.Fatal(err)
 			}
 			for i := range n {

@@ -41,7 +41,7 @@ func TestBrokenConfigKeepsTheQueue(t *testing.T) {
 		return first.lastProgress().ConfigErr != ""
 	})
 
-	res, err := d.Init(1, true, nil, time.Second)
+	res, err := d.Admin().Init(1, true, nil, time.Second)
 	require.NoError(t, err)
 	assert.NotEmpty(t, res.MovedAside)
 	first.await(t)

@@ -84,3 +84,10 @@ type parts struct {
 func (d *Dispatcher) parts() parts {
 	return parts{d.Store.Runs(), d.Store.Queue(), d.Store.History(), d.Store.Logs()}
 }
+
+// Admin is crew's upkeep of a store, what operators run now and then:
+// crew init (and sharing a state root), crew recover, crew prune.
+type Admin struct{ d *Dispatcher }
+
+// Admin is the upkeep of d's store.
+func (d *Dispatcher) Admin() Admin { return Admin{d} }

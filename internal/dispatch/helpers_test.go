@@ -28,7 +28,7 @@ func newDispatcher(t *testing.T) *dispatch.Dispatcher {
 // setCap writes crew.json with maximumInProgress n.
 func setCap(t *testing.T, d *dispatch.Dispatcher, n int) {
 	t.Helper()
-	res, err := d.Init(n, true, nil, time.Second)
+	res, err := d.Admin().Init(n, true, nil, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, n, res.New)
 }

@@ -15,7 +15,8 @@ import (
 // The write happens under the admission lock, so no admission reads a
 // config in the middle of a change and recovery can tell crew.json's
 // temporary files from live ones.
-func (d *Dispatcher) Init(maxInProgress int, setMax bool, pools []vocab.PoolChange, lockTimeout time.Duration, changes ...vocab.ConfigChange) (*vocab.InitResult, error) {
+func (m Admin) Init(maxInProgress int, setMax bool, pools []vocab.PoolChange, lockTimeout time.Duration, changes ...vocab.ConfigChange) (*vocab.InitResult, error) {
+	d := m.d
 	if err := checkInit(maxInProgress, setMax, pools); err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ func TestInitWritesAndKeepsTheCap(t *testing.T) {
 	d := newDispatcher(t)
 
 	// First run without --max: the default cap, written.
-	res, err := d.Init(99, false, nil, time.Second)
+	res, err := d.Admin().Init(99, false, nil, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, lay(d).config(), res.Path)
 	assert.False(t, res.Existed)
@@ -38,7 +38,7 @@ func TestInitWritesAndKeepsTheCap(t *testing.T) {
 	}
 
 	// With --max: changed.
-	res, err = d.Init(2, true, nil, time.Second)
+	res, err = d.Admin().Init(2, true, nil, time.Second)
 	require.NoError(t, err)
 	assert.True(t, res.Existed)
 	assert.Equal(t, record.DefaultMaximumInProgress, res.Old)
@@ -47,7 +47,7 @@ func TestInitWritesAndKeepsTheCap(t *testing.T) {
 	// Again without --max: kept, and the file is not rewritten.
 	before, err := os.ReadFile(lay(d).config())
 	require.NoError(t, err)
-	res, err = d.Init(7, false, nil, time.Second)
+	res, err = d.Admin().Init(7, false, nil, time.Second)
 	require.NoError(t, err)
 	assert.True(t, res.Existed)
 	assert.Equal(t, 2, res.Old)
@@ -82,14 +82,14 @@ func TestInitCorruptConfig(t *testing.T) {
 	require.NoError(t, d.Logs.Ensure())
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte("{oops"), 0o600))
 
-	_, err := d.Init(3, false, nil, time.Second)
+	_, err := d.Admin().Init(3, false, nil, time.Second)
 	var cfgErr *vocab.ConfigError
 	require.ErrorAs(t, err, &cfgErr, "without --max there is nothing to put in its place")
 	b, err := os.ReadFile(lay(d).config())
 	require.NoError(t, err)
 	assert.Equal(t, "{oops", string(b), "and the file is left as it was")
 
-	res, err := d.Init(3, true, []vocab.PoolChange{{Name: "test", Max: 2}}, time.Second)
+	res, err := d.Admin().Init(3, true, []vocab.PoolChange{{Name: "test", Max: 2}}, time.Second)
 	require.NoError(t, err, "--max repairs it")
 	assert.False(t, res.Existed)
 	assert.Equal(t, 3, res.New)
@@ -112,7 +112,7 @@ func TestInitWaitsForTheAdmissionLock(t *testing.T) {
 	require.NoError(t, err)
 	defer lock.Release()
 
-	_, err = d.Init(3, true, nil, 50*time.Millisecond)
+	_, err = d.Admin().Init(3, true, nil, 50*time.Millisecond)
 	var timeout *vocab.LockTimeoutError
 	require.ErrorAs(t, err, &timeout)
 	assert.NoFileExists(t, lay(d).config())

@@ -16,11 +16,12 @@ const maxAncestors = 64
 // while it waits, because what is in its way are runs it was started from
 // (admission.Deadlock). It runs inside the admission lock, on the active
 // set read there, so it sees exactly what the decision saw.
-func (d *Dispatcher) nestedDeadlock(set *activeSet, cfg record.Config, u admission.Usage, c admission.Candidate, req vocab.AdmitRequest) error {
+func (a *admitter) nestedDeadlock(set *activeSet, cfg record.Config, u admission.Usage, c admission.Candidate) error {
+	d, req := a.d, a.req
 	if req.Parent == "" {
 		return nil
 	}
-	in := admission.Deadlock(cfg, u, c, d.ancestors(set, req.Parent))
+	in := admission.Deadlock(cfg, u, c, a.ancestors(set, req.Parent))
 	if len(in) == 0 {
 		return nil
 	}
@@ -41,18 +42,19 @@ func (d *Dispatcher) nestedDeadlock(set *activeSet, cfg record.Config, u admissi
 // parent, then each one's parent as its record in the active set says.
 // A link to a run that is not active ends the chain (a finished run holds
 // nothing anyone could wait for).
-func (d *Dispatcher) ancestors(set *activeSet, parent record.RunID) []record.RunID {
+func (a *admitter) ancestors(set *activeSet, parent record.RunID) []record.RunID {
 	var out []record.RunID
 	for id := parent; id != "" && len(out) < maxAncestors && !slices.Contains(out, id); {
 		out = append(out, id)
-		id = d.parentOf(set, id)
+		id = a.parentOf(set, id)
 	}
 	return out
 }
 
 // parentOf is an active run's parent, read from its record (a run counted
 // from the active index has only what admission needs in memory).
-func (d *Dispatcher) parentOf(set *activeSet, id record.RunID) record.RunID {
+func (a *admitter) parentOf(set *activeSet, id record.RunID) record.RunID {
+	d := a.d
 	for _, e := range set.entries {
 		if e.ID != id || e.Rec == nil || e.Finished {
 			continue

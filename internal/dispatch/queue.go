@@ -81,8 +81,9 @@ func (ar *attemptResult) progress(req vocab.AdmitRequest) vocab.WaitProgress {
 }
 
 // gaveUp is the error of a waiting start whose --wait=D ran out.
-func (d *Dispatcher) gaveUp(ar *attemptResult, w backend.Waiter, req vocab.AdmitRequest) error {
-	if latest := d.evaluate(w, req); latest != nil {
+func (a *admitter) gaveUp(ar *attemptResult, w backend.Waiter) error {
+	req := a.req
+	if latest := a.evaluate(w); latest != nil {
 		ar = latest
 	}
 	if err := ar.undecided(); err != nil {
@@ -97,18 +98,19 @@ func (d *Dispatcher) gaveUp(ar *attemptResult, w backend.Waiter, req vocab.Admit
 // Nothing can be decided: a plain start fails with the error (exit 125);
 // a waiting start keeps its place in line, or takes one, and retries
 // until the config is fixed or its wait runs out.
-func (d *Dispatcher) unconfigured(adm backend.Section, req vocab.AdmitRequest, w backend.Waiter, cfgErr error) (*Reservation, *attemptResult, error) {
+func (a *admitter) unconfigured(adm backend.Section, w backend.Waiter, cfgErr error) (*Reservation, *attemptResult, error) {
+	d, req := a.d, a.req
 	var ce *vocab.ConfigError
 	if !req.Wait || !errors.As(cfgErr, &ce) {
 		return nil, nil, cfgErr
 	}
 	line, err := d.liveQueue(adm)
 	if err != nil {
-		return d.unreadableQueue(req, w, err)
+		return a.unreadableQueue(w, err)
 	}
 	queue := line.tickets
 	if w == nil {
-		if w, err = d.joinQueue(adm, req, queue); err != nil {
+		if w, err = a.joinQueue(adm, queue); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -126,7 +128,8 @@ func (d *Dispatcher) unconfigured(adm backend.Section, req vocab.AdmitRequest, w
 // whether waiting starts are owed the slot cannot be told, so nothing is
 // decided (fail closed). A start not yet in line fails with the error
 // (exit 125); a waiting start keeps its place and retries.
-func (d *Dispatcher) unreadableQueue(req vocab.AdmitRequest, w backend.Waiter, qErr error) (*Reservation, *attemptResult, error) {
+func (a *admitter) unreadableQueue(w backend.Waiter, qErr error) (*Reservation, *attemptResult, error) {
+	req := a.req
 	if w == nil {
 		return nil, nil, fmt.Errorf("not admitted: crew cannot tell whether waiting starts are owed the free slots, so nothing was recorded: %w", qErr)
 	}
@@ -201,7 +204,8 @@ func (d *Dispatcher) liveQueue(adm backend.Section) (line, error) {
 
 // joinQueue creates this process's ticket; the caller holds the admission
 // lock, which is what makes arrival order total.
-func (d *Dispatcher) joinQueue(adm backend.Section, req vocab.AdmitRequest, queue []admission.Ticket) (backend.Waiter, error) {
+func (a *admitter) joinQueue(adm backend.Section, queue []admission.Ticket) (backend.Waiter, error) {
+	d, req := a.d, a.req
 	now := d.now()
 	id := record.NewRunID(now)
 	if len(queue) > 0 {
@@ -215,7 +219,8 @@ func (d *Dispatcher) joinQueue(adm backend.Section, req vocab.AdmitRequest, queu
 // admitWaiting is Admit with --wait: attempt, and while not admitted,
 // sleep on the bell (rung by whoever frees a slot this waiter may take),
 // with a slow poll as a fallback, until admitted, timed out or cancelled.
-func (d *Dispatcher) admitWaiting(ctx context.Context, st backend.Starter, req vocab.AdmitRequest) (*Reservation, error) {
+func (a *admitter) admitWaiting(ctx context.Context) (*Reservation, error) {
+	d, req := a.d, a.req
 	var deadline <-chan time.Time
 	if req.WaitTimeout > 0 {
 		t := time.NewTimer(req.WaitTimeout)
@@ -238,11 +243,11 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, st backend.Starter, req v
 		if w != nil {
 			// crew stop asks a waiting start to leave by a stop request
 			// and a ring of its bell, never by a signal to a pid.
-			if err := d.stoppedWhileWaiting(w); err != nil {
+			if err := a.stoppedWhileWaiting(w); err != nil {
 				return nil, err
 			}
 		}
-		res, ar, err := d.attempt(ctx, st, req, w)
+		res, ar, err := a.attempt(ctx, w)
 		if err != nil {
 			return nil, err
 		}
@@ -257,17 +262,17 @@ func (d *Dispatcher) admitWaiting(ctx context.Context, st backend.Starter, req v
 		joined := w == nil
 		w = ar.waiter
 		report(ar.progress(req))
-		if joined && d.evaluate(w, req) == nil {
+		if joined && a.evaluate(w) == nil {
 			// Capacity freed between our decision and our ticket becoming
 			// visible was announced to nobody: whoever freed it looked
 			// at a queue without us. Look once more before sleeping.
 			continue
 		}
-		if err := d.sleepUntilWorthTrying(ctx, w, req, deadline, report, ar.undecided() != nil); err != nil {
+		if err := a.sleepUntilWorthTrying(ctx, w, deadline, report, ar.undecided() != nil); err != nil {
 			if !errors.Is(err, errWaitTimeout) {
 				return nil, err
 			}
-			return nil, d.gaveUp(ar, w, req)
+			return nil, a.gaveUp(ar, w)
 		}
 		failpoint.Hit(failpoint.QueueWoken)
 	}
@@ -280,7 +285,8 @@ var errWaitTimeout = errors.New("wait timed out")
 // decided (configBroken: crew.json is unusable, or the queue cannot be
 // listed) every poll tries again: nobody rings when it is fixed by hand,
 // and the waiter must stop showing the problem once it is.
-func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter, req vocab.AdmitRequest, deadline <-chan time.Time, report func(vocab.WaitProgress), configBroken bool) error {
+func (a *admitter) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter, deadline <-chan time.Time, report func(vocab.WaitProgress), configBroken bool) error {
+	req := a.req
 	for {
 		poll := time.NewTimer(pollInterval + rand.N(pollInterval/2))
 		select {
@@ -292,28 +298,28 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter
 			return errWaitTimeout
 		case <-w.Rung():
 			poll.Stop()
-			if !w.Screen() || d.stopRequestFor(w) != nil {
+			if !w.Screen() || a.stopRequestFor(w) != nil {
 				return nil
 			}
 			// Every change rang every waiter: only one that may now be
 			// admitted takes the admission lock.
-			if ar := d.evaluate(w, req); ar != nil {
+			if ar := a.evaluate(w); ar != nil {
 				report(ar.progress(req))
 				continue
 			}
 			return nil
 		case <-poll.C:
-			if d.stopRequestFor(w) != nil {
+			if a.stopRequestFor(w) != nil {
 				return nil // a ring that was lost: leave now
 			}
 			// Cheap first: as long as every slot is held by a living run,
 			// nothing can have changed unannounced. Only free capacity
 			// (a run that died without a word frees its slot) makes it
 			// worth reading the whole queue.
-			if !configBroken && !d.capacityLeft(req) {
+			if !configBroken && !a.capacityLeft() {
 				continue
 			}
-			ar := d.evaluate(w, req)
+			ar := a.evaluate(w)
 			if ar == nil {
 				return nil // admissible, or cannot tell: try under the lock
 			}
@@ -326,7 +332,8 @@ func (d *Dispatcher) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter
 // evaluate decides for a waiter without the admission lock (read-only), to
 // see whether taking the lock is worth it. It returns nil if the waiter
 // looks admissible (or the state cannot be read: let the lock decide).
-func (d *Dispatcher) evaluate(w backend.Waiter, req vocab.AdmitRequest) *attemptResult {
+func (a *admitter) evaluate(w backend.Waiter) *attemptResult {
+	d, req := a.d, a.req
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
 		return nil
@@ -349,7 +356,8 @@ func (d *Dispatcher) evaluate(w backend.Waiter, req vocab.AdmitRequest) *attempt
 
 // capacityLeft reports whether a run of req's pool would fit under the
 // caps right now, ignoring the queue; it reads only the active set.
-func (d *Dispatcher) capacityLeft(req vocab.AdmitRequest) bool {
+func (a *admitter) capacityLeft() bool {
+	d, req := a.d, a.req
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
 		return true // cannot tell: let the full evaluation decide

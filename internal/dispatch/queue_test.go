@@ -244,12 +244,12 @@ func TestRecoverSweepsDeadTickets(t *testing.T) {
 	require.NoError(t, os.WriteFile(lay(d).ticketLock(orphanLock), nil, 0o600))
 
 	before := treeSnapshot(t, d.Logs.Root())
-	dry, err := d.Recover(recoverOpts(true))
+	dry, err := d.Admin().Recover(recoverOpts(true))
 	require.NoError(t, err)
 	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root()))
 	assert.Equal(t, 2, dry.Count(vocab.Cleaned))
 
-	report, err := d.Recover(recoverOpts(false))
+	report, err := d.Admin().Recover(recoverOpts(false))
 	require.NoError(t, err)
 	assert.Equal(t, 2, report.Count(vocab.Cleaned), "%+v", report.Items)
 	assert.Equal(t, "ghost", itemsFor(report)[string(id)][0].Task)
@@ -260,7 +260,7 @@ func TestRecoverSweepsDeadTickets(t *testing.T) {
 // waiters that can run, and two waiters of one task go oldest first.
 func TestQueueHasNoHeadOfLineBlocking(t *testing.T) {
 	d := newDispatcher(t)
-	_, err := d.Init(3, true, []vocab.PoolChange{{Name: "deploy", Max: 1}}, time.Second)
+	_, err := d.Admin().Init(3, true, []vocab.PoolChange{{Name: "deploy", Max: 1}}, time.Second)
 	require.NoError(t, err)
 	req := admitReq("deploy-a")
 	req.Pool = "deploy"
@@ -306,7 +306,7 @@ func TestQueueHasNoHeadOfLineBlocking(t *testing.T) {
 
 func TestPools(t *testing.T) {
 	d := newDispatcher(t)
-	res, err := d.Init(3, true, []vocab.PoolChange{{Name: "deploy", Max: 1}, {Name: "test", Max: 2}}, time.Second)
+	res, err := d.Admin().Init(3, true, []vocab.PoolChange{{Name: "deploy", Max: 1}, {Name: "test", Max: 2}}, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"deploy": 1, "test": 2}, res.Pools)
 
@@ -353,11 +353,11 @@ func TestPools(t *testing.T) {
 	assert.Equal(t, []vocab.PoolView{{Name: "deploy", MaximumInProgress: 1, InUse: 2}, {Name: "test", MaximumInProgress: 2, InUse: 0}}, snap.Pools)
 
 	// Removing a pool keeps the others and the cap.
-	res, err = d.Init(0, false, []vocab.PoolChange{{Name: "test", Max: 0}}, time.Second)
+	res, err = d.Admin().Init(0, false, []vocab.PoolChange{{Name: "test", Max: 0}}, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"deploy": 1}, res.Pools)
 	assert.Equal(t, 3, res.New)
-	res, err = d.Init(0, false, []vocab.PoolChange{{Name: "deploy", Max: 0}}, time.Second)
+	res, err = d.Admin().Init(0, false, []vocab.PoolChange{{Name: "deploy", Max: 0}}, time.Second)
 	require.NoError(t, err)
 	assert.Empty(t, res.Pools)
 	_, err = d.Admit(context.Background(), poolReq("y", "deploy"))
@@ -373,7 +373,7 @@ func TestInitRejectsBadPools(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := newDispatcher(t)
-			_, err := d.Init(2, true, []vocab.PoolChange{change}, time.Second)
+			_, err := d.Admin().Init(2, true, []vocab.PoolChange{change}, time.Second)
 			var usage *vocab.UsageError
 			require.ErrorAs(t, err, &usage)
 			assert.NoDirExists(t, d.Logs.Root(), "bad input changes nothing")

@@ -31,7 +31,8 @@ type RecoverOptions struct {
 // left behind. It is idempotent and safe beside admissions and other
 // recovers: every change to a run is fenced against it, by the store. One
 // bad item never stops the others.
-func (d *Dispatcher) Recover(opts RecoverOptions) (*vocab.RecoverReport, error) {
+func (m Admin) Recover(opts RecoverOptions) (*vocab.RecoverReport, error) {
+	d := m.d
 	rep := &vocab.RecoverReport{Version: vocab.RecoverVersion, DryRun: opts.DryRun, Items: []vocab.RecoverItem{}}
 	up, _ := d.Store.(backend.Upkeep)
 	deadline := time.Now().Add(opts.Timeout)

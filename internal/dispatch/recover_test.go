@@ -92,7 +92,7 @@ func TestRecoverDryRunChangesNothing(t *testing.T) {
 	s := newCrashScene(t, d)
 	before := treeSnapshot(t, d.Logs.Root())
 
-	report, err := d.Recover(recoverOpts(true))
+	report, err := d.Admin().Recover(recoverOpts(true))
 	require.NoError(t, err)
 	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root()), "a dry run changes nothing, not even the admission holder note")
 	assert.True(t, report.DryRun)
@@ -117,7 +117,7 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 	d := newDispatcher(t)
 	s := newCrashScene(t, d)
 
-	report, err := d.Recover(recoverOpts(false))
+	report, err := d.Admin().Recover(recoverOpts(false))
 	require.NoError(t, err)
 	assert.False(t, report.DryRun)
 	items := itemsFor(report)
@@ -189,7 +189,7 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 	holder, err := filepath.Rel(d.Logs.Root(), lay(d).holder())
 	require.NoError(t, err)
 	before := treeSnapshot(t, d.Logs.Root(), holder)
-	again, err := d.Recover(recoverOpts(false))
+	again, err := d.Admin().Recover(recoverOpts(false))
 	require.NoError(t, err)
 	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root(), holder))
 	assert.Len(t, again.Items, 2)
@@ -198,7 +198,7 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 
 	// Once the orphan's command is gone too, it is finalized.
 	require.NoError(t, s.orphanCmd.Release())
-	third, err := d.Recover(recoverOpts(false))
+	third, err := d.Admin().Recover(recoverOpts(false))
 	require.NoError(t, err)
 	assert.Equal(t, []vocab.RecoverOutcome{vocab.Finalized}, outcomes(itemsFor(third)[string(s.orphan.Rec.RunID)]))
 	assert.Equal(t, record.Interrupted, readDone(t, d, s.orphan.Rec.RunID).State)
@@ -209,7 +209,7 @@ func TestRecoverLeavesCorruptRecordWithLiveOwner(t *testing.T) {
 	d := newDispatcher(t)
 	id, path := writeCorruptActive(t, d, "")
 	holdOwner(t, lay(d).ownerLock(id))
-	report, err := d.Recover(recoverOpts(false))
+	report, err := d.Admin().Recover(recoverOpts(false))
 	require.NoError(t, err)
 	assert.Equal(t, []vocab.RecoverOutcome{vocab.Alive}, outcomes(itemsFor(report)[string(id)]))
 	assert.FileExists(t, path)
@@ -227,7 +227,7 @@ func TestRecoverLeavesFinishingRunAlone(t *testing.T) {
 	rec.State, rec.FinishedAt, rec.ExitCode, rec.Reason = record.Failed, &now, &code, "command exited with status 1"
 	writeRecordFile(t, lay(d).done(rec.RunID), &rec)
 
-	report, err := d.Recover(recoverOpts(false))
+	report, err := d.Admin().Recover(recoverOpts(false))
 	require.NoError(t, err)
 	assert.Equal(t, []vocab.RecoverOutcome{vocab.Alive}, outcomes(itemsFor(report)[string(rec.RunID)]))
 	assert.FileExists(t, lay(d).active(rec.RunID))
@@ -239,7 +239,7 @@ func TestRecoverTimeoutReportsFailedItems(t *testing.T) {
 	releaseAll(dead)
 	before := treeSnapshot(t, d.Logs.Root())
 
-	report, err := d.Recover(dispatch.RecoverOptions{Timeout: time.Nanosecond})
+	report, err := d.Admin().Recover(dispatch.RecoverOptions{Timeout: time.Nanosecond})
 	require.NoError(t, err)
 	require.NotEmpty(t, report.Items)
 	for _, it := range report.Items {
@@ -255,7 +255,7 @@ func TestRecoverTimeoutReportsFailedItems(t *testing.T) {
 func TestRecoverMissingRootCreatesNothing(t *testing.T) {
 	d := newDispatcher(t)
 	for _, dry := range []bool{true, false} {
-		report, err := d.Recover(recoverOpts(dry))
+		report, err := d.Admin().Recover(recoverOpts(dry))
 		require.NoError(t, err)
 		assert.NotNil(t, report.Items)
 		assert.Empty(t, report.Items)
@@ -277,7 +277,7 @@ func TestRecoverSweepsTemporaryFiles(t *testing.T) {
 	gone := filepath.Join(lay(d).activeDir(), "."+string(record.NewRunID(time.Now()))+".json1")
 	require.NoError(t, os.WriteFile(gone, nil, 0o600))
 
-	report, err := d.Recover(recoverOpts(false))
+	report, err := d.Admin().Recover(recoverOpts(false))
 	require.NoError(t, err)
 	items := itemsFor(report)
 	assert.FileExists(t, liveTemp)
@@ -315,7 +315,7 @@ func TestRecoverQuarantinesWithoutAnOwnersDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	rep, err := dispatch.New(root).Recover(dispatch.RecoverOptions{})
+	rep, err := dispatch.New(root).Admin().Recover(dispatch.RecoverOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func TestRegressionDryRunRecoverBreaksConcurrentAdmission(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				_, _ = d.Recover(dispatch.RecoverOptions{DryRun: true, Timeout: time.Minute})
+				_, _ = d.Admin().Recover(dispatch.RecoverOptions{DryRun: true, Timeout: time.Minute})
 			}
 		}()
 	}

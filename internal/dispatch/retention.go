@@ -55,12 +55,13 @@ func logMaxFor(req vocab.AdmitRequest, cfg record.Config) int64 {
 // Errors are ignored: the next finish, or crew prune, tries again.
 func (d *Dispatcher) RunFinished() {
 	d.RingWaiters()
-	_ = d.PruneLazily()
+	_ = d.Admin().PruneLazily()
 }
 
 // PruneLazily is RunFinished's prune: the store's bounded, oldest-first
 // prune by the configured retention.
-func (d *Dispatcher) PruneLazily() error {
+func (m Admin) PruneLazily() error {
+	d := m.d
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil || cfg.KeepsEverything() {
 		return err
@@ -77,7 +78,8 @@ type PruneOptions struct {
 
 // PruneConfigured is `crew prune` without flags: the configured retention,
 // applied in full.
-func (d *Dispatcher) PruneConfigured(dryRun bool) (*vocab.PruneReport, error) {
+func (m Admin) PruneConfigured(dryRun bool) (*vocab.PruneReport, error) {
+	d := m.d
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
 		return nil, err
@@ -85,14 +87,15 @@ func (d *Dispatcher) PruneConfigured(dryRun bool) (*vocab.PruneReport, error) {
 	if cfg.KeepsEverything() {
 		return nil, &vocab.UsageError{Err: &vocab.NoRetentionError{Path: d.Store.ConfigPath()}}
 	}
-	return d.Prune(PruneOptions{Policy: retention.PolicyOf(cfg), DryRun: dryRun})
+	return m.Prune(PruneOptions{Policy: retention.PolicyOf(cfg), DryRun: dryRun})
 }
 
 // Prune is `crew prune`: it removes the finished runs (records and logs)
 // the policy lets go, newest kept first. It only ever touches finished
 // runs, so it is safe while starts and recoveries run; a run a crew wait
 // holds is kept.
-func (d *Dispatcher) Prune(opts PruneOptions) (*vocab.PruneReport, error) {
+func (m Admin) Prune(opts PruneOptions) (*vocab.PruneReport, error) {
+	d := m.d
 	return retention.Prune(d.history(), opts.Policy, d.now(), opts.DryRun)
 }
 

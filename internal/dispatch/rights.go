@@ -76,7 +76,8 @@ func notYours(what string, owner, me int, action, undone string) error {
 // stopRequestFor is the stop request for waiter w if one was written by
 // the waiter's own user or by root, else nil: a waiting start leaves the
 // queue only for them.
-func (d *Dispatcher) stopRequestFor(w backend.Waiter) *record.StopRequest {
+func (a *admitter) stopRequestFor(w backend.Waiter) *record.StopRequest {
+	d := a.d
 	req := d.runs().ReadStopRequest(w.ID())
 	if req == nil {
 		return nil

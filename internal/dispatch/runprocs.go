@@ -28,7 +28,8 @@ type runProcs struct {
 }
 
 // findRunProcs scans the process table for run id's processes.
-func (d *Dispatcher) findRunProcs(id record.RunID) (*runProcs, error) {
+func (x *stopper) findRunProcs() (*runProcs, error) {
+	d, id := x.d, x.id
 	procs, ok := d.procs()
 	if !ok {
 		return nil, fmt.Errorf("%w: the processes of a run of %s may be on another host", proc.ErrUnsupported, d.Store.Where())

@@ -21,12 +21,12 @@ type UnsafeRootError = runstore.UnsafeRootError
 // file 0660, the root last. Running it again converts whatever was made
 // private meanwhile (files of runs that were already running). It happens
 // under the admission lock, so no admission reads a half-changed config.
-func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*vocab.ShareResult, error) {
-	gid, err := d.PrepareShare(group)
+func (m Admin) Share(group string, lockTimeout time.Duration) (*vocab.ShareResult, error) {
+	gid, err := m.PrepareShare(group)
 	if err != nil {
 		return nil, err
 	}
-	st, err := d.sharedRoot()
+	st, err := m.sharedRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -59,8 +59,8 @@ func (d *Dispatcher) Share(group string, lockTimeout time.Duration) (*vocab.Shar
 // this dispatcher use a root whose directories its user owns whatever
 // their group (a root made group-writable by hand is shared on purpose by
 // exactly this command), until Share has converted it.
-func (d *Dispatcher) PrepareShare(group string) (int, error) {
-	st, err := d.sharedRoot()
+func (m Admin) PrepareShare(group string) (int, error) {
+	st, err := m.sharedRoot()
 	if err != nil {
 		return -1, err
 	}
@@ -78,8 +78,8 @@ func (d *Dispatcher) PrepareShare(group string) (int, error) {
 // Unshare makes a shared state root private again (crew init --no-group):
 // directories 0700 and crew's own files 0600, the root last; then the group
 // leaves crew.json. Other users lose access to it at once.
-func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*vocab.ShareResult, error) {
-	st, err := d.sharedRoot()
+func (m Admin) Unshare(lockTimeout time.Duration) (*vocab.ShareResult, error) {
+	st, err := m.sharedRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,8 @@ func (d *Dispatcher) Unshare(lockTimeout time.Duration) (*vocab.ShareResult, err
 // sharedRoot is the state root to share, or the refusal of a store that
 // is none: an etcd store has no files to give a group; etcd's own
 // authentication says who may use it.
-func (d *Dispatcher) sharedRoot() (*localstore.Store, error) {
+func (m Admin) sharedRoot() (*localstore.Store, error) {
+	d := m.d
 	st, ok := d.stateRoot()
 	if !ok {
 		return nil, &vocab.RefusedOnStoreError{What: "crew init --group and --no-group", Where: d.Store.Where(),

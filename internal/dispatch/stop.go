@@ -33,9 +33,10 @@ func currentUser() string {
 	return fmt.Sprintf("uid %d", os.Getuid())
 }
 
-func (d *Dispatcher) stopRequest(opts vocab.StopOptions) *record.StopRequest {
+// newStopRequest is the request crew stop writes, at now.
+func newStopRequest(now time.Time, opts vocab.StopOptions) *record.StopRequest {
 	return &record.StopRequest{PID: os.Getpid(), User: currentUser(), Signal: vocab.SignalName(opts.Signal),
-		Signo: int(opts.Signal), At: d.now(), Grace: opts.Grace.String()}
+		Signo: int(opts.Signal), At: now, Grace: opts.Grace.String()}
 }
 
 // Stop stops a run and returns its final record. crew stop never signals
@@ -73,34 +74,43 @@ func (d *Dispatcher) Stop(id record.RunID, opts vocab.StopOptions) (*record.Run,
 	if err := d.mayStopRun(rec); err != nil {
 		return nil, err
 	}
-	req := d.stopRequest(opts)
-	if err := st.WriteStopRequest(id, req); err != nil {
+	x := &stopper{d: d, id: id, req: newStopRequest(d.now(), opts), opts: opts}
+	if err := st.WriteStopRequest(id, x.req); err != nil {
 		return nil, err
 	}
 	why := "its supervisor is gone"
 	if o.Supervisor.MayLive() {
-		final, reason := d.awaitSupervisor(id, req, opts.Grace)
+		final, reason := x.awaitSupervisor(opts.Grace)
 		if final != nil {
 			return final, nil
 		}
 		why = reason
 	}
-	return d.stopDirectly(id, req, opts, why)
+	return x.stopDirectly(why)
+}
+
+// stopper is one crew stop of a run under way: the request it wrote.
+type stopper struct {
+	d    *Dispatcher
+	id   record.RunID
+	req  *record.StopRequest
+	opts vocab.StopOptions
 }
 
 // awaitSupervisor waits for the run's supervisor to take up the stop
 // request and record the run. It returns the final record, or why crew
 // stop must act itself.
-func (d *Dispatcher) awaitSupervisor(id record.RunID, req *record.StopRequest, grace time.Duration) (*record.Run, string) {
+func (x *stopper) awaitSupervisor(grace time.Duration) (*record.Run, string) {
+	d, id := x.d, x.id
 	st := d.parts()
 	start := time.Now()
 	var acked time.Time
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		if final := d.finalIfOver(id, req); final != nil {
+		if final := x.finalIfOver(); final != nil {
 			return final, ""
 		}
 		if st.OwnerState(id, lockIDsOf(st, id)).Supervisor == record.Dead {
-			if final := d.finalIfOver(id, req); final != nil {
+			if final := x.finalIfOver(); final != nil {
 				return final, "" // it recorded the run as it let go
 			}
 			return nil, "its supervisor died before recording the run"
@@ -122,12 +132,13 @@ func (d *Dispatcher) awaitSupervisor(id record.RunID, req *record.StopRequest, g
 // shows them, then SIGKILL after the grace period, and returns the final
 // record: its own (FinalizeStopped) for an orphan, the supervisor's
 // otherwise. why says why the supervisor did not do it.
-func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts vocab.StopOptions, why string) (*record.Run, error) {
+func (x *stopper) stopDirectly(why string) (*record.Run, error) {
+	d, id, req, opts := x.d, x.id, x.req, x.opts
 	if _, ok := d.procs(); !ok {
 		return nil, &vocab.StopError{Err: fmt.Errorf("run %s: %s, and its processes may be on another host, where crew stop cannot signal them: "+
 			"nothing was signalled; the stop request stays for its supervisor, and if that is gone, the run's slot frees with its lease", id, why)}
 	}
-	t, err := d.findRunProcs(id)
+	t, err := x.findRunProcs()
 	if errors.Is(err, proc.ErrUnsupported) {
 		return nil, &vocab.StopError{Err: fmt.Errorf("run %s: %s, and %w: nothing was signalled; the stop request stays for its supervisor, if it lives", id, why, err)}
 	}
@@ -136,7 +147,7 @@ func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts
 	}
 	defer t.close()
 	if len(t.cmd) == 0 {
-		if final := d.finalIfOver(id, req); final != nil {
+		if final := x.finalIfOver(); final != nil {
 			return final, nil // it ended meanwhile
 		}
 		err := fmt.Errorf("run %s: %s; %s; %w", id, why, t.supervisorState(), t.noneProven())
@@ -148,18 +159,19 @@ func (d *Dispatcher) stopDirectly(id record.RunID, req *record.StopRequest, opts
 	t.signal(opts.Signal)
 	req.Targets = t.targets()
 	_ = d.runs().WriteStopRequest(id, req) // what was signalled, for the record
-	return d.awaitDirect(id, req, opts.Grace, t, why)
+	return x.awaitDirect(opts.Grace, t, why)
 }
 
 // awaitDirect waits for a run whose processes crew stop signalled to end,
 // sending SIGKILL to them (and to any that appeared since) after the grace
 // period.
-func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace time.Duration, t *runProcs, why string) (*record.Run, error) {
+func (x *stopper) awaitDirect(grace time.Duration, t *runProcs, why string) (*record.Run, error) {
+	d, id, req := x.d, x.id, x.req
 	graceOver := time.After(grace)
 	deadline := time.Now().Add(grace + killTimeout)
 	var gone time.Time // when the last command process was seen gone
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		if final := d.finalIfOver(id, req); final != nil {
+		if final := x.finalIfOver(); final != nil {
 			return final, nil
 		}
 		if gone.IsZero() && !t.holding() {
@@ -188,7 +200,8 @@ func (d *Dispatcher) awaitDirect(id record.RunID, req *record.StopRequest, grace
 // finalIfOver returns the run's final record once there is one: written by
 // its supervisor, or, when every process of the run is gone and no
 // supervisor lived to say so, by this crew stop.
-func (d *Dispatcher) finalIfOver(id record.RunID, req *record.StopRequest) *record.Run {
+func (x *stopper) finalIfOver() *record.Run {
+	d, id, req := x.d, x.id, x.req
 	st := d.parts()
 	cur, err := st.ReadRun(id)
 	if err == nil && !cur.State.Active() {

@@ -30,7 +30,7 @@ func (d *Dispatcher) StopWaiter(id record.RunID, sig syscall.Signal) (bool, erro
 	if gone, err := d.mayStopWaiter(id); gone || err != nil {
 		return err != nil, err
 	}
-	req := d.stopRequest(vocab.StopOptions{Signal: sig})
+	req := newStopRequest(d.now(), vocab.StopOptions{Signal: sig})
 	if err := st.WriteStopRequest(id, req); err != nil {
 		return true, err
 	}
@@ -63,8 +63,9 @@ func waiterGone(st parts, id record.RunID) (left, admitted bool) {
 
 // stoppedWhileWaiting returns the error a waiting start leaves the queue
 // with when crew stop has asked it to (its own user, or root), or nil.
-func (d *Dispatcher) stoppedWhileWaiting(w backend.Waiter) error {
-	req := d.stopRequestFor(w)
+func (a *admitter) stoppedWhileWaiting(w backend.Waiter) error {
+	d := a.d
+	req := a.stopRequestFor(w)
 	if req == nil {
 		return nil
 	}

@@ -19,7 +19,7 @@ func TestUnreadableQueueDecidesNothing(t *testing.T) {
 	qErr := &vocab.QueueError{Path: "/r/queue", Err: errors.New("list the queue in /r/queue: input/output error")}
 	req := vocab.AdmitRequest{Task: "t", Wait: true}
 
-	res, ar, err := d.unreadableQueue(req, nil, qErr)
+	res, ar, err := (&admitter{d: d, req: req}).unreadableQueue(nil, qErr)
 	if res != nil || ar != nil || !errors.Is(err, qErr) {
 		t.Fatalf("newcomer: %v, %v, %v; want the queue's error", res, ar, err)
 	}
@@ -30,7 +30,7 @@ func TestUnreadableQueueDecidesNothing(t *testing.T) {
 		}
 	}
 
-	res, ar, err = d.unreadableQueue(req, idleWaiter{}, qErr)
+	res, ar, err = (&admitter{d: d, req: req}).unreadableQueue(idleWaiter{}, qErr)
 	if res != nil || err != nil || ar == nil {
 		t.Fatalf("waiter: %v, %v, %v; want it to keep waiting", res, ar, err)
 	}

@@ -157,7 +157,7 @@ func TestRecoverFinalizesDeadRunsAndConverges(t *testing.T) {
 	f := open(t)
 	d := over(f)
 	dead := putActive(t, f, "nightly", record.Running)
-	rep, err := d.Recover(dispatch.RecoverOptions{})
+	rep, err := d.Admin().Recover(dispatch.RecoverOptions{})
 	require.NoError(t, err)
 	require.Len(t, rep.Items, 1)
 	assert.Equal(t, vocab.Finalized, rep.Items[0].Outcome)
@@ -171,7 +171,7 @@ func TestRecoverFinalizesDeadRunsAndConverges(t *testing.T) {
 	assert.Equal(t, record.Interrupted, snap.Finished[0].State)
 	assert.Contains(t, snap.Finished[0].Reason, "exit status unknown")
 
-	rep, err = d.Recover(dispatch.RecoverOptions{})
+	rep, err = d.Admin().Recover(dispatch.RecoverOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, rep.Items, "a second pass has nothing to do")
 }
@@ -180,7 +180,7 @@ func TestRecoverDryRunChangesNothing(t *testing.T) {
 	f := open(t)
 	d := over(f)
 	putActive(t, f, "a", record.Provisioning)
-	rep, err := d.Recover(dispatch.RecoverOptions{DryRun: true})
+	rep, err := d.Admin().Recover(dispatch.RecoverOptions{DryRun: true})
 	require.NoError(t, err)
 	require.Len(t, rep.Items, 1)
 	assert.Equal(t, vocab.Finalized, rep.Items[0].Outcome)
@@ -200,7 +200,7 @@ func TestRecoverQuarantinesUnreadableRecords(t *testing.T) {
 	require.Len(t, snap.Problems, 1)
 	assert.False(t, snap.Problems[0].HoldsSlot, "no owner key: holds no slot")
 
-	rep, err := d.Recover(dispatch.RecoverOptions{})
+	rep, err := d.Admin().Recover(dispatch.RecoverOptions{})
 	require.NoError(t, err)
 	require.Len(t, rep.Items, 1)
 	assert.Equal(t, vocab.Quarantined, rep.Items[0].Outcome)
@@ -291,7 +291,7 @@ func TestLeaseNotFoundMarksItLost(t *testing.T) {
 func TestStartRecordsTheOutcome(t *testing.T) {
 	f := open(t)
 	d := over(f)
-	_, err := d.Init(1, true, nil, 5*time.Second)
+	_, err := d.Admin().Init(1, true, nil, 5*time.Second)
 	require.NoError(t, err)
 	id, err := d.Start(startReq("a", "sh", "-c", "exit 7"))
 	var exited *vocab.ExitError
@@ -318,7 +318,7 @@ func TestStartRecordsTheOutcome(t *testing.T) {
 func TestStartRefusesAtTheCap(t *testing.T) {
 	f := open(t)
 	d := over(f)
-	_, err := d.Init(1, true, nil, 5*time.Second)
+	_, err := d.Admin().Init(1, true, nil, 5*time.Second)
 	require.NoError(t, err)
 	gate := t.TempDir() + "/gate"
 	done := make(chan error, 1)
@@ -373,19 +373,19 @@ func TestPruneKeepsTheNewestAndTheYoung(t *testing.T) {
 		require.NoError(t, err)
 	}
 	keep := retention.Policy{KeepNewest: 1, OlderThan: retention.NoAgeRule}
-	rep, err := d.Prune(dispatch.PruneOptions{Policy: keep, DryRun: true})
+	rep, err := d.Admin().Prune(dispatch.PruneOptions{Policy: keep, DryRun: true})
 	require.NoError(t, err)
 	assert.Len(t, rep.Removed, 2)
 	h, _ := d.History(vocab.HistoryQuery{})
 	assert.Len(t, h.Runs, 3, "a dry run removes nothing")
 
 	young := retention.Policy{KeepNewest: 0, OlderThan: time.Hour}
-	rep, err = d.Prune(dispatch.PruneOptions{Policy: young})
+	rep, err = d.Admin().Prune(dispatch.PruneOptions{Policy: young})
 	require.NoError(t, err)
 	assert.Empty(t, rep.Removed, "all finished within the hour")
 	assert.Equal(t, 3, rep.Kept)
 
-	rep, err = d.Prune(dispatch.PruneOptions{Policy: keep})
+	rep, err = d.Admin().Prune(dispatch.PruneOptions{Policy: keep})
 	require.NoError(t, err)
 	assert.Len(t, rep.Removed, 2)
 	h, _ = d.History(vocab.HistoryQuery{})
@@ -433,7 +433,7 @@ func TestStopFromAnotherHost(t *testing.T) {
 
 func TestFinishingPrunesLazilyUnderTheConfiguredRetention(t *testing.T) {
 	d := over(open(t))
-	_, err := d.Init(4, true, nil, 5*time.Second, vocab.SetRetain(2))
+	_, err := d.Admin().Init(4, true, nil, 5*time.Second, vocab.SetRetain(2))
 	require.NoError(t, err)
 	var ids []record.RunID
 	for range 4 {

@@ -33,9 +33,9 @@ func (s *supervisor) endingOf(ws syscall.WaitStatus, stop *stopRecord) ending {
 	}
 	e := ending{state: record.Failed, reason: how, code: code}
 	switch req := s.stopRequestOfRight(); {
-	case s.leaseEnd != "" && code != 0:
+	case s.lg.end != "" && code != 0:
 		// The lease, not the command nor whoever stopped it, ended the run.
-		e.reason, e.lease = s.leaseEnd+"; "+how, true
+		e.reason, e.lease = s.lg.end+"; "+how, true
 		if ws.Signaled() {
 			e.signal = vocab.SignalName(ws.Signal())
 		}

@@ -93,7 +93,7 @@ func (s *supervisor) internalFailure(cause error) error {
 		s.signalGroup(syscall.SIGKILL) // not reaped yet: the group is still the command's
 		s.cmd.reap()
 	}
-	s.endGuard()
+	s.lg.stop(s.Warn, s.rec.RunID)
 	if !s.done {
 		code := vocab.ExitInternal
 		s.rec.Finish(record.Failed, s.now(), &code, "crew internal error: "+cause.Error())

@@ -22,8 +22,8 @@ func (s *supervisor) launch(out *output) error {
 	env := append(WithoutCrewVars(s.Env),
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, claim.Env())
 	sys, stdin := &syscall.SysProcAttr{Setpgid: true}, s.Stdin
-	if lease := s.leased(); lease != nil {
-		if err := s.startGuard(lease, sys); err != nil {
+	if s.lg.leased() {
+		if err := s.lg.start(sys); err != nil {
 			return err
 		}
 	} else if s.pty != nil {
@@ -42,14 +42,14 @@ func (s *supervisor) launch(out *output) error {
 	}
 	c, err := startChild(rec.Command, rec.Dir, env, stdin, out.child[0], out.child[1], claim.Files(), sys)
 	if err != nil {
-		s.endGuard()
+		s.lg.stop(s.Warn, rec.RunID)
 		return err
 	}
 	s.cmd = c
 	s.pgid = c.pid
-	if s.guard != nil {
-		s.pgid = s.guard.Pgid()
-		return s.confirmGuard()
+	if s.lg.running() {
+		s.pgid = s.lg.g.Pgid()
+		return s.lg.confirm()
 	}
 	if s.pty != nil {
 		s.pty.pgid.Store(int32(c.pid))

@@ -6,9 +6,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/record"
 )
 
 // A run whose slot is a lease (an etcd store) runs each attempt of its
@@ -30,55 +29,104 @@ type crewFault struct{ err error }
 func (e *crewFault) Error() string { return e.err.Error() }
 func (e *crewFault) Unwrap() error { return e.err }
 
-// leased is the run's lease, nil if its slot cannot run out.
-func (s *supervisor) leased() backend.Lease {
-	if s.Run == nil {
-		return nil
-	}
-	return s.Run.Claim().Lease()
+// guarding is a run's lease and the guard of its current attempt.
+type guarding struct {
+	lease backend.Lease // nil: the slot cannot run out
+	g     backend.Guard // the running attempt's guard, if one runs
+	// end says why the lease ended the run, if it did.
+	end string
 }
 
-// startGuard starts the attempt's lease guard; the command is started
-// into its group (sys).
-func (s *supervisor) startGuard(lease backend.Lease, sys *syscall.SysProcAttr) error {
-	g, err := lease.Guard()
+// guardingOf is run's lease, if its slot is one.
+func guardingOf(run backend.Run) guarding {
+	if run == nil {
+		return guarding{}
+	}
+	return guarding{lease: run.Claim().Lease()}
+}
+
+// leased reports whether the run's slot can run out.
+func (lg *guarding) leased() bool { return lg.lease != nil }
+
+// running reports whether an attempt's guard runs.
+func (lg *guarding) running() bool { return lg.g != nil }
+
+// start starts an attempt's guard; the command is started into its group
+// (sys).
+func (lg *guarding) start(sys *syscall.SysProcAttr) error {
+	g, err := lg.lease.Guard()
 	if err != nil {
 		return &crewFault{fmt.Errorf("start the lease guard: %w", err)}
 	}
-	s.guard = g
+	lg.g = g
 	sys.Pgid = g.Pgid()
 	return nil
 }
 
-// confirmGuard checks that the guard was alive when the command joined its
-// group; if not, the command is killed: nothing would stop it with the
-// lease.
-func (s *supervisor) confirmGuard() error {
-	if err := s.guard.Confirm(); err != nil {
+// confirm checks that the guard was alive when the command joined its
+// group; if not, the command must be killed: nothing would stop it with
+// the lease.
+func (lg *guarding) confirm() error {
+	if err := lg.g.Confirm(); err != nil {
 		return &crewFault{fmt.Errorf("the lease guard did not confirm the command's group (%v); killed the command", err)}
 	}
 	return nil
 }
 
-// endGuard ends the attempt's guard, and with it whatever the command
-// left in its group: no process of the run outlives its lease.
-func (s *supervisor) endGuard() {
-	if s.guard == nil {
+// stop ends the attempt's guard, and with it whatever the command left in
+// its group: no process of the run outlives its lease.
+func (lg *guarding) stop(warn func(error), id record.RunID) {
+	if lg.g == nil {
 		return
 	}
-	if err := s.guard.End(); err != nil {
-		s.Warn(fmt.Errorf("the lease guard of run %s: %w", s.rec.RunID, err))
+	if err := lg.g.End(); err != nil {
+		warn(fmt.Errorf("the lease guard of run %s: %w", id, err))
 	}
-	s.guard = nil
+	lg.g = nil
 }
 
 // losing delivers the guard's word that the lease is running out (never,
 // without a guard).
-func (s *supervisor) losing() <-chan backend.LeaseLoss {
-	if s.guard == nil {
+func (lg *guarding) losing() <-chan backend.LeaseLoss {
+	if lg.g == nil {
 		return nil
 	}
-	return s.guard.Losing()
+	return lg.g.Losing()
+}
+
+// expired is closed once the lease is known gone (never, without one).
+func (lg *guarding) expired() <-chan struct{} {
+	if lg.lease == nil {
+		return nil
+	}
+	return lg.lease.Expired()
+}
+
+// overdue notes a command the guard killed because the lease's deadline
+// passed while this process could not act (it was frozen): the lease, not
+// the command, ended the attempt.
+func (lg *guarding) overdue(ws syscall.WaitStatus) {
+	if lg.g == nil || lg.end != "" || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		return
+	}
+	lg.end = lg.g.Overdue()
+}
+
+// members are the processes of the command's group that are crew's own,
+// besides the command: its guard, which leads the group.
+func (lg *guarding) members() []int {
+	if lg.g == nil {
+		return nil
+	}
+	return []int{lg.g.PID()}
+}
+
+// ended is the warning a run ended by its lease leaves the user.
+func (lg *guarding) ended() error {
+	if lg.end == "" {
+		return nil
+	}
+	return errors.New(lg.end)
 }
 
 // leaseLost stops the command because its lease is running out: SIGTERM
@@ -86,7 +134,7 @@ func (s *supervisor) losing() <-chan backend.LeaseLoss {
 // under way keeps its signal, but not a grace period longer than that.
 func (l *waitLoop) leaseLost(loss backend.LeaseLoss) {
 	s := l.s
-	s.leaseEnd = loss.Reason
+	s.lg.end = loss.Reason
 	if l.stop.mayBeTakenOver() {
 		l.begin(&stopRecord{sig: syscall.SIGTERM, grace: loss.Within})
 		s.signalGroup(syscall.SIGTERM)
@@ -97,30 +145,4 @@ func (l *waitLoop) leaseLost(loss backend.LeaseLoss) {
 	if loss.Within <= 0 {
 		l.graceOver()
 	}
-}
-
-// overdue notes a command the guard killed because the lease's deadline
-// passed while this process could not act (it was frozen): the lease, not
-// the command, ended the attempt.
-func (s *supervisor) overdue(ws syscall.WaitStatus) {
-	if s.guard == nil || s.leaseEnd != "" || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		return
-	}
-	s.leaseEnd = s.guard.Overdue()
-}
-
-// signalGuarded signals the command's group through its guard; if the
-// guard is gone, the command itself, which is still crew's unreaped child.
-func (s *supervisor) signalGuarded(sig syscall.Signal) {
-	if err := s.guard.Signal(sig); err != nil && s.cmd != nil && !s.cmd.reaped {
-		_ = unix.Kill(s.cmd.pid, sig)
-	}
-}
-
-// leaseEnded is the warning a run ended by its lease leaves the user.
-func (s *supervisor) leaseEnded() error {
-	if s.leaseEnd == "" {
-		return nil
-	}
-	return errors.New(s.leaseEnd)
 }

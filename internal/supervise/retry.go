@@ -102,10 +102,7 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 	notifyAt := time.After(notifyAfter) // as in wait: a short delay polls
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	var expired <-chan struct{}
-	if lease := s.leased(); lease != nil {
-		expired = lease.Expired()
-	}
+	expired := s.lg.expired()
 	for req := pending(); ; req = pending() {
 		if req != nil && s.mayAct(req) {
 			ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid(), RequesterUID: s.requesterOf(req)}

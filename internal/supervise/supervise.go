@@ -82,10 +82,9 @@ type supervisor struct {
 	uid int
 	// refused are the stop requests refused so far, each noted once.
 	refused []refusedStop
-	// guard is the attempt's lease guard, on a store of leases (lease.go).
-	guard backend.Guard
-	// leaseEnd says why the lease ended the run, if it did.
-	leaseEnd string
+	// lg is the run's lease and its attempt's guard, on a store of
+	// leases (lease.go).
+	lg guarding
 	// interrupt is the signal typed at the terminal that ended the run,
 	// if one did (ExitError.TerminalInterrupt).
 	interrupt syscall.Signal
@@ -101,7 +100,7 @@ func newSupervisor(req Request) *supervisor {
 	if req.Now == nil {
 		req.Now = time.Now
 	}
-	return &supervisor{Request: req, rec: req.Rec, uid: os.Geteuid()}
+	return &supervisor{Request: req, rec: req.Rec, uid: os.Geteuid(), lg: guardingOf(req.Run)}
 }
 
 func (s *supervisor) now() time.Time { return s.Now().UTC() }
@@ -157,7 +156,7 @@ func (s *supervisor) run() error {
 	if err := s.finish(); err != nil {
 		return finishFailure(id, err)
 	}
-	if err := s.leaseEnded(); err != nil {
+	if err := s.lg.ended(); err != nil {
 		s.Warn(err)
 	}
 	if code != 0 {
@@ -194,8 +193,8 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	s.signalReady("running")
 
 	ws, stop := s.wait()
-	s.overdue(ws)
-	s.endGuard()
+	s.lg.overdue(ws)
+	s.lg.stop(s.Warn, s.rec.RunID)
 	s.pty.close() // keystrokes from now on are the shell's
 	out.drain()
 	s.pty.release() // once the command's output is all out, raw as written
@@ -210,7 +209,7 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 // newOutput makes the command's stdout and stderr for an attempt: a
 // pseudo-terminal on an interactive terminal, else pipes.
 func (s *supervisor) newOutput(logw io.Writer) (*output, error) {
-	if s.pty = s.ptyFor(); s.pty != nil && s.leased() == nil {
+	if s.pty = s.ptyFor(); s.pty != nil && !s.lg.leased() {
 		return newTerminalOutput(s.Stdout, logw, s.pty), nil
 	}
 	return newOutput(s.Stdout, s.Stderr, logw, s.Tag)
@@ -291,9 +290,9 @@ func (s *supervisor) recordRunning(n int) error {
 		return s.Run.Update(s.rec)
 	}
 	s.rec.StartedAt = &now
-	if s.guard != nil {
+	if s.lg.running() {
 		s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d, in process group %d led by its lease guard (pid %d)",
-			s.rec.TaskPID, s.rec.SupervisorPID, s.pgid, s.guard.PID())
+			s.rec.TaskPID, s.rec.SupervisorPID, s.pgid, s.lg.g.PID())
 		return s.Run.Update(s.rec)
 	}
 	s.rec.AddEvent(now, "command started: pid %d, supervisor pid %d", s.rec.TaskPID, s.rec.SupervisorPID)

@@ -102,8 +102,8 @@ func (s *supervisor) wait() (syscall.WaitStatus, *stopRecord) {
 }
 
 func (s *supervisor) newWaitLoop() *waitLoop {
-	l := &waitLoop{s: s, child: watchChild(s.cmd), losing: s.losing()}
-	if s.guard == nil {
+	l := &waitLoop{s: s, child: watchChild(s.cmd), losing: s.lg.losing()}
+	if !s.lg.running() {
 		// A leased command is crew's background job (lease.go).
 		l.jobs = startJobControl(s.Stdin)
 	}
@@ -217,7 +217,7 @@ func (l *waitLoop) endGroup() {
 func (l *waitLoop) awaitGroup() {
 	s := l.s
 	for {
-		others, err := proc.GroupHasOthers(s.pgid, s.groupMembers()...)
+		others, err := proc.GroupHasOthers(s.pgid, append(s.lg.members(), s.cmd.pid)...)
 		if err == nil && !others {
 			return
 		}
@@ -235,23 +235,18 @@ func (l *waitLoop) awaitGroup() {
 // group's id is still the command's. Group 0 or 1 or crew's own is never
 // signalled, whatever happened to the command.
 func (s *supervisor) signalGroup(sig syscall.Signal) {
-	if s.guard != nil {
-		s.signalGuarded(sig)
+	if s.lg.running() {
+		// Through the guard, which vouches that the group is the run's;
+		// if the guard is gone, the command itself, crew's unreaped child.
+		if err := s.lg.g.Signal(sig); err != nil && s.cmd != nil && !s.cmd.reaped {
+			_ = unix.Kill(s.cmd.pid, sig)
+		}
 		return
 	}
 	if s.pgid <= 1 || s.pgid == unix.Getpgrp() {
 		return
 	}
 	_ = unix.Kill(-s.pgid, sig)
-}
-
-// groupMembers are the processes of the command's group that are crew's
-// own: its leader (the command, or its lease guard) and the command.
-func (s *supervisor) groupMembers() []int {
-	if s.guard != nil {
-		return []int{s.cmd.pid, s.guard.PID()}
-	}
-	return []int{s.cmd.pid}
 }
 
 func asSignal(sig os.Signal) syscall.Signal {
