@@ -157,10 +157,37 @@ var sharedCases = []struct {
 		r := f.run("h1", startArgs("bg", []string{"sh", "-c", "echo from-bg; exit 3"}, "--detach")...)
 		wantCode(t, r, "crew start --detach", 0)
 		id := strings.TrimSpace(r.Stdout)
+		assert.True(t, strings.HasPrefix(id, "r-"), "crew start --detach prints the run id: %q", r.Stdout)
 		wantCode(t, f.run("h2", "wait", id), "crew wait of the detached run", 3)
 		r = f.run("h1", "logs", id)
 		wantCode(t, r, "crew logs on the host that ran it", 0)
 		assert.Equal(t, "from-bg\n", r.Stdout)
+	}},
+	// --tag prefixes crew's copy of each line, not the log's; --retries
+	// runs a failed command again in the same slot.
+	{"TagAndRetries", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		r := f.run("h1", startArgs("tagged", []string{"echo", "tagged-out"}, "--tag")...)
+		wantCode(t, r, "crew start --tag", 0)
+		assert.Equal(t, "tagged\ttagged-out\n", r.Stdout)
+		assert.Equal(t, "tagged-out\n", f.run("h1", "logs", "tagged").Stdout)
+		r = f.run("h1", startArgs("retried", []string{"sh", "-c", "echo try; exit 4"}, "--retries", "1", "--retry-delay", "0s")...)
+		wantCode(t, r, "crew start --retries 1", 4)
+		assert.Equal(t, "try\ntry\n", r.Stdout)
+		assert.Len(t, f.finalRecord(f.runIDOf("retried"), 10*time.Second).Attempts, 2, "both attempts are in the record")
+	}},
+	// The command is told its run, task and store.
+	{"CommandEnvironment", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		envFile := filepath.Join(f.dir, "env")
+		r := f.run("h1", startArgs("told", []string{"sh", "-c", `env > "$0"`, envFile})...)
+		wantCode(t, r, "crew start of env", 0)
+		environ, err := os.ReadFile(envFile)
+		require.NoError(t, err)
+		lines := strings.Split(string(environ), "\n")
+		assert.Contains(t, lines, "CREW_RUN_ID="+f.runIDOf("told"))
+		assert.Contains(t, lines, "CREW_TASK=told")
+		assert.Contains(t, lines, f.storeEnv())
 	}},
 	{"HistoryAndPrune", func(t *testing.T, f *fleet) {
 		f.initMax(1)

@@ -126,30 +126,8 @@ func fleetContract(t *testing.T, c *etcdCluster) {
 	wantCode(t, r, "crew logs on another host", 1)
 	assert.Contains(t, r.Stderr, "ran on host h1: its log is kept there")
 
-	// --detach hands the lease to a supervisor of its own; crew wait on
-	// another host returns the command's exit code, and the log has its
-	// output.
-	r = f.run("h1", startArgs("detached", []string{"sh", "-c", "echo detached-out; exit 5"}, "--detach")...)
-	wantCode(t, r, "crew start --detach", 0)
-	detachedID := strings.TrimSpace(r.Stdout)
-	assert.True(t, strings.HasPrefix(detachedID, "r-"), "crew start --detach prints the run id: %q", r.Stdout)
-	wantCode(t, f.run("h3", "wait", detachedID), "crew wait of the detached run", 5)
-	r = f.run("h1", "logs", detachedID)
-	wantCode(t, r, "crew logs of the detached run", 0)
-	assert.Equal(t, "detached-out\n", r.Stdout)
-
-	// --tag prefixes crew's copy of each line, not the log's.
-	r = f.run("h1", startArgs("tagged", []string{"echo", "tagged-out"}, "--tag")...)
-	wantCode(t, r, "crew start --tag", 0)
-	assert.Equal(t, "tagged\ttagged-out\n", r.Stdout)
-	assert.Equal(t, "tagged-out\n", f.run("h1", "logs", "tagged").Stdout)
-
-	// --retries runs a failed command again under the same lease.
-	r = f.run("h1", startArgs("retried", []string{"sh", "-c", "echo try; exit 4"}, "--retries", "1", "--retry-delay", "0s")...)
-	wantCode(t, r, "crew start --retries 1", 4)
-	assert.Equal(t, "try\ntry\n", r.Stdout)
-	assert.Equal(t, 2, len(f.finalRecord(f.status().Finished[0].RunID, 10*time.Second).Attempts), "both attempts are in the record")
-
+	// --detach, --tag and --retries: sharedCases' DetachWaitLogs and
+	// TagAndRetries, on both stores.
 	// What an etcd store cannot offer: sharedCases' DocumentedRefusals.
 	// The rest of the run-level commands work on etcd.
 	for _, args := range [][]string{{"history"}, {"wait", "contract"}, {"stop", "contract"}, {"prune", "--dry-run", "--keep", "5"}} {
