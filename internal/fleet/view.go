@@ -200,18 +200,6 @@ func (f *Fleet) finalOps(r *record.Run, b []byte) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpPut(f.k.done(r.RunID), string(b)), clientv3.OpPut(f.k.finished(r), string(e))}
 }
 
-// holds reports whether key holds exactly b now, and at which revision:
-// how a writer whose answer was lost learns that its write went in.
-func (f *Fleet) holds(key string, b []byte) (int64, bool) {
-	ctx, cancel := f.ctx()
-	defer cancel()
-	resp, err := f.cli.Get(ctx, key)
-	if err != nil || len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != string(b) {
-		return 0, false
-	}
-	return resp.Kvs[0].ModRevision, true
-}
-
 // removeLog removes the local log of a finished run that this host ran;
 // the log of a run another host ran is that host's.
 func (f *Fleet) removeLog(id record.RunID, host string) {
