@@ -11,7 +11,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/runlog"
 )
 
 type logsOptions struct {
@@ -81,12 +81,12 @@ func (o *logsOptions) runFleet(fl fleetStore, arg string, s streams) error {
 		logMax = v.LogMax // the record is in etcd, the log here
 	}
 	d := dispatch.New(root)
-	return o.show(d, fl, func(id record.RunID) *runstore.LogReader { return d.Local.NewLogReader(id, logMax) }, id, s)
+	return o.show(d, fl, func(id record.RunID) *runlog.Reader { return d.Local.Logs().NewLogReader(id, logMax) }, id, s)
 }
 
 // show prints run id's log from d's state root, read through open; runs
 // (the store the run is recorded in) says when it is over.
-func (o *logsOptions) show(d *dispatch.Dispatcher, runs runOps, open func(record.RunID) *runstore.LogReader, id record.RunID, s streams) error {
+func (o *logsOptions) show(d *dispatch.Dispatcher, runs runOps, open func(record.RunID) *runlog.Reader, id record.RunID, s streams) error {
 	if !o.follow {
 		r := open(id)
 		defer r.Close()
@@ -115,7 +115,7 @@ func (e *noLogError) Error() string { return e.msg }
 
 // follow1 copies the log as it grows until the run is final and the log
 // fully read.
-func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, open func(record.RunID) *runstore.LogReader, id record.RunID, s streams) error {
+func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, open func(record.RunID) *runlog.Reader, id record.RunID, s streams) error {
 	done := make(chan *record.Run, 1)
 	errc := make(chan error, 1)
 	go func() {
@@ -128,7 +128,7 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, open func(rec
 	}()
 	// The reader is made once the log exists: by then the run's record
 	// says whether the log is capped (a waiting start has no record yet).
-	var r *runstore.LogReader
+	var r *runlog.Reader
 	defer func() {
 		if r != nil {
 			r.Close()
@@ -137,7 +137,7 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, runs runOps, open func(rec
 	var final *record.Run
 	for {
 		if r == nil {
-			switch f, err := d.Local.OpenLog(id); {
+			switch f, err := d.Local.Logs().OpenLog(id); {
 			case err == nil:
 				f.Close()
 				r = open(id)

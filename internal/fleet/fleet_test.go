@@ -509,7 +509,7 @@ func TestOutputIsLoggedCappedAndTagged(t *testing.T) {
 	assert.Contains(t, out.String(), "chatty\tline-19999\n", "and complete")
 
 	var log bytes.Buffer
-	r := f.Logs.NewLogReader(id, record.MinLogMax)
+	r := f.Logs.Logs().NewLogReader(id, record.MinLogMax)
 	_, err = r.Copy(&log)
 	require.NoError(t, r.Close())
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runlog"
 	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/supervise"
 )
@@ -46,14 +47,14 @@ func newOutput(logs *runstore.Store, rec *record.Run, stdout, stderr io.Writer, 
 		var warning string
 		var err error
 		if rec.LogMax > 0 {
-			var w *runstore.LogWriter
-			w, warning, err = logs.CreateCappedLog(id, rec.LogMax)
+			var w *runlog.Writer
+			w, warning, err = logs.Logs().CreateCappedLog(id, rec.LogMax)
 			if err == nil {
 				o.log = cappedLog{w}
 			}
 		} else {
 			var f *os.File
-			f, warning, err = logs.CreateLog(id)
+			f, warning, err = logs.Logs().CreateLog(id)
 			if err == nil {
 				o.log = plainLog{f}
 			}
@@ -183,7 +184,7 @@ func (l plainLog) finish() error {
 	return err
 }
 
-type cappedLog struct{ w *runstore.LogWriter }
+type cappedLog struct{ w *runlog.Writer }
 
 func (l cappedLog) Write(b []byte) (int, error) { return l.w.Write(b) }
 func (l cappedLog) finish() error               { return l.w.Close() }

@@ -31,7 +31,7 @@ func (s *Store) Where() backend.Where { return backend.Where{Name: s.Root(), Kin
 func (s *Store) Runs() backend.Runs       { return runs{s.Store} }
 func (s *Store) Queue() backend.Queue     { return s.Store }
 func (s *Store) History() backend.History { return history{s.Store} }
-func (s *Store) Logs() backend.Logs       { return s.Store }
+func (s *Store) Logs() backend.Logs       { return s.Store.Logs() }
 
 // runs adds recovery's fenced finalization to runstore's records.
 type runs struct{ *runstore.Store }
@@ -48,7 +48,7 @@ func (r runs) FinalizeStopped(id record.RunID, req *record.StopRequest, now time
 type history struct{ *runstore.Store }
 
 func (h history) HoldLog(id record.RunID) (backend.LogHold, error) {
-	l, err := h.Store.HoldLog(id)
+	l, err := h.Store.Logs().HoldLog(id)
 	if err != nil {
 		return nil, err
 	}

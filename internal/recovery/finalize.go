@@ -28,7 +28,7 @@ func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (backend.R
 				now.UTC().Format(time.RFC3339), os.Getpid()))
 			return
 		}
-		markInterrupted(rec, now, st.HasLog(id))
+		markInterrupted(rec, now, st.Logs().HasLog(id))
 	})
 }
 

@@ -45,7 +45,7 @@ func finished(t testing.TB, st *runstore.Store, n int, created, finished time.Ti
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(st.LogPath(id), []byte("output\n"), 0o600); err != nil {
+	if err := os.WriteFile(st.Logs().LogPath(id), []byte("output\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -211,7 +211,7 @@ func TestLazyPruneCountsOnlyWhatTheRecordsProve(t *testing.T) {
 	}
 	indexed(t, st)
 	for _, id := range ids[25:] {
-		for _, p := range []string{st.DonePath(id), st.LogPath(id)} {
+		for _, p := range []string{st.DonePath(id), st.Logs().LogPath(id)} {
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
 			}

@@ -332,7 +332,7 @@ func (x *DoneIndex) measure(shard string, ids []record.RunID) ShardStats {
 		return st
 	}
 	defer dir.Close()
-	logs, lerr := x.s.dir(logsDir)
+	logs, lerr := x.s.logs.Sizer()
 	if lerr == nil {
 		defer logs.Close()
 	}
@@ -343,12 +343,12 @@ func (x *DoneIndex) measure(shard string, ids []record.RunID) ShardStats {
 		if lerr != nil {
 			continue
 		}
-		if fi, err := logs.Lstat(logName(id)); err == nil {
+		if size, ok := logs.Head(id); ok {
 			st.LogFiles++
-			st.LogBytes += fi.Size()
+			st.LogBytes += size
 		}
-		if _, err := logs.Lstat(tailDirName(id)); err == nil {
-			st.LogBytes += x.s.tailBytes(id)
+		if logs.HasTail(id) {
+			st.LogBytes += x.s.logs.TailBytes(id)
 		}
 	}
 	return st

@@ -144,14 +144,14 @@ func TestSizeExactAndEstimated(t *testing.T) {
 		for i := range 4 {
 			id := idAt(base.Add(time.Duration(h)*time.Hour+time.Duration(i)*time.Minute), h*10+i)
 			writeDoneFast(t, s, id)
-			writeString(t, s.LogPath(id), "0123456789")
+			writeString(t, s.Logs().LogPath(id), "0123456789")
 			fi, _ := os.Stat(s.DonePath(id))
 			want += fi.Size() + 10
 		}
 	}
 	rec := testRecord(testID, record.Running)
 	mustWriteActive(t, s, rec)
-	writeString(t, s.LogPath(testID), "live")
+	writeString(t, s.Logs().LogPath(testID), "live")
 	fi, _ := os.Stat(s.ActivePath(testID))
 	want += fi.Size() + 4
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runlog"
 )
 
 // Finished runs live in runs/done/<shard>/, one shard per creation hour.
@@ -154,13 +155,13 @@ func (s *Store) FinishedSize(id record.RunID) int64 {
 		}
 		dir.Close()
 	}
-	if dir, err := s.dir(logsDir); err == nil {
-		if fi, err := dir.Lstat(logName(id)); err == nil {
-			n += fi.Size()
+	if logs, err := s.logs.Sizer(); err == nil {
+		if size, ok := logs.Head(id); ok {
+			n += size
 		}
-		dir.Close()
+		logs.Close()
 	}
-	return n + s.tailBytes(id)
+	return n + s.logs.TailBytes(id)
 }
 
 // RemoveFinished deletes a finished run: its log first (the pieces of a
@@ -183,22 +184,18 @@ func (s *Store) RemoveFinished(id record.RunID) error {
 			return ErrRunBusy
 		}
 	}
-	held, err := s.lockLogToRemove(id)
+	held, err := s.logs.LockToRemove(id)
+	if errors.Is(err, runlog.ErrBusy) {
+		return ErrRunBusy
+	}
 	if err != nil {
 		return err
 	}
 	if held != nil {
 		defer held.Release() // until the record is gone: a waiter locks, then reads
 	}
-	if err := s.removeTail(id); err != nil {
-		return fmt.Errorf("remove the log of run %s: %w", id, err)
-	}
-	if dir, err := s.dir(logsDir); err == nil {
-		err := removeFile(dir, logName(id))
-		dir.Close()
-		if err != nil {
-			return fmt.Errorf("remove the log of run %s: %w", id, unwrapPath(err))
-		}
+	if err := s.logs.Remove(id); err != nil {
+		return err
 	}
 	failpoint.Hit(failpoint.PruneLogRemoved)
 	dir, err := s.dir(shardDir(id))

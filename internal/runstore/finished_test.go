@@ -156,7 +156,7 @@ func TestRemoveFinished(t *testing.T) {
 	a, b := idAt(hour, 1), idAt(hour.Add(time.Minute), 2)
 	for _, id := range []record.RunID{a, b} {
 		mustWriteDone(t, s, testRecord(id, record.Succeeded))
-		writeString(t, s.osPath(logsDir, logName(id)), "some output")
+		writeString(t, s.Logs().LogPath(id), "some output")
 	}
 	if size := s.FinishedSize(a); size != int64(len("some output"))+fileSize(t, s.DonePath(a)) {
 		t.Errorf("FinishedSize = %d", size)
@@ -167,13 +167,13 @@ func TestRemoveFinished(t *testing.T) {
 		t.Errorf("RemoveFinished(run still in the active set) = %v, want ErrRunBusy", err)
 	}
 	assertExists(t, s.DonePath(b))
-	assertExists(t, s.LogPath(b))
+	assertExists(t, s.Logs().LogPath(b))
 
 	if err := s.RemoveFinished(a); err != nil {
 		t.Fatal(err)
 	}
 	assertMissing(t, s.DonePath(a))
-	assertMissing(t, s.LogPath(a))
+	assertMissing(t, s.Logs().LogPath(a))
 	if s.IsDone(a) {
 		t.Error("IsDone after RemoveFinished")
 	}

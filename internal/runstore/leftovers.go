@@ -8,6 +8,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runlog"
 )
 
 // LeftoverKind is a kind of file a crash leaves behind outside any record.
@@ -171,14 +172,10 @@ func (s *Store) ticketLeftovers() ([]Leftover, error) {
 func (s *Store) logLeftovers() []Leftover {
 	var out []Leftover
 	for _, name := range s.names(logsDir) {
-		base, ok := strings.CutSuffix(name, ".log")
+		id, _, ok := runlog.RunOf(name)
 		if !ok {
-			base, ok = strings.CutSuffix(name, ".tail")
-		}
-		if !ok || !record.LooksLikeRunID(base) {
 			continue
 		}
-		id := record.RunID(base)
 		if s.hasActiveFile(id) || s.IsDone(id) || s.HasTicket(id) {
 			continue
 		}
@@ -279,8 +276,8 @@ func (a *Admission) RemoveLeftover(l Leftover) (bool, error) {
 		if s.hasActiveFile(l.ID) || s.IsDone(l.ID) || s.HasTicket(l.ID) {
 			return false, nil
 		}
-		if strings.HasSuffix(l.name, ".tail") {
-			return true, s.removeTail(l.ID)
+		if _, tail, _ := runlog.RunOf(l.name); tail {
+			return true, s.logs.RemoveTail(l.ID)
 		}
 		return true, removeFile(dir, l.name)
 	case LeftoverTemp:

@@ -113,13 +113,13 @@ func TestLeftoversListsEachKind(t *testing.T) {
 
 	// LeftoverLog: a log whose run has no record anywhere.
 	orphanLog := id(10)
-	writeString(t, s.osPath(logsDir, logName(orphanLog)), "output")
+	writeString(t, s.Logs().LogPath(orphanLog), "output")
 	// Not: logs of an active run, a finished run, a waiting ticket.
-	writeString(t, s.osPath(logsDir, logName(activeRun)), "")
+	writeString(t, s.Logs().LogPath(activeRun), "")
 	finished := id(11)
 	mustWriteDone(t, s, testRecord(finished, record.Succeeded))
-	writeString(t, s.osPath(logsDir, logName(finished)), "")
-	writeString(t, s.osPath(logsDir, logName(liveTicket)), "")
+	writeString(t, s.Logs().LogPath(finished), "")
+	writeString(t, s.Logs().LogPath(liveTicket), "")
 	writeString(t, s.osPath(logsDir, "notes.log"), "")
 
 	// LeftoverStop: a stop request of a finished run (or of none at all).
@@ -161,7 +161,7 @@ func TestLeftoversListsEachKind(t *testing.T) {
 		key(LeftoverTicket, s.osPath(queueDir, ticketName(lockless))):         {Kind: LeftoverTicket, ID: lockless, Task: "t"},
 		key(LeftoverTicket, s.osPath(queueDir, ticketName(corruptTicket))):    {Kind: LeftoverTicket, ID: corruptTicket},
 		key(LeftoverQueueLock, s.osPath(queueDir, ticketLockName(queueLock))): {Kind: LeftoverQueueLock, ID: queueLock},
-		key(LeftoverLog, s.osPath(logsDir, logName(orphanLog))):               {Kind: LeftoverLog, ID: orphanLog},
+		key(LeftoverLog, s.Logs().LogPath(orphanLog)):                         {Kind: LeftoverLog, ID: orphanLog},
 		key(LeftoverStop, s.osPath(ownersDir, stopRequestName(finished))):     {Kind: LeftoverStop, ID: finished},
 		key(LeftoverStop, s.osPath(ownersDir, stopRequestName(stopFinished))): {Kind: LeftoverStop, ID: stopFinished},
 	}
@@ -201,7 +201,7 @@ func TestRemoveLeftoverEachKind(t *testing.T) {
 	mkfifo(t, s.osPath(queueDir, bellName(ticket)))
 	writeString(t, s.osPath(queueDir, ticketLockName(queueLock)), "")
 	mkfifo(t, s.osPath(queueDir, bellName(queueLock)))
-	writeString(t, s.osPath(logsDir, logName(logRun)), "")
+	writeString(t, s.Logs().LogPath(logRun), "")
 	writeString(t, s.osPath(activeDir, "."+recordName(tempRun)+"0123456789abcdef"), "")
 	writeString(t, s.osPath(".crew.json0123"), "")
 
@@ -314,8 +314,8 @@ func TestRemoveLeftoverRechecks(t *testing.T) {
 	})
 	t.Run("log's run finished meanwhile", func(t *testing.T) {
 		id := idAt(base, 6)
-		writeString(t, s.osPath(logsDir, logName(id)), "")
-		l := find(LeftoverLog, s.osPath(logsDir, logName(id)))
+		writeString(t, s.Logs().LogPath(id), "")
+		l := find(LeftoverLog, s.Logs().LogPath(id))
 		mustWriteDone(t, s, testRecord(id, record.Failed))
 		expectKept(l)
 	})

@@ -226,7 +226,7 @@ func TestSharedStateRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Release()
-	f, _, err := s2.CreateLog(next)
+	f, _, err := s2.Logs().CreateLog(next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestSharedStateRoot(t *testing.T) {
 	if err := locks.Finish(rec); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{s.holderPath(), s.LogPath(next), s.DonePath(next),
+	for _, p := range []string{s.holderPath(), s.Logs().LogPath(next), s.DonePath(next),
 		s.osPath(queueDir, ticketName(w.ID())), s.osPath(queueDir, ticketLockName(w.ID())), s.osPath(queueDir, bellName(w.ID()))} {
 		assertPerm(t, p, SharedFilePerm)
 	}

@@ -236,11 +236,11 @@ func TestQueueLogsAndLocksRefuseLinkedDirs(t *testing.T) {
 				}
 				assertOnlyFiles(t, elsewhere, ticketName(testID))
 			case logsDir:
-				if f, _, err := fresh.CreateLog(testID); err == nil {
+				if f, _, err := fresh.Logs().CreateLog(testID); err == nil {
 					f.Close()
 					t.Error("CreateLog succeeded through the link")
 				}
-				if f, err := fresh.OpenLog(testID); err == nil {
+				if f, err := fresh.Logs().OpenLog(testID); err == nil {
 					f.Close()
 					t.Error("OpenLog succeeded through the link")
 				}

@@ -150,7 +150,7 @@ func (s *Store) addActive(out *vocab.RootSize) (int, error) {
 	if derr == nil {
 		defer dir.Close()
 	}
-	logs, lerr := s.dir(logsDir)
+	logs, lerr := s.logs.Sizer()
 	if lerr == nil {
 		defer logs.Close()
 	}
@@ -167,9 +167,9 @@ func (s *Store) addActive(out *vocab.RootSize) (int, error) {
 			}
 		}
 		if lerr == nil {
-			if fi, err := logs.Lstat(logName(e.ID)); err == nil {
+			if size, ok := logs.Head(e.ID); ok {
 				out.Logs.Files++
-				out.Logs.Bytes += fi.Size() + s.tailBytes(e.ID)
+				out.Logs.Bytes += size + s.logs.TailBytes(e.ID)
 			}
 		}
 	}

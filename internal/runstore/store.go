@@ -38,6 +38,7 @@ import (
 	syncatomic "sync/atomic"
 
 	"github.com/crew-dev/crew/internal/rootfs"
+	"github.com/crew-dev/crew/internal/runlog"
 )
 
 // DirPerm and FilePerm are the modes of everything crew creates in a
@@ -85,14 +86,21 @@ type Store struct {
 	// compactDue: an append of this process took the index of finished
 	// runs across a size at which it asks to be compacted (finishindex.go).
 	compactDue syncatomic.Bool
+
+	logs *runlog.Logs // logs/
 }
 
 // New returns the store of the state root at path (absolute). It touches
 // nothing on disk: reading a state root that does not exist creates
 // nothing, and only Ensure creates it.
 func New(path string) *Store {
-	return &Store{path: path}
+	s := &Store{path: path}
+	s.logs = runlog.New(dirHandle{s, logsDir})
+	return s
 }
+
+// Logs are the runs' logs, in logs/.
+func (s *Store) Logs() *runlog.Logs { return s.logs }
 
 // Root is the state root's path, for messages and the environment of runs.
 func (s *Store) Root() string { return s.path }

@@ -44,7 +44,7 @@ func TestLayoutPaths(t *testing.T) {
 		"owner":         s.display(ownersDir, ownerLockName(id)),
 		"supervisor":    s.display(ownersDir, supervisorLockName(id)),
 		"stop":          s.display(ownersDir, stopRequestName(id)),
-		"LogPath":       s.LogPath(id),
+		"LogPath":       s.Logs().LogPath(id),
 		"ticket":        s.display(queueDir, ticketName(id)),
 		"ticketLock":    s.display(queueDir, ticketLockName(id)),
 		"bell":          s.display(queueDir, bellName(id)),
