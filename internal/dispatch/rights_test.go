@@ -38,7 +38,7 @@ func TestWaiterIgnoresAnotherUsersStopRequest(t *testing.T) {
 	w.mu.Lock()
 	reports := len(w.progress)
 	w.mu.Unlock()
-	d.Local.Ring(id)
+	d.Local.Queue().Ring(id)
 	waitFor(t, "the waiter to look again and stay in line", 10*time.Second, func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -51,7 +51,7 @@ func TestWaiterIgnoresAnotherUsersStopRequest(t *testing.T) {
 	own := *req
 	own.Signal, own.Signo = "SIGTERM", int(syscall.SIGTERM)
 	require.NoError(t, d.Local.WriteStopRequest(id, &own))
-	d.Local.Ring(id)
+	d.Local.Queue().Ring(id)
 	w.await(t)
 	var sig *vocab.SignalledError
 	require.ErrorAs(t, w.err, &sig)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/crew-dev/crew/internal/admission"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -30,7 +30,7 @@ func TestUnreadableQueueDecidesNothing(t *testing.T) {
 		}
 	}
 
-	res, ar, err = d.unreadableQueue(req, &runstore.Waiter{}, qErr)
+	res, ar, err = d.unreadableQueue(req, &queue.Waiter{}, qErr)
 	if res != nil || err != nil || ar == nil {
 		t.Fatalf("waiter: %v, %v, %v; want it to keep waiting", res, ar, err)
 	}

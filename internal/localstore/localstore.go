@@ -29,7 +29,7 @@ func Of(st *runstore.Store) *Store { return &Store{st} }
 func (s *Store) Where() backend.Where { return backend.Where{Name: s.Root(), Kind: "the state root"} }
 
 func (s *Store) Runs() backend.Runs       { return runs{s.Store} }
-func (s *Store) Queue() backend.Queue     { return s.Store }
+func (s *Store) Queue() backend.Queue     { return s.Store.Queue() }
 func (s *Store) History() backend.History { return history{s.Store} }
 func (s *Store) Logs() backend.Logs       { return s.Store.Logs() }
 
@@ -80,7 +80,7 @@ type Section struct {
 }
 
 func (sec Section) LoadConfig() (record.Config, bool, error)    { return sec.s.LoadConfig() }
-func (sec Section) ListTickets() ([]backend.TicketEntry, error) { return sec.s.ListTickets() }
+func (sec Section) ListTickets() ([]backend.TicketEntry, error) { return sec.s.Queue().ListTickets() }
 
 func (sec Section) Reserve(rec *record.Run) (backend.Run, error) {
 	l, err := sec.Admission.Reserve(rec)

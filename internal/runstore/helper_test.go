@@ -124,22 +124,7 @@ func runHelper(spec string) int {
 		if err != nil {
 			return fail(err)
 		}
-		var mu sync.Mutex // stdout lines must not interleave
-		println := func(s string) { mu.Lock(); fmt.Println(s); mu.Unlock() }
-		go func() {
-			for range w.Rung() {
-				println("rung")
-			}
-		}()
-		println("queued")
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			if sc.Text() == "remove" {
-				w.Remove()
-				println("removed")
-			}
-		}
-		return 0
+		return storetest.WaitInLine(w)
 	}
 	return fail(fmt.Errorf("unknown helper mode %q", mode))
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runlog"
 )
@@ -129,7 +130,7 @@ func (s *Store) stopLeftovers() []Leftover {
 			continue
 		}
 		id := record.RunID(base)
-		if s.hasActiveFile(id) || s.HasTicket(id) {
+		if s.hasActiveFile(id) || s.queue.HasTicket(id) {
 			continue
 		}
 		out = append(out, Leftover{Kind: LeftoverStop, ID: id, Path: s.display(ownersDir, name), dir: ownersDir, name: name})
@@ -138,7 +139,7 @@ func (s *Store) stopLeftovers() []Leftover {
 }
 
 func (s *Store) ticketLeftovers() ([]Leftover, error) {
-	entries, err := s.ListTickets()
+	entries, err := s.queue.ListTickets()
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (s *Store) ticketLeftovers() ([]Leftover, error) {
 		if e.Waiter.MayLive() {
 			continue
 		}
-		l := Leftover{Kind: LeftoverTicket, ID: e.ID, Path: s.display(queueDir, ticketName(e.ID)), dir: queueDir, name: ticketName(e.ID)}
+		l := Leftover{Kind: LeftoverTicket, ID: e.ID, Path: s.display(queueDir, queue.TicketName(e.ID)), dir: queueDir, name: queue.TicketName(e.ID)}
 		if e.Ticket != nil {
 			l.Task = e.Ticket.Task
 		}
@@ -161,7 +162,7 @@ func (s *Store) ticketLeftovers() ([]Leftover, error) {
 			continue
 		}
 		id := record.RunID(base)
-		if s.HasTicket(id) || s.lockHeld(queueDir, name) {
+		if s.queue.HasTicket(id) || s.lockHeld(queueDir, name) {
 			continue
 		}
 		out = append(out, Leftover{Kind: LeftoverQueueLock, ID: id, Path: s.display(queueDir, name), dir: queueDir, name: name})
@@ -176,7 +177,7 @@ func (s *Store) logLeftovers() []Leftover {
 		if !ok {
 			continue
 		}
-		if s.hasActiveFile(id) || s.IsDone(id) || s.HasTicket(id) {
+		if s.hasActiveFile(id) || s.IsDone(id) || s.queue.HasTicket(id) {
 			continue
 		}
 		out = append(out, Leftover{Kind: LeftoverLog, ID: id, Path: s.display(logsDir, name), dir: logsDir, name: name})
@@ -253,27 +254,27 @@ func (a *Admission) RemoveLeftover(l Leftover) (bool, error) {
 		}
 		return true, lk.RemoveAndRelease()
 	case LeftoverTicket:
-		return s.removeDeadTicket(l.ID), nil
+		return s.queue.RemoveDeadTicket(l.ID), nil
 	case LeftoverQueueLock:
 		lk, err := lockfs.Take(dir, l.name)
 		if err != nil {
 			return false, nil
 		}
-		if s.HasTicket(l.ID) {
+		if s.queue.HasTicket(l.ID) {
 			_ = lk.Release()
 			return false, nil
 		}
-		_ = removeFile(dir, bellName(l.ID))
+		_ = removeFile(dir, queue.BellName(l.ID))
 		return true, lk.RemoveAndRelease()
 	case LeftoverStop:
 		// Under the admission lock no ticket becomes a run unseen; a run
 		// reserved since the listing has its record in the active set.
-		if s.hasActiveFile(l.ID) || s.HasTicket(l.ID) {
+		if s.hasActiveFile(l.ID) || s.queue.HasTicket(l.ID) {
 			return false, nil
 		}
 		return true, removeFile(dir, l.name)
 	case LeftoverLog:
-		if s.hasActiveFile(l.ID) || s.IsDone(l.ID) || s.HasTicket(l.ID) {
+		if s.hasActiveFile(l.ID) || s.IsDone(l.ID) || s.queue.HasTicket(l.ID) {
 			return false, nil
 		}
 		if _, tail, _ := runlog.RunOf(l.name); tail {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -236,7 +237,7 @@ func TestSharedStateRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{s.holderPath(), s.Logs().LogPath(next), s.DonePath(next),
-		s.osPath(queueDir, ticketName(w.ID())), s.osPath(queueDir, ticketLockName(w.ID())), s.osPath(queueDir, bellName(w.ID()))} {
+		s.osPath(queueDir, queue.TicketName(w.ID())), s.osPath(queueDir, queue.LockName(w.ID())), s.osPath(queueDir, queue.BellName(w.ID()))} {
 		assertPerm(t, p, SharedFilePerm)
 	}
 	assertPerm(t, s.osPath(shardDir(next)), SharedDirPerm)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
 )
@@ -46,7 +47,7 @@ func (s *Store) WaiterUser(id record.RunID) (int, error) {
 		return -1, fmt.Errorf("tell whose waiting start %s is: %w", id, err)
 	}
 	defer dir.Close()
-	uid, err := fileOwner(dir, ticketLockName(id), nil)
+	uid, err := fileOwner(dir, queue.LockName(id), nil)
 	if err != nil {
 		return -1, fmt.Errorf("tell whose waiting start %s is: %w", id, err)
 	}

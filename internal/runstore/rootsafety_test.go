@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -219,22 +220,22 @@ func TestQueueLogsAndLocksRefuseLinkedDirs(t *testing.T) {
 			fresh := replaceWithLink(t, s, rel, elsewhere)
 			switch rel {
 			case queueDir:
-				writeString(t, filepath.Join(elsewhere, ticketName(testID)), "{}")
-				ents, err := fresh.ListTickets()
+				writeString(t, filepath.Join(elsewhere, queue.TicketName(testID)), "{}")
+				ents, err := fresh.Queue().ListTickets()
 				assertRefusedLink(t, "ListTickets", err, s.osPath(queueDir))
-				if len(ents) != 0 || fresh.HasTicket(testID) {
+				if len(ents) != 0 || fresh.Queue().HasTicket(testID) {
 					t.Errorf("tickets seen through the link: %v", ents)
 				}
-				if fresh.WaiterState(testID) != record.Unknown {
-					t.Errorf("WaiterState through a link = %v, want Unknown", fresh.WaiterState(testID))
+				if fresh.Queue().WaiterState(testID) != record.Unknown {
+					t.Errorf("WaiterState through a link = %v, want Unknown", fresh.Queue().WaiterState(testID))
 				}
-				fresh.Ring(testID)
+				fresh.Queue().Ring(testID)
 				a := &Admission{s: fresh}
 				if w, err := a.Enqueue(testTicket(testID, "t")); err == nil {
 					w.Remove()
 					t.Error("Enqueue succeeded through the link")
 				}
-				assertOnlyFiles(t, elsewhere, ticketName(testID))
+				assertOnlyFiles(t, elsewhere, queue.TicketName(testID))
 			case logsDir:
 				if f, _, err := fresh.Logs().CreateLog(testID); err == nil {
 					f.Close()

@@ -37,6 +37,7 @@ import (
 	"sync"
 	syncatomic "sync/atomic"
 
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/rootfs"
 	"github.com/crew-dev/crew/internal/runlog"
 )
@@ -87,7 +88,8 @@ type Store struct {
 	// runs across a size at which it asks to be compacted (finishindex.go).
 	compactDue syncatomic.Bool
 
-	logs *runlog.Logs // logs/
+	logs  *runlog.Logs // logs/
+	queue *queue.Queue // queue/
 }
 
 // New returns the store of the state root at path (absolute). It touches
@@ -96,11 +98,15 @@ type Store struct {
 func New(path string) *Store {
 	s := &Store{path: path}
 	s.logs = runlog.New(dirHandle{s, logsDir})
+	s.queue = queue.New(dirHandle{s, queueDir})
 	return s
 }
 
 // Logs are the runs' logs, in logs/.
 func (s *Store) Logs() *runlog.Logs { return s.logs }
+
+// Queue is the queue of waiting starts, in queue/.
+func (s *Store) Queue() *queue.Queue { return s.queue }
 
 // Root is the state root's path, for messages and the environment of runs.
 func (s *Store) Root() string { return s.path }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -45,9 +46,9 @@ func TestLayoutPaths(t *testing.T) {
 		"supervisor":    s.display(ownersDir, supervisorLockName(id)),
 		"stop":          s.display(ownersDir, stopRequestName(id)),
 		"LogPath":       s.Logs().LogPath(id),
-		"ticket":        s.display(queueDir, ticketName(id)),
-		"ticketLock":    s.display(queueDir, ticketLockName(id)),
-		"bell":          s.display(queueDir, bellName(id)),
+		"ticket":        s.display(queueDir, queue.TicketName(id)),
+		"ticketLock":    s.display(queueDir, queue.LockName(id)),
+		"bell":          s.display(queueDir, queue.BellName(id)),
 		"quarantineDir": s.display(quarantineDir),
 		"refusals":      s.display(refusalsName),
 	}
@@ -74,8 +75,8 @@ func TestLayoutPaths(t *testing.T) {
 	var paths []string
 	for _, i := range []record.RunID{id, other} {
 		paths = append(paths, s.display(ownersDir, ownerLockName(i)), s.display(ownersDir, supervisorLockName(i)),
-			s.display(ownersDir, stopRequestName(i)), s.display(queueDir, ticketName(i)),
-			s.display(queueDir, ticketLockName(i)), s.display(queueDir, bellName(i)))
+			s.display(ownersDir, stopRequestName(i)), s.display(queueDir, queue.TicketName(i)),
+			s.display(queueDir, queue.LockName(i)), s.display(queueDir, queue.BellName(i)))
 	}
 	if len(slices.Compact(slices.Sorted(slices.Values(paths)))) != len(paths) {
 		t.Errorf("file names collide: %q", paths)
@@ -123,7 +124,7 @@ func TestEnsure(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing.OwnerState(testID, nil)
-	missing.Ring(testID)
+	missing.Queue().Ring(testID)
 	assertMissing(t, missing.Root())
 }
 
