@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
+	"github.com/crew-dev/crew/internal/runlog"
 	"github.com/crew-dev/crew/internal/runstore"
 )
 
@@ -30,7 +32,7 @@ func (s *Store) Where() backend.Where { return backend.Where{Name: s.Root(), Kin
 
 func (s *Store) Runs() backend.Runs       { return runs{s.Store} }
 func (s *Store) Queue() backend.Queue     { return s.Store.Queue() }
-func (s *Store) History() backend.History { return history{s.Store} }
+func (s *Store) History() backend.History { return history{s.Store.FinishIndex(), s.Store.Logs()} }
 func (s *Store) Logs() backend.Logs       { return s.Store.Logs() }
 
 // runs adds recovery's fenced finalization to runstore's records.
@@ -44,11 +46,15 @@ func (r runs) FinalizeStopped(id record.RunID, req *record.StopRequest, now time
 	return recovery.FinalizeStopped(r.Store, id, req, now)
 }
 
-// history gives runstore's log holds the backend's type.
-type history struct{ *runstore.Store }
+// history is the index of finished runs, with runstore's log holds in
+// the backend's type.
+type history struct {
+	*finishindex.Index
+	logs *runlog.Logs
+}
 
 func (h history) HoldLog(id record.RunID) (backend.LogHold, error) {
-	l, err := h.Store.Logs().HoldLog(id)
+	l, err := h.logs.HoldLog(id)
 	if err != nil {
 		return nil, err
 	}

@@ -90,7 +90,7 @@ func Prune(st *runstore.Store, opts PruneOptions) (*PruneReport, error) {
 		// The index of finished runs still lists the removed runs (readers
 		// skip them); drop them while it is read anyway. A failure leaves
 		// it as it was.
-		_, _ = st.CompactIndex()
+		_, _ = st.FinishIndex().CompactIndex()
 	}
 	return report, nil
 }
@@ -107,7 +107,7 @@ type finishedRun struct {
 // are reported and left alone: they are neither counted nor removed.
 func finishedByFinish(st *runstore.Store, report *PruneReport) ([]finishedRun, error) {
 	var runs []finishedRun
-	err := st.WalkFinished(func(id record.RunID) bool {
+	err := st.FinishIndex().WalkFinished(func(id record.RunID) bool {
 		rec, err := st.ReadDone(id)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -134,7 +134,7 @@ func finishedByFinish(st *runstore.Store, report *PruneReport) ([]finishedRun, e
 // prune has just read them all anyway), so that status and lazy prunes
 // find them there.
 func refreshIndex(st *runstore.Store) {
-	x := st.OpenDoneIndex(time.Now)
+	x := st.FinishIndex().OpenDoneIndex(time.Now)
 	defer x.Close()
 	shards, err := x.Shards()
 	if err != nil {

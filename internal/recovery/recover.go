@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runstore"
 )
@@ -123,10 +124,10 @@ func Recover(st *runstore.Store, opts Options) (*Report, error) {
 // problem of the runs.
 func (r *recoverer) index(deadline time.Time) []Item {
 	if time.Now().After(deadline) {
-		return []Item{{Path: r.st.IndexPath(), Outcome: FailedItem, Reason: fmt.Sprintf("index of finished runs not reached within --timeout %s", r.opts.Timeout)}}
+		return []Item{{Path: r.st.FinishIndex().IndexPath(), Outcome: FailedItem, Reason: fmt.Sprintf("index of finished runs not reached within --timeout %s", r.opts.Timeout)}}
 	}
-	rep, err := r.st.CheckIndex(r.opts.DryRun)
-	item := Item{Path: r.st.IndexPath(), Outcome: Indexed}
+	rep, err := r.st.FinishIndex().CheckIndex(r.opts.DryRun)
+	item := Item{Path: r.st.FinishIndex().IndexPath(), Outcome: Indexed}
 	would := ""
 	if r.opts.DryRun {
 		would = "would "
@@ -149,7 +150,7 @@ func (r *recoverer) index(deadline time.Time) []Item {
 
 // indexChanges says what CheckIndex did (or, dry, would do) to a usable
 // index.
-func indexChanges(rep *runstore.IndexRepair, dry bool) string {
+func indexChanges(rep *finishindex.IndexRepair, dry bool) string {
 	did := func(verb, past string) string {
 		if dry {
 			return "would " + verb

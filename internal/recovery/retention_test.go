@@ -56,7 +56,7 @@ func finished(t testing.TB, st *runstore.Store, n int, created, finished time.Ti
 func remaining(t testing.TB, st *runstore.Store) []record.RunID {
 	t.Helper()
 	var ids []record.RunID
-	if err := st.WalkFinished(func(id record.RunID) bool { ids = append(ids, id); return true }); err != nil {
+	if err := st.FinishIndex().WalkFinished(func(id record.RunID) bool { ids = append(ids, id); return true }); err != nil {
 		t.Fatal(err)
 	}
 	slices.Reverse(ids)
@@ -132,7 +132,7 @@ func TestLazyPruneKeepsTheNewestN(t *testing.T) {
 // the fixtures wrote, as their finishes would have (in finish order).
 func indexed(t testing.TB, st *runstore.Store) {
 	t.Helper()
-	if _, err := st.CheckIndex(false); err != nil {
+	if _, err := st.FinishIndex().CheckIndex(false); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -61,7 +61,7 @@ func (s *Store) Leftovers() ([]Leftover, error) {
 	out = append(out, s.logLeftovers()...)
 	out = append(out, s.stopLeftovers()...)
 	dirs := []string{".", locksDir, runsDir, activeDir, quarantineDir, queueDir, ownersDir}
-	shards, _ := s.doneShards()
+	shards, _ := s.index.Shards()
 	for _, sh := range shards {
 		dirs = append(dirs, doneDir+"/"+sh)
 	}

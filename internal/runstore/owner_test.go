@@ -50,7 +50,7 @@ func assertUnsafe(t *testing.T, root, path string, want ...string) {
 	if _, _, err := s.LoadConfig(); !errors.As(err, &unsafe) {
 		t.Errorf("LoadConfig = %v, want an UnsafeRootError (not wrapped as a config error)", err)
 	}
-	if err := s.WalkFinished(func(record.RunID) bool { return true }); !errors.As(err, &unsafe) && path == root {
+	if err := s.FinishIndex().WalkFinished(func(record.RunID) bool { return true }); !errors.As(err, &unsafe) && path == root {
 		t.Errorf("WalkFinished = %v, want an UnsafeRootError", err)
 	}
 }

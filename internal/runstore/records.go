@@ -255,7 +255,7 @@ func (s *Store) finish(rec *record.Run) error {
 // index says, and whose finalizer (the next admission, crew recover)
 // indexes it.
 func (s *Store) indexAndLeave(rec *record.Run) error {
-	if !s.indexFinished(rec) {
+	if !s.index.Append(rec) {
 		return s.RemoveStopRequest(rec.RunID)
 	}
 	return s.leaveActive(rec.RunID)

@@ -165,7 +165,7 @@ func TestFinishedRunsRefuseLinkedDirs(t *testing.T) {
 	// runs/done itself is a link.
 	fresh := replaceWithLink(t, s, doneDir, elsewhere)
 	var walked []record.RunID
-	err := fresh.WalkFinished(func(id record.RunID) bool { walked = append(walked, id); return true })
+	err := fresh.FinishIndex().WalkFinished(func(id record.RunID) bool { walked = append(walked, id); return true })
 	assertRefusedLink(t, "WalkFinished", err, s.osPath(doneDir))
 	if len(walked) != 0 || fresh.IsDone(id) {
 		t.Errorf("finished runs listed through the link: %q, IsDone %v", walked, fresh.IsDone(id))
@@ -190,7 +190,7 @@ func TestFinishedRunsRefuseLinkedDirs(t *testing.T) {
 	fresh = New(s.Root())
 	defer fresh.Close()
 	walked = nil
-	err = fresh.WalkFinished(func(id record.RunID) bool { walked = append(walked, id); return true })
+	err = fresh.FinishIndex().WalkFinished(func(id record.RunID) bool { walked = append(walked, id); return true })
 	if len(walked) != 0 {
 		t.Errorf("WalkFinished listed %q through a linked shard (err %v)", walked, err)
 	}

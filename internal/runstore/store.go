@@ -35,11 +35,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	syncatomic "sync/atomic"
 
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/rootfs"
 	"github.com/crew-dev/crew/internal/runlog"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // DirPerm and FilePerm are the modes of everything crew creates in a
@@ -52,6 +53,7 @@ const (
 // Directories of the state root, relative to it.
 const (
 	locksDir      = ".locks"
+	runsDir       = "runs"
 	activeDir     = "runs/active"
 	doneDir       = "runs/done"
 	ownersDir     = "owners"
@@ -84,12 +86,9 @@ type Store struct {
 	// layoutChecked: opening the root has just found every directory of
 	// the layout in place and checked it; the next Ensure need not look.
 	layoutChecked bool
-	// compactDue: an append of this process took the index of finished
-	// runs across a size at which it asks to be compacted (finishindex.go).
-	compactDue syncatomic.Bool
-
-	logs  *runlog.Logs // logs/
-	queue *queue.Queue // queue/
+	logs          *runlog.Logs       // logs/
+	queue         *queue.Queue       // queue/
+	index         *finishindex.Index // runs/finished.idx, runs/done.index, the walk over runs/done/
 }
 
 // New returns the store of the state root at path (absolute). It touches
@@ -99,6 +98,7 @@ func New(path string) *Store {
 	s := &Store{path: path}
 	s.logs = runlog.New(dirHandle{s, logsDir})
 	s.queue = queue.New(dirHandle{s, queueDir})
+	s.index = finishindex.New(dirHandle{s, runsDir}, dirHandle{s, doneDir}, finishedRecords{s}, s.logs)
 	return s
 }
 
@@ -107,6 +107,11 @@ func (s *Store) Logs() *runlog.Logs { return s.logs }
 
 // Queue is the queue of waiting starts, in queue/.
 func (s *Store) Queue() *queue.Queue { return s.queue }
+
+// FinishIndex is what the state root knows of its finished runs as a
+// whole: their walk, the index of the order they finished in, and the
+// done index of what each shard holds.
+func (s *Store) FinishIndex() *finishindex.Index { return s.index }
 
 // Root is the state root's path, for messages and the environment of runs.
 func (s *Store) Root() string { return s.path }
@@ -160,7 +165,7 @@ func (s *Store) Ensure() error {
 			return fmt.Errorf("create state root %s: %w", s.path, unwrapPath(err))
 		}
 		if err == nil && dir == doneDir {
-			s.createIndex() // no finished runs yet: an empty index is complete
+			s.index.Create() // no finished runs yet: an empty index is complete
 		}
 	}
 	return nil
@@ -258,7 +263,7 @@ func (s *Store) openDir(parent *os.Root, rel, display string) (*os.Root, error) 
 		return nil, unwrapPath(err)
 	}
 	if !fi.IsDir() {
-		return nil, &NotDirError{Path: display, Mode: fi.Mode()}
+		return nil, &stateroot.NotDirError{Path: display, Mode: fi.Mode()}
 	}
 	d, err := parent.OpenRoot(rel)
 	if err != nil {
@@ -293,17 +298,6 @@ func (s *Store) Close() error {
 func (s *Store) Exists() bool {
 	_, err := s.openRoot()
 	return !errors.Is(err, ErrNoRoot)
-}
-
-// NotDirError is a name of the layout where a directory belongs that is
-// something else (a file, a symbolic link, a FIFO).
-type NotDirError struct {
-	Path string
-	Mode fs.FileMode
-}
-
-func (e *NotDirError) Error() string {
-	return fmt.Sprintf("%s is %s, not a directory; move it out of the way", e.Path, rootfs.Kind(e.Mode))
 }
 
 // unwrapPath keeps the syscall error and the path without Go's operation

@@ -9,12 +9,14 @@ package stateroot
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/google/renameio/v2"
 
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/rootfs"
 )
 
 // Dir is one directory of the state root's layout, as package runstore
@@ -29,7 +31,8 @@ type Dir interface {
 	// per level), anew: the caller closes it. It is never cached, since
 	// another process may remove a directory and make it again. A missing
 	// directory, or state root, is fs.ErrNotExist; anything else at its
-	// name, or a directory someone untrusted can write, is refused.
+	// name is a *NotDirError; a directory someone untrusted can write is
+	// refused.
 	Open(sub ...string) (*os.Root, error)
 	// OpenIn opens the directory name in parent (this directory, open),
 	// checked as Open checks.
@@ -73,6 +76,17 @@ type Dir interface {
 	// TempName is a fresh temporary name beside name, for a file that is
 	// linked into place (never over another) rather than renamed.
 	TempName(name string) string
+}
+
+// NotDirError is a name of the layout where a directory belongs that is
+// something else (a file, a symbolic link, a FIFO): what Dir.Open refuses.
+type NotDirError struct {
+	Path string
+	Mode fs.FileMode
+}
+
+func (e *NotDirError) Error() string {
+	return fmt.Sprintf("%s is %s, not a directory; move it out of the way", e.Path, rootfs.Kind(e.Mode))
 }
 
 // IsTempName reports whether a directory entry is a leftover temporary
