@@ -11,7 +11,7 @@ import (
 )
 
 // FinishedSize is the bytes a finished run takes: its record and its log.
-func (s *Store) FinishedSize(id record.RunID) int64 {
+func (s records) FinishedSize(id record.RunID) int64 {
 	var n int64
 	if dir, err := s.dir(shardDir(id)); err == nil {
 		if fi, err := dir.Lstat(recordName(id)); err == nil {
@@ -34,7 +34,7 @@ func (s *Store) FinishedSize(id record.RunID) int64 {
 // that nothing refers to. A run whose active file still exists (a
 // finalization cut short), or whose log a waiter holds (see HoldLog), is
 // not touched: ErrRunBusy.
-func (s *Store) RemoveFinished(id record.RunID) error {
+func (s records) RemoveFinished(id record.RunID) error {
 	// Fail closed: if the active set cannot be read (a link or a file
 	// where its directory belongs), nothing is removed.
 	active, err := s.dir(activeDir)
@@ -78,7 +78,7 @@ func (s *Store) RemoveFinished(id record.RunID) error {
 
 // RemoveShardIfEmpty removes the shard of id if it holds nothing any more
 // (a run finishing into it meanwhile keeps it), and syncs runs/done.
-func (s *Store) RemoveShardIfEmpty(shard string) {
+func (s records) RemoveShardIfEmpty(shard string) {
 	done, err := s.dir(doneDir)
 	if err != nil {
 		return
@@ -93,7 +93,7 @@ func (s *Store) RemoveShardIfEmpty(shard string) {
 func Shard(id record.RunID) string { return id.Shard() }
 
 // DonePath is the path of a run's finished record, for messages.
-func (s *Store) DonePath(id record.RunID) string { return s.display(shardDir(id), recordName(id)) }
+func (s records) DonePath(id record.RunID) string { return s.display(shardDir(id), recordName(id)) }
 
 // ActivePath is the path of a run's active record, for messages.
-func (s *Store) ActivePath(id record.RunID) string { return s.display(activeDir, recordName(id)) }
+func (s records) ActivePath(id record.RunID) string { return s.display(activeDir, recordName(id)) }

@@ -12,10 +12,10 @@ import (
 )
 
 // dirHandle is a directory of the layout (rel) as the store hands it to
-// the package that keeps the files in it (stateroot.Dir): logs/ to
-// runlog, queue/ to queue. Every access goes through the store's own: its one *os.Root,
-// its checks of who may write a directory, its modes, its durable writes
-// and its quarantine.
+// the package that keeps the files in it (stateroot.Dir): logs/ to runlog,
+// queue/ to queue, runs/ and runs/done/ to finishindex. Every access goes
+// through the store's own: its one *os.Root, its checks of who may write a
+// directory, its modes, its durable writes and its quarantine.
 type dirHandle struct {
 	s   *Store
 	rel string

@@ -3,13 +3,13 @@ package runstore
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runlog"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // LeftoverKind is a kind of file a crash leaves behind outside any record.
@@ -47,7 +47,7 @@ type Leftover struct {
 // Leftovers lists what crashes left behind, as far as can be told without
 // taking anything: files whose locks are held are not listed. Only
 // RemoveLeftover, under the admission lock, decides for good.
-func (s *Store) Leftovers() ([]Leftover, error) {
+func (s sweep) Leftovers() ([]Leftover, error) {
 	if !s.Exists() {
 		return nil, nil
 	}
@@ -71,7 +71,7 @@ func (s *Store) Leftovers() ([]Leftover, error) {
 	return out, nil
 }
 
-func (s *Store) names(rel string) []string {
+func (s sweep) names(rel string) []string {
 	dir, done, err := s.dirOrRoot(rel)
 	if err != nil {
 		return nil
@@ -81,21 +81,7 @@ func (s *Store) names(rel string) []string {
 	return names
 }
 
-// dirOrRoot opens a directory of the layout, or "." for the state root
-// itself; done releases it.
-func (s *Store) dirOrRoot(rel string) (dir *os.Root, done func(), err error) {
-	if rel == "." {
-		dir, err = s.openRoot()
-		return dir, func() {}, err
-	}
-	dir, err = s.dir(rel)
-	if err != nil {
-		return nil, nil, err
-	}
-	return dir, func() { dir.Close() }, nil
-}
-
-func (s *Store) lockLeftovers() []Leftover {
+func (s sweep) lockLeftovers() []Leftover {
 	var out []Leftover
 	for _, name := range s.names(ownersDir) {
 		base, ok := strings.CutSuffix(name, ".lock")
@@ -122,7 +108,7 @@ func (s *Store) lockLeftovers() []Leftover {
 // active set nor waiting in line: a finished run's supervisor removes its
 // request, but a crew stop that read the run as active just before it
 // ended writes one after that.
-func (s *Store) stopLeftovers() []Leftover {
+func (s sweep) stopLeftovers() []Leftover {
 	var out []Leftover
 	for _, name := range s.names(ownersDir) {
 		base, ok := strings.CutSuffix(name, ".stop")
@@ -138,7 +124,7 @@ func (s *Store) stopLeftovers() []Leftover {
 	return out
 }
 
-func (s *Store) ticketLeftovers() ([]Leftover, error) {
+func (s sweep) ticketLeftovers() ([]Leftover, error) {
 	entries, err := s.queue.ListTickets()
 	if err != nil {
 		return nil, err
@@ -170,7 +156,7 @@ func (s *Store) ticketLeftovers() ([]Leftover, error) {
 	return out, nil
 }
 
-func (s *Store) logLeftovers() []Leftover {
+func (s sweep) logLeftovers() []Leftover {
 	var out []Leftover
 	for _, name := range s.names(logsDir) {
 		id, _, ok := runlog.RunOf(name)
@@ -185,7 +171,7 @@ func (s *Store) logLeftovers() []Leftover {
 	return out
 }
 
-func (s *Store) tempLeftovers(rel string) []Leftover {
+func (s sweep) tempLeftovers(rel string) []Leftover {
 	dir, done, err := s.dirOrRoot(rel)
 	if err != nil {
 		return nil
@@ -193,7 +179,7 @@ func (s *Store) tempLeftovers(rel string) []Leftover {
 	defer done()
 	var out []Leftover
 	for _, name := range s.names(rel) {
-		if !IsTempName(name) || name == locksDir {
+		if !stateroot.IsTempName(name) || name == locksDir {
 			continue
 		}
 		if fi, err := dir.Lstat(name); err != nil || !fi.Mode().IsRegular() {
@@ -211,7 +197,7 @@ func (s *Store) tempLeftovers(rel string) []Leftover {
 	return out
 }
 
-func (s *Store) lockHeld(rel, name string) bool {
+func (s sweep) lockHeld(rel, name string) bool {
 	dir, err := s.dir(rel)
 	if err != nil {
 		return false

@@ -14,6 +14,7 @@ import (
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // The layout (see the package comment), as the paths messages show.
@@ -410,7 +411,7 @@ func TestListActive(t *testing.T) {
 			t.Errorf("%s listed twice", e.Name)
 		}
 		byName[e.Name] = e
-		if IsTempName(e.Name) {
+		if stateroot.IsTempName(e.Name) {
 			t.Errorf("dot-file %s listed", e.Name)
 		}
 	}
