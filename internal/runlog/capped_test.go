@@ -397,7 +397,13 @@ func TestCappedLogPiecesAreNeverLeftBehind(t *testing.T) {
 		t.Fatalf("Leftovers = %v", err)
 	}
 	var tail runstore.Leftover
+	listed := map[string]bool{}
 	for _, l := range left {
+		if k := fmt.Sprintf("%d %s", l.Kind, l.Path); listed[k] {
+			t.Errorf("leftover %s listed twice", k)
+		} else {
+			listed[k] = true
+		}
 		if l.Kind == runstore.LeftoverLog && strings.HasSuffix(l.Path, ".tail") {
 			tail = l
 		}
