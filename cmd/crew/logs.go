@@ -11,7 +11,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/record"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/runlog"
 )
 
 type logsOptions struct {
@@ -101,7 +101,7 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, id record.RunID, s streams
 	}()
 	// The reader is made once the log exists: by then the run's record
 	// says whether the log is capped (a waiting start has no record yet).
-	var r *runstore.LogReader
+	var r *runlog.Reader
 	defer func() {
 		if r != nil {
 			r.Close()
@@ -110,7 +110,7 @@ func (o *logsOptions) follow1(d *dispatch.Dispatcher, id record.RunID, s streams
 	var final *record.Run
 	for {
 		if r == nil {
-			switch f, err := d.Logs.OpenLog(id); {
+			switch f, err := d.Logs.Logs().OpenLog(id); {
 			case err == nil:
 				f.Close()
 				r = d.OpenLog(id)

@@ -20,7 +20,7 @@ import (
 // waited on until it becomes a run.
 //
 // From the first look at which the run has a log, the wait holds it
-// (runstore.HoldLog), so no prune removes the run before the wait has read
+// (runlog.HoldLog), so no prune removes the run before the wait has read
 // its final record. A run pruned before that (it ran and ended between two
 // looks) is answered from the index of finished runs; a run that is gone
 // from there too is a RunGoneError.

@@ -44,11 +44,11 @@ func TestRegressionFailingOutputHangsTheRun(t *testing.T) {
 	select {
 	case r := <-done:
 		assert.Equal(t, 0, r.code, "the command never saw crew's output fail: %v", r.err)
-		fi, err := os.Stat(d.Logs.LogPath(r.id))
+		fi, err := os.Stat(d.Logs.Logs().LogPath(r.id))
 		require.NoError(t, err)
 		assert.EqualValues(t, 1000000, fi.Size(), "the log has everything")
 		require.Len(t, warnings, 1)
-		assert.Contains(t, warnings[0], "crew's stdout failed (no space left on device); the command's output went on into the log "+d.Logs.LogPath(r.id))
+		assert.Contains(t, warnings[0], "crew's stdout failed (no space left on device); the command's output went on into the log "+d.Logs.Logs().LogPath(r.id))
 	case <-time.After(10 * time.Second):
 		killActive(d)
 		<-done

@@ -8,7 +8,7 @@ import (
 	"github.com/crew-dev/crew/internal/duration"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/retention"
-	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/runlog"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -101,12 +101,12 @@ func (m Admin) Prune(opts PruneOptions) (*vocab.PruneReport, error) {
 
 // OpenLog reads a run's log as its command wrote it, capped or not (the
 // run's record says), while it is written and after.
-func (d *Dispatcher) OpenLog(id record.RunID) *runstore.LogReader {
+func (d *Dispatcher) OpenLog(id record.RunID) *runlog.Reader {
 	var logMax int64
 	if rec, err := d.runs().ReadRun(id); err == nil {
 		logMax = rec.LogMax
 	}
-	return d.Logs.NewLogReader(id, logMax)
+	return d.Logs.Logs().NewLogReader(id, logMax)
 }
 
 // RetentionOf is cfg's retention as status shows it, for every backend.

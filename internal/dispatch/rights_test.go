@@ -38,7 +38,7 @@ func TestWaiterIgnoresAnotherUsersStopRequest(t *testing.T) {
 	w.mu.Lock()
 	reports := len(w.progress)
 	w.mu.Unlock()
-	d.Logs.Ring(id)
+	d.Logs.Queue().Ring(id)
 	waitFor(t, "the waiter to look again and stay in line", 10*time.Second, func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -51,7 +51,7 @@ func TestWaiterIgnoresAnotherUsersStopRequest(t *testing.T) {
 	own := *req
 	own.Signal, own.Signo = "SIGTERM", int(syscall.SIGTERM)
 	require.NoError(t, d.Logs.WriteStopRequest(id, &own))
-	d.Logs.Ring(id)
+	d.Logs.Queue().Ring(id)
 	w.await(t)
 	var sig *vocab.SignalledError
 	require.ErrorAs(t, w.err, &sig)

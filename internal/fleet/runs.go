@@ -150,7 +150,7 @@ func (r runs) FinalizeDead(id record.RunID, now time.Time) (backend.ReapOutcome,
 	return r.f.finalize(id, func(rec *record.Run) {
 		// A run of another host's may have a log there: whether its
 		// command started, this host cannot tell.
-		logged := rec.Host != r.f.host || (r.f.logs != nil && r.f.logs.HasLog(id))
+		logged := rec.Host != r.f.host || (r.f.logs != nil && r.f.logs.Logs().HasLog(id))
 		rec.EndDead(now, leaseGone, logged)
 	})
 }
@@ -280,13 +280,13 @@ func (q queue) QueuePath() string { return q.f.k.queuePrefix() }
 // supervisor ran.
 type logs struct{ f *Fleet }
 
-func (l logs) HasLog(id record.RunID) bool { return l.f.logs != nil && l.f.logs.HasLog(id) }
+func (l logs) HasLog(id record.RunID) bool { return l.f.logs != nil && l.f.logs.Logs().HasLog(id) }
 
 func (l logs) LogPath(id record.RunID) string {
 	if l.f.logs == nil {
 		return ""
 	}
-	return l.f.logs.LogPath(id)
+	return l.f.logs.Logs().LogPath(id)
 }
 
 // What an etcd store is, to the orchestration.

@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/finishindex"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/recovery"
 	"github.com/crew-dev/crew/internal/retention"
+	"github.com/crew-dev/crew/internal/runlog"
 	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -30,10 +33,12 @@ func Of(st *runstore.Store) *Store { return &Store{st} }
 
 func (s *Store) Where() backend.Where { return backend.Where{Name: s.Root(), Kind: "the state root"} }
 
-func (s *Store) Runs() backend.Runs       { return runs{s.Store} }
-func (s *Store) Queue() backend.Queue     { return s.Store }
-func (s *Store) History() backend.History { return history{s.Store} }
-func (s *Store) Logs() backend.Logs       { return s.Store }
+func (s *Store) Runs() backend.Runs   { return runs{s.Store} }
+func (s *Store) Queue() backend.Queue { return s.Store.Queue() }
+func (s *Store) History() backend.History {
+	return history{s.Store.FinishIndex(), s.Store.Logs(), s.Store}
+}
+func (s *Store) Logs() backend.Logs { return s.Store.Logs() }
 
 // runs adds recovery's fenced finalization to runstore's records.
 type runs struct{ *runstore.Store }
@@ -46,11 +51,16 @@ func (r runs) FinalizeStopped(id record.RunID, req *record.StopRequest, now time
 	return recovery.FinalizeStopped(r.Store, id, req, now)
 }
 
-// history gives runstore's log holds the backend's type.
-type history struct{ *runstore.Store }
+// history is the index of finished runs, with runstore's log holds in
+// the backend's type.
+type history struct {
+	*finishindex.Index
+	logs *runlog.Logs
+	st   *runstore.Store // for recovery's prunes
+}
 
 func (h history) HoldLog(id record.RunID) (backend.LogHold, error) {
-	l, err := h.Store.HoldLog(id)
+	l, err := h.logs.HoldLog(id)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +92,7 @@ type Section struct {
 }
 
 func (sec Section) LoadConfig() (record.Config, bool, error)    { return sec.s.LoadConfig() }
-func (sec Section) ListTickets() ([]backend.TicketEntry, error) { return sec.s.ListTickets() }
+func (sec Section) ListTickets() ([]backend.TicketEntry, error) { return sec.s.Queue().ListTickets() }
 
 func (sec Section) Reserve(rec *record.Run) (backend.Run, error) {
 	l, err := sec.Admission.Reserve(rec)
@@ -103,7 +113,7 @@ func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 // waiter is a place in a state root's queue: its bell is rung only for
 // the waiters admission would let in (dispatch.RingWaiters), so a ring is
 // worth the admission lock at once.
-type waiter struct{ *runstore.Waiter }
+type waiter struct{ *queue.Waiter }
 
 func (waiter) Screen() bool { return false }
 
@@ -119,18 +129,18 @@ func (s *Store) Adopt(id record.RunID, _ []string, files []*os.File) (backend.Ru
 // ByFinish reads every finished record (crew prune knows exactly which N
 // runs finished last).
 func (h history) ByFinish() ([]retention.Run, []string, error) {
-	return recovery.ByFinish(h.Store)
+	return recovery.ByFinish(h.st)
 }
 
 func (h history) Remove(id record.RunID, dry bool) (int64, error) {
-	return recovery.RemoveFinished(h.Store, id, dry)
+	return recovery.RemoveFinished(h.st, id, dry)
 }
 
-func (h history) AfterPrune(removed []record.RunID) { recovery.AfterPrune(h.Store, removed) }
+func (h history) AfterPrune(removed []record.RunID) { recovery.AfterPrune(h.st, removed) }
 
 // PruneLazily reads the oldest shards of the done index (recovery.LazyPrune).
 func (h history) PruneLazily(p retention.Policy, now time.Time) error {
-	_, err := recovery.LazyPrune(h.Store, p, now, recovery.DefaultLazyLimits)
+	_, err := recovery.LazyPrune(h.st, p, now, recovery.DefaultLazyLimits)
 	return err
 }
 

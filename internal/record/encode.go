@@ -151,9 +151,19 @@ func (w *jsonWriter) fileID(k string, id FileID) {
 }
 
 // appendJSON is the run's JSON, member by member as its struct
-// tags say (omitempty included).
+// tags say (omitempty included), in the struct's order: what ran and how
+// it ended, its processes and its admission, its retries.
 func (r *Run) appendJSON(w *jsonWriter) {
 	w.open('{')
+	r.appendCommand(w)
+	r.appendAdmission(w)
+	r.appendRetries(w)
+	w.close('}')
+}
+
+// appendCommand is the members from version to reason: which run of
+// which command, where, and how it ended.
+func (r *Run) appendCommand(w *jsonWriter) {
 	w.int("version", int64(r.Version))
 	w.str("runId", string(r.RunID))
 	w.str("task", r.Task)
@@ -171,6 +181,12 @@ func (r *Run) appendJSON(w *jsonWriter) {
 		w.str("signal", r.Signal)
 	}
 	w.str("reason", r.Reason)
+}
+
+// appendAdmission is the members from supervisorPid to
+// maximumInProgressAtAdmission: the run's processes, how it was admitted,
+// its events and its lock files.
+func (r *Run) appendAdmission(w *jsonWriter) {
 	w.int("supervisorPid", int64(r.SupervisorPID))
 	w.int("taskPid", int64(r.TaskPID))
 	w.int("pgid", int64(r.PGID))
@@ -206,6 +222,12 @@ func (r *Run) appendJSON(w *jsonWriter) {
 	}
 	w.int("slotsInUseAtAdmission", int64(r.SlotsInUse))
 	w.int("maximumInProgressAtAdmission", int64(r.MaximumInProgress))
+}
+
+// appendRetries is the members from timeout on: the run's time limit and
+// retries, its attempts, and how its command ended while processes it
+// left still held the slot.
+func (r *Run) appendRetries(w *jsonWriter) {
 	if r.Timeout != 0 {
 		w.str("timeout", duration.Format(time.Duration(r.Timeout)))
 	}
@@ -231,7 +253,6 @@ func (r *Run) appendJSON(w *jsonWriter) {
 		w.key("commandEnded")
 		c.appendJSON(w)
 	}
-	w.close('}')
 }
 
 func (c *CommandEnd) appendJSON(w *jsonWriter) {

@@ -22,7 +22,7 @@ import (
 // run at all. The record is re-read under the fence because it may have
 // changed since it was listed.
 func FinalizeDead(st *runstore.Store, id record.RunID, now time.Time) (backend.ReapOutcome, *record.Run, error) {
-	return finalizeFenced(st, id, func(rec *record.Run) { rec.EndDead(now, record.OwnerExited, st.HasLog(id)) })
+	return finalizeFenced(st, id, func(rec *record.Run) { rec.EndDead(now, record.OwnerExited, st.Logs().HasLog(id)) })
 }
 
 // FinalizeStopped records a run whose supervisor was already gone, and

@@ -43,7 +43,7 @@ func AfterPrune(st *runstore.Store, removed []record.RunID) {
 	}
 	refreshIndex(st)
 	if len(touched) > 0 {
-		_, _ = st.CompactIndex() // a failure leaves it as it was
+		_, _ = st.FinishIndex().CompactIndex() // a failure leaves it as it was
 	}
 }
 
@@ -54,7 +54,7 @@ func AfterPrune(st *runstore.Store, removed []record.RunID) {
 func ByFinish(st *runstore.Store) ([]retention.Run, []string, error) {
 	var runs []retention.Run
 	var problems []string
-	err := st.WalkFinished(func(id record.RunID) bool {
+	err := st.FinishIndex().WalkFinished(func(id record.RunID) bool {
 		rec, err := st.ReadDone(id)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -81,7 +81,7 @@ func ByFinish(st *runstore.Store) ([]retention.Run, []string, error) {
 // prune has just read them all anyway), so that status and lazy prunes
 // find them there.
 func refreshIndex(st *runstore.Store) {
-	x := st.OpenDoneIndex(time.Now)
+	x := st.FinishIndex().OpenDoneIndex(time.Now)
 	defer x.Close()
 	shards, err := x.Shards()
 	if err != nil {

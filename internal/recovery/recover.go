@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/runstore"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -18,11 +19,11 @@ import (
 // problem of the runs.
 func Reindex(st *runstore.Store, o backend.UpkeepOptions) []vocab.RecoverItem {
 	if time.Now().After(o.Deadline) {
-		return []vocab.RecoverItem{{Path: st.IndexPath(), Outcome: vocab.FailedItem, Reason: fmt.Sprintf("index of finished runs not reached within --timeout %s", o.Timeout)}}
+		return []vocab.RecoverItem{{Path: st.FinishIndex().IndexPath(), Outcome: vocab.FailedItem, Reason: fmt.Sprintf("index of finished runs not reached within --timeout %s", o.Timeout)}}
 	}
 	dry := o.DryRun
-	rep, err := st.CheckIndex(dry)
-	item := vocab.RecoverItem{Path: st.IndexPath(), Outcome: vocab.Indexed}
+	rep, err := st.FinishIndex().CheckIndex(dry)
+	item := vocab.RecoverItem{Path: st.FinishIndex().IndexPath(), Outcome: vocab.Indexed}
 	would := ""
 	if dry {
 		would = "would "
@@ -45,7 +46,7 @@ func Reindex(st *runstore.Store, o backend.UpkeepOptions) []vocab.RecoverItem {
 
 // indexChanges says what CheckIndex did (or, dry, would do) to a usable
 // index.
-func indexChanges(rep *runstore.IndexRepair, dry bool) string {
+func indexChanges(rep *finishindex.IndexRepair, dry bool) string {
 	did := func(verb, past string) string {
 		if dry {
 			return "would " + verb

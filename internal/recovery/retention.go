@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/failpoint"
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/retention"
 	"github.com/crew-dev/crew/internal/runstore"
@@ -16,7 +17,7 @@ import (
 // created at or after it finished at or after it, so a run that finished
 // before it has N finishes after it. ok is false when fewer than N
 // finished runs exist.
-func creationLine(x *runstore.DoneIndex, n int) (at time.Time, ok bool, err error) {
+func creationLine(x *finishindex.DoneIndex, n int) (at time.Time, ok bool, err error) {
 	shards, err := x.Shards()
 	if err != nil {
 		return time.Time{}, false, err
@@ -83,7 +84,7 @@ func LazyPrune(st *runstore.Store, p retention.Policy, now time.Time, lim LazyLi
 	if p.KeepsEverything() || !st.Exists() {
 		return rep, nil
 	}
-	x := st.OpenDoneIndex(time.Now)
+	x := st.FinishIndex().OpenDoneIndex(time.Now)
 	defer x.Close()
 	defer x.Save()
 	l, ok, err := newLazyLine(st, x, p, now)
@@ -114,7 +115,7 @@ func LazyPrune(st *runstore.Store, p retention.Policy, now time.Time, lim LazyLi
 // lazyPrune is one lazy prune under way.
 type lazyPrune struct {
 	st      *runstore.Store
-	x       *runstore.DoneIndex
+	x       *finishindex.DoneIndex
 	p       retention.Policy
 	now     time.Time
 	lim     LazyLimits
@@ -181,12 +182,12 @@ func (pr *lazyPrune) removeEmptyShards() {
 // be removable: before now-D (the age rule), and before the count rule's
 // line, a lower bound of the N-th newest finish. That starts as
 // creationLine (cheap, from the done index) and is raised to what the
-// index of finished runs proves (runstore.NthNewestFinish) once a run the
+// index of finished runs proves (finishindex.NthNewestFinish) once a run the
 // creation line keeps turns up: one that overlapped the newest runs, or
 // waited in line (its id is as old as its place in line).
 type lazyLine struct {
 	st      *runstore.Store
-	x       *runstore.DoneIndex
+	x       *finishindex.DoneIndex
 	p       retention.Policy
 	now     time.Time
 	age     time.Time // runs that finished before it are old enough
@@ -198,7 +199,7 @@ type lazyLine struct {
 // farFuture stands for "no line": every run finished before it.
 var farFuture = time.Unix(1<<62, 0)
 
-func newLazyLine(st *runstore.Store, x *runstore.DoneIndex, p retention.Policy, now time.Time) (*lazyLine, bool, error) {
+func newLazyLine(st *runstore.Store, x *finishindex.DoneIndex, p retention.Policy, now time.Time) (*lazyLine, bool, error) {
 	l := &lazyLine{st: st, x: x, p: p, now: now, age: farFuture, count: farFuture}
 	if p.OlderThan >= 0 {
 		l.age = now.Add(-p.OlderThan)
@@ -240,7 +241,7 @@ func (l *lazyLine) raise() bool {
 		return false
 	}
 	l.raised = true
-	at, ok, err := l.st.NthNewestFinish(l.p.KeepNewest, l.x)
+	at, ok, err := l.st.FinishIndex().NthNewestFinish(l.p.KeepNewest, l.x)
 	if err != nil || !ok || !at.After(l.count) {
 		return false
 	}

@@ -47,7 +47,7 @@ func finished(t testing.TB, st *runstore.Store, n int, created, finished time.Ti
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(st.LogPath(id), []byte("output\n"), 0o600); err != nil {
+	if err := os.WriteFile(st.Logs().LogPath(id), []byte("output\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -58,7 +58,7 @@ func finished(t testing.TB, st *runstore.Store, n int, created, finished time.Ti
 func remaining(t testing.TB, st *runstore.Store) []record.RunID {
 	t.Helper()
 	var ids []record.RunID
-	if err := st.WalkFinished(func(id record.RunID) bool { ids = append(ids, id); return true }); err != nil {
+	if err := st.FinishIndex().WalkFinished(func(id record.RunID) bool { ids = append(ids, id); return true }); err != nil {
 		t.Fatal(err)
 	}
 	slices.Reverse(ids)
@@ -151,7 +151,7 @@ func TestLazyPruneKeepsTheNewestN(t *testing.T) {
 // the fixtures wrote, as their finishes would have (in finish order).
 func indexed(t testing.TB, st *runstore.Store) {
 	t.Helper()
-	if _, err := st.CheckIndex(false); err != nil {
+	if _, err := st.FinishIndex().CheckIndex(false); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -230,7 +230,7 @@ func TestLazyPruneCountsOnlyWhatTheRecordsProve(t *testing.T) {
 	}
 	indexed(t, st)
 	for _, id := range ids[25:] {
-		for _, p := range []string{st.DonePath(id), st.LogPath(id)} {
+		for _, p := range []string{st.DonePath(id), st.Logs().LogPath(id)} {
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
 			}

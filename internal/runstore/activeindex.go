@@ -139,7 +139,7 @@ func (e *activeEntryLine) run() record.Run {
 
 // appendIndex records a reservation in the active index. Failing costs only
 // speed, so it is not an error.
-func (s *Store) appendIndex(rec *record.Run) {
+func (s records) appendIndex(rec *record.Run) {
 	if rec.Locks == nil {
 		return
 	}
@@ -160,7 +160,7 @@ func (s *Store) appendIndex(rec *record.Run) {
 // readIndex reads the active index into a map by run id, and counts its
 // lines. Unreadable lines are skipped: a run without an entry is read from
 // its record.
-func (s *Store) readIndex() (map[record.RunID]*activeEntryLine, int) {
+func (s records) readIndex() (map[record.RunID]*activeEntryLine, int) {
 	dir, err := s.dir(indexDir)
 	if err != nil {
 		return nil, 0

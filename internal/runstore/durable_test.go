@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // openTestRoot opens a fresh directory as the *os.Root writeFile works in.
@@ -259,7 +261,7 @@ func TestTempName(t *testing.T) {
 	a := filepath.Base(pf.Name())
 	b := tempName(name)
 	for _, tmp := range []string{a, b} {
-		if !IsTempName(tmp) || !strings.HasPrefix(tmp, "."+name) || len(tmp) == len(name)+1 {
+		if !stateroot.IsTempName(tmp) || !strings.HasPrefix(tmp, "."+name) || len(tmp) == len(name)+1 {
 			t.Errorf("temporary name %q, want .<name><random> in the same directory", tmp)
 		}
 		if id, ok := idFromTempName(tmp); !ok || id != testID {
@@ -287,24 +289,5 @@ func TestSyncDir(t *testing.T) {
 	r.Close()
 	if err := syncDir(r); err == nil {
 		t.Fatal("syncDir(closed root) succeeded")
-	}
-}
-
-func TestIsTempName(t *testing.T) {
-	tests := map[string]bool{
-		"":  false,
-		"a": false,
-		"r-20240102T030405.000000006Z-0123456789abcdef.json":            false,
-		".r-20240102T030405.000000006Z-0123456789abcdef.json1234567890": true,
-		".":          true,
-		"..":         true,
-		".crew.json": true,
-		".hidden":    true,
-		"a.json":     false,
-	}
-	for name, want := range tests {
-		if got := IsTempName(name); got != want {
-			t.Errorf("IsTempName(%q) = %v, want %v", name, got, want)
-		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
-	"time"
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
@@ -20,7 +19,7 @@ func stopRequestName(id record.RunID) string { return string(id) + ".stop" }
 
 // WriteStopRequest durably records who asked to stop a run, before any
 // signal is sent, so whoever finalizes it can say so.
-func (s *Store) WriteStopRequest(id record.RunID, r *record.StopRequest) error {
+func (s stops) WriteStopRequest(id record.RunID, r *record.StopRequest) error {
 	b, err := r.Encode()
 	if err != nil {
 		return err
@@ -39,7 +38,7 @@ func (s *Store) WriteStopRequest(id record.RunID, r *record.StopRequest) error {
 // ReadStopRequest returns the run's stop request, with who wrote it as
 // the kernel says (FileUID), or nil if there is none or it cannot be read.
 // Whoever acts on it checks that writer first (StopRequest.Requester).
-func (s *Store) ReadStopRequest(id record.RunID) *record.StopRequest {
+func (s stops) ReadStopRequest(id record.RunID) *record.StopRequest {
 	dir, err := s.dir(ownersDir)
 	if err != nil {
 		return nil
@@ -79,7 +78,7 @@ func readStopRequest(dir *os.Root, id record.RunID) (*record.StopRequest, os.Fil
 }
 
 // RemoveStopRequest removes the run's stop request, if any.
-func (s *Store) RemoveStopRequest(id record.RunID) error {
+func (s stops) RemoveStopRequest(id record.RunID) error {
 	dir, err := s.dir(ownersDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -92,86 +91,6 @@ func (s *Store) RemoveStopRequest(id record.RunID) error {
 		return fmt.Errorf("remove the stop request of run %s: %w", id, unwrapPath(err))
 	}
 	return nil
-}
-
-// Logs: logs/<run-id>.log, the command's stdout and stderr.
-
-func logName(id record.RunID) string { return string(id) + ".log" }
-
-// LogPath is the path of a run's log, for messages and `crew status`.
-func (s *Store) LogPath(id record.RunID) string { return s.display(logsDir, logName(id)) }
-
-// CreateLog creates a run's log, exclusively, for appending. The run's id
-// is readable in queue/ and runs/active/ before its log exists, so a log
-// can be planted ahead of it (a link to a file outside, a FIFO, a file
-// with content of someone's choosing). Whatever is at the name already is
-// moved aside into quarantine/ with a note, and a fresh log is made; the
-// returned warning says so (empty if nothing was in the way).
-func (s *Store) CreateLog(id record.RunID) (f *os.File, warning string, err error) {
-	dir, err := s.dir(logsDir)
-	if err != nil {
-		return nil, "", fmt.Errorf("open the log of run %s: %w", id, err)
-	}
-	defer dir.Close()
-	name := logName(id)
-	flag := os.O_WRONLY | os.O_CREATE | os.O_EXCL | os.O_APPEND
-	f, err = rootfs.Open(dir, name, flag, s.filePerm())
-	if errors.Is(err, fs.ErrExist) {
-		what := "something"
-		if fi, lerr := dir.Lstat(name); lerr == nil {
-			what = describe(fi)
-		}
-		why := fmt.Sprintf("%s existed before run %s started, so crew did not write to it (planted, or left by something other than crew)", what, id)
-		dest, qerr := s.quarantine(logsDir, name, why, "crew start")
-		if qerr != nil {
-			return nil, "", fmt.Errorf("open the log of run %s: %s is in the way and could not be moved aside: %w", id, s.LogPath(id), qerr)
-		}
-		warning = fmt.Sprintf("%s existed before the run started (%s); crew moved it to %s and writes the run's output to a fresh log", s.LogPath(id), what, dest)
-		f, err = rootfs.Open(dir, name, flag, s.filePerm())
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("open the log of run %s: %w", id, unwrapPath(err))
-	}
-	return f, warning, nil
-}
-
-// describe says what a directory entry is, for notes and warnings.
-func describe(fi os.FileInfo) string {
-	if fi.Mode().IsRegular() {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-			return fmt.Sprintf("a file with %d hard links", st.Nlink)
-		}
-	}
-	return rootfs.Kind(fi.Mode())
-}
-
-// OpenLog opens a run's log for reading; fs.ErrNotExist if it has none.
-func (s *Store) OpenLog(id record.RunID) (*os.File, error) {
-	dir, err := s.dir(logsDir)
-	if err != nil {
-		return nil, fmt.Errorf("read the log of run %s: %w", id, err)
-	}
-	defer dir.Close()
-	f, err := rootfs.Open(dir, logName(id), os.O_RDONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read the log of run %s: %w", id, unwrapPath(err))
-	}
-	return f, nil
-}
-
-// HasLog reports whether the run has a log file.
-func (s *Store) HasLog(id record.RunID) bool {
-	dir, err := s.dir(logsDir)
-	if err != nil {
-		return false
-	}
-	defer dir.Close()
-	fi, err := dir.Lstat(logName(id))
-	if err != nil || !fi.Mode().IsRegular() {
-		return false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return !ok || st.Nlink == 1 // a second link: OpenLog refuses it
 }
 
 // Refusals: refusals.log, one JSON line per refused start.
@@ -204,25 +123,6 @@ func (s *Store) AppendRefusal(r record.Refusal) {
 	_ = f.Close()
 }
 
-// openInPlace opens a file crew writes in place (the refusal log, the
-// admission holder note). If something other than a regular file with one
-// link is at the name, it is moved aside into quarantine/ with a note and
-// a fresh file is made: a planted link or FIFO is never written through,
-// and never keeps crew from working.
-func (s *Store) openInPlace(rel string, dir *os.Root, name string, flag int, by string) (*os.File, error) {
-	f, err := rootfs.Open(dir, name, flag, s.filePerm())
-	var notRegular *rootfs.NotRegularError
-	var linked *rootfs.LinkedError
-	if !errors.As(err, &notRegular) && !errors.As(err, &linked) {
-		return f, err
-	}
-	why := fmt.Sprintf("%v; crew writes this file in place, so it moved it aside and made a fresh one", err)
-	if _, qerr := s.quarantine(rel, name, why, by); qerr != nil {
-		return nil, errors.Join(err, qerr)
-	}
-	return rootfs.Open(dir, name, flag|os.O_EXCL, s.filePerm())
-}
-
 // LastRefusal is the task's most recent refusal, if any.
 func (s *Store) LastRefusal(task string) *record.Refusal {
 	root, err := s.openRoot()
@@ -243,69 +143,4 @@ func (s *Store) LastRefusal(task string) *record.Refusal {
 		}
 	}
 	return nil
-}
-
-// Quarantine: unreadable records moved aside, never deleted.
-
-// QuarantineActive moves a file of the active set into quarantine/ next
-// to a note that says why, and returns its new path. The caller holds the
-// run's fence (or the file names no run).
-func (s *Store) QuarantineActive(name, why string, now time.Time, host string) (string, error) {
-	return s.quarantineAt(activeDir, name, why, "crew recover", now, host)
-}
-
-// quarantine moves name (of any type: a link is moved, never followed)
-// from the layout directory rel ("." for the root) into quarantine/, next
-// to a note that says why, and returns its new path.
-func (s *Store) quarantine(rel, name, why, by string) (string, error) {
-	host, _ := os.Hostname()
-	return s.quarantineAt(rel, name, why, by, time.Now(), host)
-}
-
-func (s *Store) quarantineAt(rel, name, why, by string, now time.Time, host string) (string, error) {
-	root, err := s.openRoot()
-	if err != nil {
-		return "", err
-	}
-	if err := s.mkdir(root, quarantineDir); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", fmt.Errorf("quarantine %s: %w", name, unwrapPath(err))
-	}
-	qdir, err := s.dir(quarantineDir)
-	if err != nil {
-		return "", fmt.Errorf("quarantine %s: %w", name, err)
-	}
-	defer qdir.Close()
-	from, done, err := s.dirOrRoot(rel)
-	if err != nil {
-		return "", fmt.Errorf("quarantine %s: %w", name, err)
-	}
-	defer done()
-	dest := name
-	if _, err := qdir.Lstat(dest); err == nil {
-		dest = fmt.Sprintf("%s.%d", dest, now.UnixNano())
-	}
-	note := fmt.Sprintf("quarantined at %s by %s (pid %d on %s)\noriginal path: %s\nreason: %s\n",
-		now.Format(time.RFC3339), by, os.Getpid(), host, s.display(rel, name), why)
-	if err := writeFileMode(qdir, dest+".why", []byte(note), durable, s.filePerm()); err != nil {
-		return "", fmt.Errorf("quarantine %s: %w", name, unwrapPath(err))
-	}
-	if err := renameBetween(from, name, qdir, dest); err != nil {
-		_ = removeFile(qdir, dest+".why")
-		return "", fmt.Errorf("quarantine %s: %w", s.display(rel, name), err)
-	}
-	if err := syncDir(qdir); err != nil {
-		return "", err
-	}
-	return s.display(quarantineDir, dest), syncDir(from)
-}
-
-// ActiveFileExists reports whether name is still in the active set.
-func (s *Store) ActiveFileExists(name string) bool {
-	dir, err := s.dir(activeDir)
-	if err != nil {
-		return false
-	}
-	defer dir.Close()
-	_, err = dir.Lstat(name)
-	return err == nil
 }

@@ -1,9 +1,6 @@
 package runstore
 
 import (
-	"errors"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,100 +69,6 @@ func TestReadStopRequestIgnoresBadFiles(t *testing.T) {
 				t.Errorf("ReadStopRequest = %+v, want nil", r)
 			}
 		})
-	}
-}
-
-func TestLogs(t *testing.T) {
-	s := newStore(t)
-	if s.HasLog(testID) {
-		t.Error("HasLog before CreateLog")
-	}
-	if _, err := s.OpenLog(testID); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), string(testID)) {
-		t.Errorf("OpenLog(none) = %v, want ErrNotExist naming the run", err)
-	}
-	f, warning, err := s.CreateLog(testID)
-	if err != nil || warning != "" {
-		t.Fatalf("CreateLog = %v, warning %q", err, warning)
-	}
-	if _, err := f.WriteString("one\n"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if !s.HasLog(testID) {
-		t.Error("HasLog = false")
-	}
-	if s.LogPath(testID) != s.osPath(logsDir, logName(testID)) {
-		t.Errorf("LogPath = %q", s.LogPath(testID))
-	}
-	assertMode(t, s.LogPath(testID), FilePerm)
-	f, err = s.OpenLog(testID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(f)
-	f.Close()
-	if string(b) != "one\n" {
-		t.Errorf("log = %q", b)
-	}
-
-	// A log is created exclusively: whatever is at its name already
-	// (planted before the run started: its id is readable in queue/) is
-	// moved into quarantine/ with a note, never written to or through.
-	outside := filepath.Join(t.TempDir(), "victim")
-	writeString(t, outside, "precious")
-	linked, fifo, hard, dir := idAt(time.Now(), 1), idAt(time.Now(), 2), idAt(time.Now(), 3), idAt(time.Now(), 4)
-	if err := os.Symlink(outside, s.LogPath(linked)); err != nil {
-		t.Fatal(err)
-	}
-	mkfifo(t, s.LogPath(fifo))
-	if err := os.Link(outside, s.LogPath(hard)); err != nil {
-		t.Fatal(err)
-	}
-	mkdirAll(t, s.LogPath(dir))
-	for _, id := range []record.RunID{linked, fifo, hard, dir} {
-		if s.HasLog(id) && id != hard {
-			t.Errorf("HasLog(%s) = true for a non-regular file", id)
-		}
-		g, err := returnsAtOnce(t, "OpenLog", func() (*os.File, error) { return s.OpenLog(id) })
-		if err == nil {
-			g.Close()
-			t.Errorf("OpenLog(%s) opened a planted file", id)
-		}
-	}
-	for _, id := range []record.RunID{testID, linked, fifo, hard, dir} {
-		type created struct {
-			f       *os.File
-			warning string
-		}
-		c, err := returnsAtOnce(t, "CreateLog", func() (created, error) {
-			f, w, err := s.CreateLog(id)
-			return created{f, w}, err
-		})
-		if err != nil {
-			t.Errorf("CreateLog(%s) over a planted file = %v", id, err)
-			continue
-		}
-		if _, err := c.f.WriteString("fresh\n"); err != nil {
-			t.Fatal(err)
-		}
-		c.f.Close()
-		if !strings.Contains(c.warning, s.LogPath(id)+" existed before the run started") ||
-			!strings.Contains(c.warning, "moved it to "+s.osPath(quarantineDir, logName(id))) {
-			t.Errorf("CreateLog(%s) warning = %q", id, c.warning)
-		}
-		if got := readString(t, s.LogPath(id)); got != "fresh\n" {
-			t.Errorf("log of %s = %q, want a fresh log", id, got)
-		}
-		if _, err := os.Lstat(s.osPath(quarantineDir, logName(id))); err != nil {
-			t.Errorf("the planted log of %s is not in quarantine: %v", id, err)
-		}
-		note := readString(t, s.osPath(quarantineDir, logName(id)+".why"))
-		if !strings.Contains(note, "by crew start") || !strings.Contains(note, "existed before run "+string(id)+" started") {
-			t.Errorf("quarantine note = %q", note)
-		}
-	}
-	if readString(t, outside) != "precious" {
-		t.Error("a log was written through a link")
 	}
 }
 

@@ -14,11 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +23,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/helperproc"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/storetest"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -126,22 +124,7 @@ func runHelper(spec string) int {
 		if err != nil {
 			return fail(err)
 		}
-		var mu sync.Mutex // stdout lines must not interleave
-		println := func(s string) { mu.Lock(); fmt.Println(s); mu.Unlock() }
-		go func() {
-			for range w.Rung() {
-				println("rung")
-			}
-		}()
-		println("queued")
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			if sc.Text() == "remove" {
-				w.Remove()
-				println("removed")
-			}
-		}
-		return 0
+		return storetest.WaitInLine(w)
 	}
 	return fail(fmt.Errorf("unknown helper mode %q", mode))
 }
@@ -158,63 +141,20 @@ func startHelper(t *testing.T, mode, arg string, env ...string) *helper {
 
 // Fixtures.
 
-const testID record.RunID = "r-20240102T030405.000000006Z-0123456789abcdef"
+const testID = storetest.ID
 
 // testRecord is a valid record of run id in state.
-func testRecord(id record.RunID, state record.State) *record.Run {
-	created, err := id.CreatedAt()
-	if err != nil {
-		panic(err)
-	}
-	r := &record.Run{
-		Version:           record.RecordVersion,
-		RunID:             id,
-		Task:              "nightly-backup",
-		State:             state,
-		Command:           []string{"make", "backup"},
-		Dir:               "/srv",
-		Host:              "ci-7",
-		CreatedAt:         created,
-		SupervisorPID:     4711,
-		SlotsInUse:        1,
-		MaximumInProgress: 4,
-	}
-	if state != record.Provisioning {
-		started := created.Add(time.Second)
-		r.StartedAt = &started
-		r.TaskPID = 4712
-		r.PGID = 4712
-	}
-	if !state.Active() {
-		finished := created.Add(time.Minute)
-		code := 0
-		r.FinishedAt = &finished
-		r.ExitCode = &code
-		r.Reason = "exited"
-	}
-	return r
-}
+func testRecord(id record.RunID, state record.State) *record.Run { return storetest.Record(id, state) }
 
-func testTicket(id record.RunID, task string) *record.Ticket {
-	created, _ := id.CreatedAt()
-	return &record.Ticket{Version: record.TicketVersion, RunID: id, Task: task, Command: []string{"true"},
-		Host: "ci-7", PID: os.Getpid(), CreatedAt: created}
-}
+func testTicket(id record.RunID, task string) *record.Ticket { return storetest.Ticket(id, task) }
 
 // idAt makes a deterministic run id for a creation time and a suffix.
-func idAt(tm time.Time, n int) record.RunID {
-	return record.RunID(fmt.Sprintf("r-%s-%016x", tm.UTC().Format("20060102T150405.000000000Z"), n))
-}
+func idAt(tm time.Time, n int) record.RunID { return storetest.IDAt(tm, n) }
 
 // newStore is an ensured state root in a fresh directory.
 func newStore(t testing.TB) *Store {
 	t.Helper()
-	s := New(filepath.Join(t.TempDir(), "state"))
-	if err := s.Ensure(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return storetest.Ensured(t, New(storetest.RootPath(t)))
 }
 
 // path is the full path of a file of the state root, for the test's own
@@ -250,70 +190,23 @@ func mustWriteDone(t testing.TB, s *Store, rec *record.Run) {
 
 func writeString(t testing.TB, path, content string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	storetest.WriteString(t, path, content)
 }
+func readString(t testing.TB, path string) string { t.Helper(); return storetest.ReadString(t, path) }
+func mkdirAll(t testing.TB, path string)          { t.Helper(); storetest.MkdirAll(t, path) }
 
-func readString(t testing.TB, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-func mkdirAll(t testing.TB, path string) {
-	t.Helper()
-	if err := os.MkdirAll(path, 0o700); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// assertOnlyFiles checks that dir holds exactly the named entries: in
-// particular, no leftover temporary files.
 func assertOnlyFiles(t testing.TB, dir string, want ...string) {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name())
-	}
-	want = slices.Clone(want)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("%s holds %q, want exactly %q", dir, got, want)
-	}
+	storetest.AssertOnlyFiles(t, dir, want...)
 }
 
 func assertMode(t testing.TB, path string, want os.FileMode) {
 	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fi.Mode().Perm(); got != want {
-		t.Errorf("%s has mode %v, want %v", path, got, want)
-	}
+	storetest.AssertMode(t, path, want)
 }
 
-func assertMissing(t testing.TB, path string) {
-	t.Helper()
-	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s exists (lstat: %v), want it gone", path, err)
-	}
-}
-
-func assertExists(t testing.TB, path string) {
-	t.Helper()
-	if _, err := os.Lstat(path); err != nil {
-		t.Errorf("%s: %v, want it to exist", path, err)
-	}
-}
+func assertMissing(t testing.TB, path string) { t.Helper(); storetest.AssertMissing(t, path) }
+func assertExists(t testing.TB, path string)  { t.Helper(); storetest.AssertExists(t, path) }
 
 // holdLock takes the lock file at rel/name as another open file
 // description would (another process, for flock): through a root of its
@@ -341,47 +234,12 @@ func holdLock(t testing.TB, s *Store, rel, name string) func() {
 // path.
 func blockedOn(t *testing.T, path string, pid int) { helperproc.BlockedOn(t, path, pid) }
 
-// mkfifo makes a FIFO nobody writes to. Should code under test block on it
-// anyway, the cleanup opens it for reading and writing, which releases any
-// open blocked on it, so a failing test leaves no goroutine stuck.
-func mkfifo(t testing.TB, path string) {
-	t.Helper()
-	if err := unix.Mkfifo(path, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NONBLOCK, 0); err == nil {
-			_, _ = f.Write([]byte{0})
-			f.Close()
-		}
-	})
-}
+// mkfifo makes a FIFO nobody writes to (storetest.Mkfifo).
+func mkfifo(t testing.TB, path string) { t.Helper(); storetest.Mkfifo(t, path) }
 
-// blockLimit is how long a call may take before a test decides it is
-// blocked. Nothing here should take more than milliseconds; the bound is
-// generous for loaded machines and is not a performance assertion.
-const blockLimit = 5 * time.Second
-
-// returnsAtOnce runs fn on another goroutine and fails the test if it has
-// not returned within blockLimit. The assertion stays on the test
-// goroutine.
+// returnsAtOnce runs fn and fails the test if it blocks
+// (storetest.ReturnsAtOnce).
 func returnsAtOnce[T any](t testing.TB, what string, fn func() (T, error)) (T, error) {
 	t.Helper()
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := fn()
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-time.After(blockLimit):
-		t.Fatalf("%s blocked (no return within %s)", what, blockLimit)
-	}
-	var zero T
-	return zero, nil
+	return storetest.ReturnsAtOnce(t, what, fn)
 }

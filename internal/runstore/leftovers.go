@@ -3,11 +3,13 @@ package runstore
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runlog"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // LeftoverKind is a kind of file a crash leaves behind outside any record.
@@ -45,7 +47,7 @@ type Leftover struct {
 // Leftovers lists what crashes left behind, as far as can be told without
 // taking anything: files whose locks are held are not listed. Only
 // RemoveLeftover, under the admission lock, decides for good.
-func (s *Store) Leftovers() ([]Leftover, error) {
+func (s sweep) Leftovers() ([]Leftover, error) {
 	if !s.Exists() {
 		return nil, nil
 	}
@@ -59,7 +61,7 @@ func (s *Store) Leftovers() ([]Leftover, error) {
 	out = append(out, s.logLeftovers()...)
 	out = append(out, s.stopLeftovers()...)
 	dirs := []string{".", locksDir, runsDir, activeDir, quarantineDir, queueDir, ownersDir}
-	shards, _ := s.doneShards()
+	shards, _ := s.index.Shards()
 	for _, sh := range shards {
 		dirs = append(dirs, doneDir+"/"+sh)
 	}
@@ -69,7 +71,7 @@ func (s *Store) Leftovers() ([]Leftover, error) {
 	return out, nil
 }
 
-func (s *Store) names(rel string) []string {
+func (s sweep) names(rel string) []string {
 	dir, done, err := s.dirOrRoot(rel)
 	if err != nil {
 		return nil
@@ -79,21 +81,7 @@ func (s *Store) names(rel string) []string {
 	return names
 }
 
-// dirOrRoot opens a directory of the layout, or "." for the state root
-// itself; done releases it.
-func (s *Store) dirOrRoot(rel string) (dir *os.Root, done func(), err error) {
-	if rel == "." {
-		dir, err = s.openRoot()
-		return dir, func() {}, err
-	}
-	dir, err = s.dir(rel)
-	if err != nil {
-		return nil, nil, err
-	}
-	return dir, func() { dir.Close() }, nil
-}
-
-func (s *Store) lockLeftovers() []Leftover {
+func (s sweep) lockLeftovers() []Leftover {
 	var out []Leftover
 	for _, name := range s.names(ownersDir) {
 		base, ok := strings.CutSuffix(name, ".lock")
@@ -120,7 +108,7 @@ func (s *Store) lockLeftovers() []Leftover {
 // active set nor waiting in line: a finished run's supervisor removes its
 // request, but a crew stop that read the run as active just before it
 // ended writes one after that.
-func (s *Store) stopLeftovers() []Leftover {
+func (s sweep) stopLeftovers() []Leftover {
 	var out []Leftover
 	for _, name := range s.names(ownersDir) {
 		base, ok := strings.CutSuffix(name, ".stop")
@@ -128,7 +116,7 @@ func (s *Store) stopLeftovers() []Leftover {
 			continue
 		}
 		id := record.RunID(base)
-		if s.hasActiveFile(id) || s.HasTicket(id) {
+		if s.hasActiveFile(id) || s.queue.HasTicket(id) {
 			continue
 		}
 		out = append(out, Leftover{Kind: LeftoverStop, ID: id, Path: s.display(ownersDir, name), dir: ownersDir, name: name})
@@ -136,8 +124,8 @@ func (s *Store) stopLeftovers() []Leftover {
 	return out
 }
 
-func (s *Store) ticketLeftovers() ([]Leftover, error) {
-	entries, err := s.ListTickets()
+func (s sweep) ticketLeftovers() ([]Leftover, error) {
+	entries, err := s.queue.ListTickets()
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +134,7 @@ func (s *Store) ticketLeftovers() ([]Leftover, error) {
 		if e.Waiter.MayLive() {
 			continue
 		}
-		l := Leftover{Kind: LeftoverTicket, ID: e.ID, Path: s.display(queueDir, ticketName(e.ID)), dir: queueDir, name: ticketName(e.ID)}
+		l := Leftover{Kind: LeftoverTicket, ID: e.ID, Path: s.display(queueDir, queue.TicketName(e.ID)), dir: queueDir, name: queue.TicketName(e.ID)}
 		if e.Ticket != nil {
 			l.Task = e.Ticket.Task
 		}
@@ -160,7 +148,7 @@ func (s *Store) ticketLeftovers() ([]Leftover, error) {
 			continue
 		}
 		id := record.RunID(base)
-		if s.HasTicket(id) || s.lockHeld(queueDir, name) {
+		if s.queue.HasTicket(id) || s.lockHeld(queueDir, name) {
 			continue
 		}
 		out = append(out, Leftover{Kind: LeftoverQueueLock, ID: id, Path: s.display(queueDir, name), dir: queueDir, name: name})
@@ -168,18 +156,14 @@ func (s *Store) ticketLeftovers() ([]Leftover, error) {
 	return out, nil
 }
 
-func (s *Store) logLeftovers() []Leftover {
+func (s sweep) logLeftovers() []Leftover {
 	var out []Leftover
 	for _, name := range s.names(logsDir) {
-		base, ok := strings.CutSuffix(name, ".log")
+		id, _, ok := runlog.RunOf(name)
 		if !ok {
-			base, ok = strings.CutSuffix(name, ".tail")
-		}
-		if !ok || !record.LooksLikeRunID(base) {
 			continue
 		}
-		id := record.RunID(base)
-		if s.hasActiveFile(id) || s.IsDone(id) || s.HasTicket(id) {
+		if s.hasActiveFile(id) || s.IsDone(id) || s.queue.HasTicket(id) {
 			continue
 		}
 		out = append(out, Leftover{Kind: LeftoverLog, ID: id, Path: s.display(logsDir, name), dir: logsDir, name: name})
@@ -187,7 +171,7 @@ func (s *Store) logLeftovers() []Leftover {
 	return out
 }
 
-func (s *Store) tempLeftovers(rel string) []Leftover {
+func (s sweep) tempLeftovers(rel string) []Leftover {
 	dir, done, err := s.dirOrRoot(rel)
 	if err != nil {
 		return nil
@@ -195,7 +179,7 @@ func (s *Store) tempLeftovers(rel string) []Leftover {
 	defer done()
 	var out []Leftover
 	for _, name := range s.names(rel) {
-		if !IsTempName(name) || name == locksDir {
+		if !stateroot.IsTempName(name) || name == locksDir {
 			continue
 		}
 		if fi, err := dir.Lstat(name); err != nil || !fi.Mode().IsRegular() {
@@ -213,7 +197,7 @@ func (s *Store) tempLeftovers(rel string) []Leftover {
 	return out
 }
 
-func (s *Store) lockHeld(rel, name string) bool {
+func (s sweep) lockHeld(rel, name string) bool {
 	dir, err := s.dir(rel)
 	if err != nil {
 		return false
@@ -256,31 +240,31 @@ func (a *Admission) RemoveLeftover(l Leftover) (bool, error) {
 		}
 		return true, lk.RemoveAndRelease()
 	case LeftoverTicket:
-		return s.removeDeadTicket(l.ID), nil
+		return s.queue.RemoveDeadTicket(l.ID), nil
 	case LeftoverQueueLock:
 		lk, err := lockfs.Take(dir, l.name)
 		if err != nil {
 			return false, nil
 		}
-		if s.HasTicket(l.ID) {
+		if s.queue.HasTicket(l.ID) {
 			_ = lk.Release()
 			return false, nil
 		}
-		_ = removeFile(dir, bellName(l.ID))
+		_ = removeFile(dir, queue.BellName(l.ID))
 		return true, lk.RemoveAndRelease()
 	case LeftoverStop:
 		// Under the admission lock no ticket becomes a run unseen; a run
 		// reserved since the listing has its record in the active set.
-		if s.hasActiveFile(l.ID) || s.HasTicket(l.ID) {
+		if s.hasActiveFile(l.ID) || s.queue.HasTicket(l.ID) {
 			return false, nil
 		}
 		return true, removeFile(dir, l.name)
 	case LeftoverLog:
-		if s.hasActiveFile(l.ID) || s.IsDone(l.ID) || s.HasTicket(l.ID) {
+		if s.hasActiveFile(l.ID) || s.IsDone(l.ID) || s.queue.HasTicket(l.ID) {
 			return false, nil
 		}
-		if strings.HasSuffix(l.name, ".tail") {
-			return true, s.removeTail(l.ID)
+		if _, tail, _ := runlog.RunOf(l.name); tail {
+			return true, s.logs.RemoveTail(l.ID)
 		}
 		return true, removeFile(dir, l.name)
 	case LeftoverTemp:

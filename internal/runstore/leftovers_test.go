@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -82,16 +83,16 @@ func TestLeftoversListsEachKind(t *testing.T) {
 	// its lock and bell.
 	deadTicket := id(4)
 	b, _ := testTicket(deadTicket, "deploy:prod").Encode()
-	writeString(t, s.osPath(queueDir, ticketName(deadTicket)), string(b))
-	writeString(t, s.osPath(queueDir, ticketLockName(deadTicket)), "")
-	mkfifo(t, s.osPath(queueDir, bellName(deadTicket)))
+	writeString(t, s.osPath(queueDir, queue.TicketName(deadTicket)), string(b))
+	writeString(t, s.osPath(queueDir, queue.LockName(deadTicket)), "")
+	mkfifo(t, s.osPath(queueDir, queue.BellName(deadTicket)))
 	// A ticket with no lock file at all: its waiter is gone too.
 	lockless := id(5)
 	b, _ = testTicket(lockless, "t").Encode()
-	writeString(t, s.osPath(queueDir, ticketName(lockless)), string(b))
+	writeString(t, s.osPath(queueDir, queue.TicketName(lockless)), string(b))
 	// An unreadable ticket of a dead waiter is still a leftover.
 	corruptTicket := id(6)
-	writeString(t, s.osPath(queueDir, ticketName(corruptTicket)), "{")
+	writeString(t, s.osPath(queueDir, queue.TicketName(corruptTicket)), "{")
 	// Not: a living waiter's ticket.
 	a := lockAdmission(t, s)
 	liveTicket := id(7)
@@ -104,22 +105,22 @@ func TestLeftoversListsEachKind(t *testing.T) {
 
 	// LeftoverQueueLock: a waiter's lock (and bell) with no ticket.
 	queueLock := id(8)
-	writeString(t, s.osPath(queueDir, ticketLockName(queueLock)), "")
-	mkfifo(t, s.osPath(queueDir, bellName(queueLock)))
+	writeString(t, s.osPath(queueDir, queue.LockName(queueLock)), "")
+	mkfifo(t, s.osPath(queueDir, queue.BellName(queueLock)))
 	// Not: one that is held (a waiter joining the queue).
 	heldQueueLock := id(9)
-	writeString(t, s.osPath(queueDir, ticketLockName(heldQueueLock)), "")
-	holdLock(t, s, queueDir, ticketLockName(heldQueueLock))
+	writeString(t, s.osPath(queueDir, queue.LockName(heldQueueLock)), "")
+	holdLock(t, s, queueDir, queue.LockName(heldQueueLock))
 
 	// LeftoverLog: a log whose run has no record anywhere.
 	orphanLog := id(10)
-	writeString(t, s.osPath(logsDir, logName(orphanLog)), "output")
+	writeString(t, s.Logs().LogPath(orphanLog), "output")
 	// Not: logs of an active run, a finished run, a waiting ticket.
-	writeString(t, s.osPath(logsDir, logName(activeRun)), "")
+	writeString(t, s.Logs().LogPath(activeRun), "")
 	finished := id(11)
 	mustWriteDone(t, s, testRecord(finished, record.Succeeded))
-	writeString(t, s.osPath(logsDir, logName(finished)), "")
-	writeString(t, s.osPath(logsDir, logName(liveTicket)), "")
+	writeString(t, s.Logs().LogPath(finished), "")
+	writeString(t, s.Logs().LogPath(liveTicket), "")
 	writeString(t, s.osPath(logsDir, "notes.log"), "")
 
 	// LeftoverStop: a stop request of a finished run (or of none at all).
@@ -136,7 +137,7 @@ func TestLeftoversListsEachKind(t *testing.T) {
 	temps := map[string]record.RunID{
 		s.osPath(".crew.json0123456789abcdef"):                                  "",
 		s.osPath(activeDir, "."+recordName(id(12))+"0123456789abcdef"):          id(12),
-		s.osPath(queueDir, "."+ticketName(id(13))+"0123456789abcdef"):           id(13),
+		s.osPath(queueDir, "."+queue.TicketName(id(13))+"0123456789abcdef"):     id(13),
 		s.osPath(ownersDir, "."+stopRequestName(id(14))+"0123456789abcdef"):     id(14),
 		s.osPath(shardDir(finished), "."+recordName(finished)+"0123456789abcd"): finished,
 	}
@@ -155,15 +156,15 @@ func TestLeftoversListsEachKind(t *testing.T) {
 
 	got := listLeftovers(t, s)
 	want := map[string]Leftover{
-		key(LeftoverLock, s.osPath(ownersDir, ownerLockName(deadLocks))):      {Kind: LeftoverLock, ID: deadLocks},
-		key(LeftoverLock, s.osPath(ownersDir, supervisorLockName(deadLocks))): {Kind: LeftoverLock, ID: deadLocks},
-		key(LeftoverTicket, s.osPath(queueDir, ticketName(deadTicket))):       {Kind: LeftoverTicket, ID: deadTicket, Task: "deploy:prod"},
-		key(LeftoverTicket, s.osPath(queueDir, ticketName(lockless))):         {Kind: LeftoverTicket, ID: lockless, Task: "t"},
-		key(LeftoverTicket, s.osPath(queueDir, ticketName(corruptTicket))):    {Kind: LeftoverTicket, ID: corruptTicket},
-		key(LeftoverQueueLock, s.osPath(queueDir, ticketLockName(queueLock))): {Kind: LeftoverQueueLock, ID: queueLock},
-		key(LeftoverLog, s.osPath(logsDir, logName(orphanLog))):               {Kind: LeftoverLog, ID: orphanLog},
-		key(LeftoverStop, s.osPath(ownersDir, stopRequestName(finished))):     {Kind: LeftoverStop, ID: finished},
-		key(LeftoverStop, s.osPath(ownersDir, stopRequestName(stopFinished))): {Kind: LeftoverStop, ID: stopFinished},
+		key(LeftoverLock, s.osPath(ownersDir, ownerLockName(deadLocks))):         {Kind: LeftoverLock, ID: deadLocks},
+		key(LeftoverLock, s.osPath(ownersDir, supervisorLockName(deadLocks))):    {Kind: LeftoverLock, ID: deadLocks},
+		key(LeftoverTicket, s.osPath(queueDir, queue.TicketName(deadTicket))):    {Kind: LeftoverTicket, ID: deadTicket, Task: "deploy:prod"},
+		key(LeftoverTicket, s.osPath(queueDir, queue.TicketName(lockless))):      {Kind: LeftoverTicket, ID: lockless, Task: "t"},
+		key(LeftoverTicket, s.osPath(queueDir, queue.TicketName(corruptTicket))): {Kind: LeftoverTicket, ID: corruptTicket},
+		key(LeftoverQueueLock, s.osPath(queueDir, queue.LockName(queueLock))):    {Kind: LeftoverQueueLock, ID: queueLock},
+		key(LeftoverLog, s.Logs().LogPath(orphanLog)):                            {Kind: LeftoverLog, ID: orphanLog},
+		key(LeftoverStop, s.osPath(ownersDir, stopRequestName(finished))):        {Kind: LeftoverStop, ID: finished},
+		key(LeftoverStop, s.osPath(ownersDir, stopRequestName(stopFinished))):    {Kind: LeftoverStop, ID: stopFinished},
 	}
 	for path, id := range temps {
 		want[key(LeftoverTemp, path)] = Leftover{Kind: LeftoverTemp, ID: id}
@@ -196,12 +197,12 @@ func TestRemoveLeftoverEachKind(t *testing.T) {
 	writeString(t, s.osPath(ownersDir, ownerLockName(lockRun)), "")
 	writeString(t, s.osPath(ownersDir, supervisorLockName(lockRun)), "")
 	b, _ := testTicket(ticket, "t").Encode()
-	writeString(t, s.osPath(queueDir, ticketName(ticket)), string(b))
-	writeString(t, s.osPath(queueDir, ticketLockName(ticket)), "")
-	mkfifo(t, s.osPath(queueDir, bellName(ticket)))
-	writeString(t, s.osPath(queueDir, ticketLockName(queueLock)), "")
-	mkfifo(t, s.osPath(queueDir, bellName(queueLock)))
-	writeString(t, s.osPath(logsDir, logName(logRun)), "")
+	writeString(t, s.osPath(queueDir, queue.TicketName(ticket)), string(b))
+	writeString(t, s.osPath(queueDir, queue.LockName(ticket)), "")
+	mkfifo(t, s.osPath(queueDir, queue.BellName(ticket)))
+	writeString(t, s.osPath(queueDir, queue.LockName(queueLock)), "")
+	mkfifo(t, s.osPath(queueDir, queue.BellName(queueLock)))
+	writeString(t, s.Logs().LogPath(logRun), "")
 	writeString(t, s.osPath(activeDir, "."+recordName(tempRun)+"0123456789abcdef"), "")
 	writeString(t, s.osPath(".crew.json0123"), "")
 
@@ -284,25 +285,25 @@ func TestRemoveLeftoverRechecks(t *testing.T) {
 	t.Run("waiter came back", func(t *testing.T) {
 		id := idAt(base, 3)
 		b, _ := testTicket(id, "t").Encode()
-		writeString(t, s.osPath(queueDir, ticketName(id)), string(b))
-		writeString(t, s.osPath(queueDir, ticketLockName(id)), "")
-		l := find(LeftoverTicket, s.osPath(queueDir, ticketName(id)))
-		holdLock(t, s, queueDir, ticketLockName(id))
+		writeString(t, s.osPath(queueDir, queue.TicketName(id)), string(b))
+		writeString(t, s.osPath(queueDir, queue.LockName(id)), "")
+		l := find(LeftoverTicket, s.osPath(queueDir, queue.TicketName(id)))
+		holdLock(t, s, queueDir, queue.LockName(id))
 		expectKept(l)
 	})
 	t.Run("queue lock taken meanwhile", func(t *testing.T) {
 		id := idAt(base, 4)
-		writeString(t, s.osPath(queueDir, ticketLockName(id)), "")
-		l := find(LeftoverQueueLock, s.osPath(queueDir, ticketLockName(id)))
-		holdLock(t, s, queueDir, ticketLockName(id))
+		writeString(t, s.osPath(queueDir, queue.LockName(id)), "")
+		l := find(LeftoverQueueLock, s.osPath(queueDir, queue.LockName(id)))
+		holdLock(t, s, queueDir, queue.LockName(id))
 		expectKept(l)
 	})
 	t.Run("ticket written meanwhile", func(t *testing.T) {
 		id := idAt(base, 5)
-		writeString(t, s.osPath(queueDir, ticketLockName(id)), "")
-		l := find(LeftoverQueueLock, s.osPath(queueDir, ticketLockName(id)))
+		writeString(t, s.osPath(queueDir, queue.LockName(id)), "")
+		l := find(LeftoverQueueLock, s.osPath(queueDir, queue.LockName(id)))
 		b, _ := testTicket(id, "t").Encode()
-		writeString(t, s.osPath(queueDir, ticketName(id)), string(b))
+		writeString(t, s.osPath(queueDir, queue.TicketName(id)), string(b))
 		expectKept(l)
 	})
 	t.Run("stop request's run reserved meanwhile", func(t *testing.T) {
@@ -314,8 +315,8 @@ func TestRemoveLeftoverRechecks(t *testing.T) {
 	})
 	t.Run("log's run finished meanwhile", func(t *testing.T) {
 		id := idAt(base, 6)
-		writeString(t, s.osPath(logsDir, logName(id)), "")
-		l := find(LeftoverLog, s.osPath(logsDir, logName(id)))
+		writeString(t, s.Logs().LogPath(id), "")
+		l := find(LeftoverLog, s.Logs().LogPath(id))
 		mustWriteDone(t, s, testRecord(id, record.Failed))
 		expectKept(l)
 	})

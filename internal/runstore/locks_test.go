@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -338,8 +339,8 @@ func TestOwnerStateFailsClosedOnUnprobeableLocks(t *testing.T) {
 				t.Errorf("Leftovers = %+v, want none", ls)
 			}
 			// The waiter of a ticket whose lock cannot be probed is alive too.
-			plant(s.osPath(queueDir, ticketLockName(testID)))
-			if w := s.WaiterState(testID); w != record.Unknown {
+			plant(s.osPath(queueDir, queue.LockName(testID)))
+			if w := s.queue.WaiterState(testID); w != record.Unknown {
 				t.Errorf("WaiterState = %v, want Unknown", w)
 			}
 		})

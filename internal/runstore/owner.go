@@ -109,7 +109,7 @@ func LookupGroup(name string) (int, error) {
 }
 
 // share is the state root's sharing as this process last read it.
-func (s *Store) share() sharing {
+func (s *rootDir) share() sharing {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sharing
@@ -117,7 +117,7 @@ func (s *Store) share() sharing {
 
 // refreshSharing reads crew.json's group again: `crew init --group` may
 // have shared (or unshared) the root since this process opened it.
-func (s *Store) refreshSharing() {
+func (s *rootDir) refreshSharing() {
 	s.mu.Lock()
 	root := s.root
 	s.mu.Unlock()
@@ -134,14 +134,14 @@ func (s *Store) refreshSharing() {
 
 // dirPerm and filePerm are the modes crew creates directories and files
 // with in this state root.
-func (s *Store) dirPerm() os.FileMode {
+func (s *rootDir) dirPerm() os.FileMode {
 	if s.share().shared() {
 		return SharedDirPerm
 	}
 	return DirPerm
 }
 
-func (s *Store) filePerm() os.FileMode {
+func (s *rootDir) filePerm() os.FileMode {
 	if s.share().shared() {
 		return SharedFilePerm
 	}
@@ -153,7 +153,7 @@ func (s *Store) filePerm() os.FileMode {
 // Lstat that found a directory). If the directory fails only because of
 // its group, crew.json is read again once: the root may have been shared
 // a moment ago.
-func (s *Store) checkDir(fi os.FileInfo, display string, isRoot bool) error {
+func (s *rootDir) checkDir(fi os.FileInfo, display string, isRoot bool) error {
 	err := s.checkDirAs(fi, display, isRoot, s.share())
 	if err == nil {
 		return nil
@@ -162,7 +162,7 @@ func (s *Store) checkDir(fi os.FileInfo, display string, isRoot bool) error {
 	return s.checkDirAs(fi, display, isRoot, s.share())
 }
 
-func (s *Store) checkDirAs(fi os.FileInfo, display string, isRoot bool, sh sharing) error {
+func (s *rootDir) checkDirAs(fi os.FileInfo, display string, isRoot bool, sh sharing) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil // not a Unix file system's stat: nothing to tell from
@@ -247,7 +247,7 @@ func groupName(gid int) string {
 // made group-writable can be shared on purpose, which is the fix crew
 // suggests), until ShareWith has converted them. Others' directories, and
 // anything writable by every user, are still refused.
-func (s *Store) PrepareSharing(group string, gid int) {
+func (s *rootDir) PrepareSharing(group string, gid int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sharingNow = true
@@ -262,7 +262,7 @@ func (s *Store) PrepareSharing(group string, gid int) {
 // directory mode, exactly (os.Root.Mkdir takes no set-group-ID bit, and
 // the umask would take the group's bits of a shared root). An existing
 // directory is left as it is: fs.ErrExist.
-func (s *Store) mkdir(parent *os.Root, name string) error {
+func (s *rootDir) mkdir(parent *os.Root, name string) error {
 	perm := s.dirPerm()
 	if err := parent.Mkdir(name, perm.Perm()); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -49,7 +50,7 @@ func assertUnsafe(t *testing.T, root, path string, want ...string) {
 	if _, _, err := s.LoadConfig(); !errors.As(err, &unsafe) {
 		t.Errorf("LoadConfig = %v, want an UnsafeRootError (not wrapped as a config error)", err)
 	}
-	if err := s.WalkFinished(func(record.RunID) bool { return true }); !errors.As(err, &unsafe) && path == root {
+	if err := s.FinishIndex().WalkFinished(func(record.RunID) bool { return true }); !errors.As(err, &unsafe) && path == root {
 		t.Errorf("WalkFinished = %v, want an UnsafeRootError", err)
 	}
 }
@@ -226,7 +227,7 @@ func TestSharedStateRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Release()
-	f, _, err := s2.CreateLog(next)
+	f, _, err := s2.Logs().CreateLog(next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +236,8 @@ func TestSharedStateRoot(t *testing.T) {
 	if err := locks.Finish(rec); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{s.holderPath(), s.LogPath(next), s.DonePath(next),
-		s.osPath(queueDir, ticketName(w.ID())), s.osPath(queueDir, ticketLockName(w.ID())), s.osPath(queueDir, bellName(w.ID()))} {
+	for _, p := range []string{s.holderPath(), s.Logs().LogPath(next), s.DonePath(next),
+		s.osPath(queueDir, queue.TicketName(w.ID())), s.osPath(queueDir, queue.LockName(w.ID())), s.osPath(queueDir, queue.BellName(w.ID()))} {
 		assertPerm(t, p, SharedFilePerm)
 	}
 	assertPerm(t, s.osPath(shardDir(next)), SharedDirPerm)

@@ -12,6 +12,7 @@ import (
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // MaxRecordBytes bounds a run record. A record is a few kilobytes; a file
@@ -23,7 +24,7 @@ func recordName(id record.RunID) string { return string(id) + ".json" }
 
 // ListActive reads every record in the active set, each decoded once. Its
 // cost is O(active runs), whatever the history.
-func (s *Store) ListActive() ([]backend.ActiveEntry, error) {
+func (s records) ListActive() ([]backend.ActiveEntry, error) {
 	dir, err := s.dir(activeDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -38,7 +39,7 @@ func (s *Store) ListActive() ([]backend.ActiveEntry, error) {
 	}
 	out := make([]backend.ActiveEntry, 0, len(names))
 	for _, name := range names {
-		if IsTempName(name) {
+		if stateroot.IsTempName(name) {
 			continue
 		}
 		out = append(out, s.readActive(dir, name))
@@ -46,7 +47,7 @@ func (s *Store) ListActive() ([]backend.ActiveEntry, error) {
 	return out, nil
 }
 
-func (s *Store) readActive(dir *os.Root, name string) backend.ActiveEntry {
+func (s records) readActive(dir *os.Root, name string) backend.ActiveEntry {
 	ent := backend.ActiveEntry{Name: name, Path: s.display(activeDir, name)}
 	idStr, isJSON := strings.CutSuffix(name, ".json")
 	if !isJSON || !record.LooksLikeRunID(idStr) {
@@ -78,7 +79,7 @@ func (s *Store) readActive(dir *os.Root, name string) backend.ActiveEntry {
 }
 
 // readRecord reads and decodes one record file; errors name the file.
-func (s *Store) readRecord(dir *os.Root, name, display string) (*record.Run, error) {
+func (s records) readRecord(dir *os.Root, name, display string) (*record.Run, error) {
 	data, err := rootfs.ReadFile(dir, name, MaxRecordBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read run record %s: %w", display, fs.ErrNotExist)
@@ -94,7 +95,7 @@ func (s *Store) readRecord(dir *os.Root, name, display string) (*record.Run, err
 }
 
 // ReadActive reads a run's record in the active set.
-func (s *Store) ReadActive(id record.RunID) (*record.Run, error) {
+func (s records) ReadActive(id record.RunID) (*record.Run, error) {
 	dir, err := s.dir(activeDir)
 	if err != nil {
 		return nil, fmt.Errorf("read run %s: %w", id, err)
@@ -104,7 +105,7 @@ func (s *Store) ReadActive(id record.RunID) (*record.Run, error) {
 }
 
 // ReadDone reads a run's finished record.
-func (s *Store) ReadDone(id record.RunID) (*record.Run, error) {
+func (s records) ReadDone(id record.RunID) (*record.Run, error) {
 	shard := shardDir(id)
 	dir, err := s.dir(shard)
 	if err != nil {
@@ -116,7 +117,7 @@ func (s *Store) ReadDone(id record.RunID) (*record.Run, error) {
 
 // ReadRun finds a run's record: the finished one if it exists, else the
 // active one.
-func (s *Store) ReadRun(id record.RunID) (*record.Run, error) {
+func (s records) ReadRun(id record.RunID) (*record.Run, error) {
 	rec, err := s.ReadDone(id)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return rec, err
@@ -133,7 +134,7 @@ func (s *Store) ReadRun(id record.RunID) (*record.Run, error) {
 }
 
 // IsDone reports whether the run has a finished record.
-func (s *Store) IsDone(id record.RunID) bool {
+func (s records) IsDone(id record.RunID) bool {
 	dir, err := s.dir(shardDir(id))
 	if err != nil {
 		return false
@@ -144,7 +145,7 @@ func (s *Store) IsDone(id record.RunID) bool {
 }
 
 // writeActive writes rec into the active set.
-func (s *Store) writeActive(rec *record.Run, how durability) error {
+func (s records) writeActive(rec *record.Run, how durability) error {
 	b, err := rec.Encode()
 	if err != nil {
 		return err
@@ -165,7 +166,7 @@ func (s *Store) writeActive(rec *record.Run, how durability) error {
 // loss the provisioning record may come back, which recovery reports
 // truthfully ("the command may have started"), and nothing acts on the
 // running record before the run is finalized durably.
-func (s *Store) UpdateActive(rec *record.Run) error {
+func (s records) UpdateActive(rec *record.Run) error {
 	return s.writeActive(rec, atomic)
 }
 
@@ -173,7 +174,7 @@ func (s *Store) UpdateActive(rec *record.Run) error {
 // removeActive runs, the run's stale active record still exists; every
 // reader treats an active record whose finished record exists as finished
 // (see ActiveEntry.Finished), so the two never disagree.
-func (s *Store) writeDone(rec *record.Run) error {
+func (s records) writeDone(rec *record.Run) error {
 	if rec.State.Active() {
 		return fmt.Errorf("write finished record of run %s: state %s is not final", rec.RunID, rec.State)
 	}
@@ -203,7 +204,7 @@ func (s *Store) writeDone(rec *record.Run) error {
 }
 
 // ensureShard opens a finished-run shard, creating it (durably) if needed.
-func (s *Store) ensureShard(shard string) (*os.Root, error) {
+func (s records) ensureShard(shard string) (*os.Root, error) {
 	dir, err := s.dir(shard)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return dir, err
@@ -225,7 +226,7 @@ func (s *Store) ensureShard(shard string) (*os.Root, error) {
 // removeActive takes a finalized run out of the active set. No directory
 // fsync: if the removal is lost in a power loss, the stale active record
 // comes back next to its finished record, and is treated as finished.
-func (s *Store) removeActive(id record.RunID) error {
+func (s records) removeActive(id record.RunID) error {
 	dir, err := s.dir(activeDir)
 	if err == nil {
 		defer dir.Close()
@@ -240,7 +241,7 @@ func (s *Store) removeActive(id record.RunID) error {
 // finish makes a run's final record durable among the finished runs and
 // takes it out of the active set: the steps every finalizer (the run's own
 // supervisor, a recoverer, crew stop) takes while holding the run's locks.
-func (s *Store) finish(rec *record.Run) error {
+func (s records) finish(rec *record.Run) error {
 	if err := s.writeDone(rec); err != nil {
 		return err
 	}
@@ -254,8 +255,8 @@ func (s *Store) finish(rec *record.Run) error {
 // finished leftover, which holds no slot, which readers add to what the
 // index says, and whose finalizer (the next admission, crew recover)
 // indexes it.
-func (s *Store) indexAndLeave(rec *record.Run) error {
-	if !s.indexFinished(rec) {
+func (s records) indexAndLeave(rec *record.Run) error {
+	if !s.index.Append(rec) {
 		return s.RemoveStopRequest(rec.RunID)
 	}
 	return s.leaveActive(rec.RunID)
@@ -263,7 +264,7 @@ func (s *Store) indexAndLeave(rec *record.Run) error {
 
 // leaveActive takes a run whose final record is durable out of the active
 // set, and its stop request with it.
-func (s *Store) leaveActive(id record.RunID) error {
+func (s records) leaveActive(id record.RunID) error {
 	if err := s.removeActive(id); err != nil {
 		return err
 	}
@@ -271,3 +272,14 @@ func (s *Store) leaveActive(id record.RunID) error {
 }
 
 func shardDir(id record.RunID) string { return doneDir + "/" + id.Shard() }
+
+// ActiveFileExists reports whether name is still in the active set.
+func (s records) ActiveFileExists(name string) bool {
+	dir, err := s.dir(activeDir)
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	_, err = dir.Lstat(name)
+	return err == nil
+}

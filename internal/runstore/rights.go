@@ -11,6 +11,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
 )
@@ -21,7 +22,7 @@ import (
 // is final, so its owner is the user the supervisor runs as: whose rights
 // a stop of the run would use. want, the lock ids the run's record names,
 // proves the file is still the run's own.
-func (s *Store) RunUser(id record.RunID, want *record.LockIDs) (int, error) {
+func (s procs) RunUser(id record.RunID, want *record.LockIDs) (int, error) {
 	dir, err := s.dir(ownersDir)
 	if err != nil {
 		return -1, fmt.Errorf("tell whose run %s is: %w", id, err)
@@ -40,13 +41,13 @@ func (s *Store) RunUser(id record.RunID, want *record.LockIDs) (int, error) {
 
 // WaiterUser is the user the waiting start of ticket id belongs to: the
 // owner of the lock its waiting process created for it and holds.
-func (s *Store) WaiterUser(id record.RunID) (int, error) {
+func (s procs) WaiterUser(id record.RunID) (int, error) {
 	dir, err := s.dir(queueDir)
 	if err != nil {
 		return -1, fmt.Errorf("tell whose waiting start %s is: %w", id, err)
 	}
 	defer dir.Close()
-	uid, err := fileOwner(dir, ticketLockName(id), nil)
+	uid, err := fileOwner(dir, queue.LockName(id), nil)
 	if err != nil {
 		return -1, fmt.Errorf("tell whose waiting start %s is: %w", id, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -86,7 +87,7 @@ func TestRunAndWaiterUser(t *testing.T) {
 	if err := os.Chown(s.osPath(ownersDir, ownerLockName(testID)), 65534, -1); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(s.osPath(queueDir, ticketLockName(ticket)), 65534, -1); err != nil {
+	if err := os.Chown(s.osPath(queueDir, queue.LockName(ticket)), 65534, -1); err != nil {
 		t.Fatal(err)
 	}
 	if uid, err := s.RunUser(testID, rec.Locks); err != nil || uid != 65534 {

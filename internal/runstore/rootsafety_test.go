@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
 )
 
@@ -164,7 +165,7 @@ func TestFinishedRunsRefuseLinkedDirs(t *testing.T) {
 	// runs/done itself is a link.
 	fresh := replaceWithLink(t, s, doneDir, elsewhere)
 	var walked []record.RunID
-	err := fresh.WalkFinished(func(id record.RunID) bool { walked = append(walked, id); return true })
+	err := fresh.FinishIndex().WalkFinished(func(id record.RunID) bool { walked = append(walked, id); return true })
 	assertRefusedLink(t, "WalkFinished", err, s.osPath(doneDir))
 	if len(walked) != 0 || fresh.IsDone(id) {
 		t.Errorf("finished runs listed through the link: %q, IsDone %v", walked, fresh.IsDone(id))
@@ -189,7 +190,7 @@ func TestFinishedRunsRefuseLinkedDirs(t *testing.T) {
 	fresh = New(s.Root())
 	defer fresh.Close()
 	walked = nil
-	err = fresh.WalkFinished(func(id record.RunID) bool { walked = append(walked, id); return true })
+	err = fresh.FinishIndex().WalkFinished(func(id record.RunID) bool { walked = append(walked, id); return true })
 	if len(walked) != 0 {
 		t.Errorf("WalkFinished listed %q through a linked shard (err %v)", walked, err)
 	}
@@ -219,28 +220,28 @@ func TestQueueLogsAndLocksRefuseLinkedDirs(t *testing.T) {
 			fresh := replaceWithLink(t, s, rel, elsewhere)
 			switch rel {
 			case queueDir:
-				writeString(t, filepath.Join(elsewhere, ticketName(testID)), "{}")
-				ents, err := fresh.ListTickets()
+				writeString(t, filepath.Join(elsewhere, queue.TicketName(testID)), "{}")
+				ents, err := fresh.Queue().ListTickets()
 				assertRefusedLink(t, "ListTickets", err, s.osPath(queueDir))
-				if len(ents) != 0 || fresh.HasTicket(testID) {
+				if len(ents) != 0 || fresh.Queue().HasTicket(testID) {
 					t.Errorf("tickets seen through the link: %v", ents)
 				}
-				if fresh.WaiterState(testID) != record.Unknown {
-					t.Errorf("WaiterState through a link = %v, want Unknown", fresh.WaiterState(testID))
+				if fresh.Queue().WaiterState(testID) != record.Unknown {
+					t.Errorf("WaiterState through a link = %v, want Unknown", fresh.Queue().WaiterState(testID))
 				}
-				fresh.Ring(testID)
+				fresh.Queue().Ring(testID)
 				a := &Admission{s: fresh}
 				if w, err := a.Enqueue(testTicket(testID, "t")); err == nil {
 					w.Remove()
 					t.Error("Enqueue succeeded through the link")
 				}
-				assertOnlyFiles(t, elsewhere, ticketName(testID))
+				assertOnlyFiles(t, elsewhere, queue.TicketName(testID))
 			case logsDir:
-				if f, _, err := fresh.CreateLog(testID); err == nil {
+				if f, _, err := fresh.Logs().CreateLog(testID); err == nil {
 					f.Close()
 					t.Error("CreateLog succeeded through the link")
 				}
-				if f, err := fresh.OpenLog(testID); err == nil {
+				if f, err := fresh.Logs().OpenLog(testID); err == nil {
 					f.Close()
 					t.Error("OpenLog succeeded through the link")
 				}

@@ -22,7 +22,7 @@ import (
 // gone. A lock file with more than one link is refused: crew creates them
 // exclusively and never links them, so another link would let a process
 // holding some outside file pass for the run's.
-func (s *Store) RunLockIDs(id record.RunID) (owner, sup proc.FileID, err error) {
+func (s procs) RunLockIDs(id record.RunID) (owner, sup proc.FileID, err error) {
 	dir, err := s.dir(ownersDir)
 	if err != nil {
 		return owner, sup, fmt.Errorf("find the lock files of run %s: %w", id, err)
@@ -44,7 +44,7 @@ func (s *Store) RunLockIDs(id record.RunID) (owner, sup proc.FileID, err error) 
 // OwnerLockHolders lists the processes other than this one that the
 // kernel shows holding run id's owner lock, in order; proc.ErrUnsupported
 // where the system cannot tell.
-func (s *Store) OwnerLockHolders(id record.RunID) ([]int, error) {
+func (s procs) OwnerLockHolders(id record.RunID) ([]int, error) {
 	owner, _, err := s.RunLockIDs(id)
 	if err != nil {
 		return nil, err
@@ -93,12 +93,12 @@ type StopWatch struct {
 }
 
 // WatchStopRequests starts watching for stop requests for run id.
-func (s *Store) WatchStopRequests(id record.RunID) (*StopWatch, error) {
+func (s stops) WatchStopRequests(id record.RunID) (*StopWatch, error) {
 	dir, err := s.dir(ownersDir)
 	if err != nil {
 		return nil, fmt.Errorf("watch for stop requests of run %s: %w", id, err)
 	}
-	return &StopWatch{s: s, id: id, dir: dir}, nil
+	return &StopWatch{s: s.Store, id: id, dir: dir}, nil
 }
 
 // Notify asks the kernel to wake the watch (Changed) when a stop request

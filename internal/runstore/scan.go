@@ -10,6 +10,7 @@ import (
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // kernelTableAbove is the size of the active set from which ScanActive
@@ -29,7 +30,7 @@ const kernelTableAbove = 8
 // its record: its Rec then holds only what admission needs, with State
 // running (Indexed is set); every other run is read from its record.
 // Status, which shows records, does not ask for fast.
-func (s *Store) ScanActive(fast bool) ([]backend.ActiveRun, error) {
+func (s records) ScanActive(fast bool) ([]backend.ActiveRun, error) {
 	return s.scanActive(fast, nil)
 }
 
@@ -39,7 +40,7 @@ func (a *Admission) ScanActive() ([]backend.ActiveRun, error) {
 	return a.s.scanActive(true, a)
 }
 
-func (s *Store) scanActive(fast bool, adm *Admission) ([]backend.ActiveRun, error) {
+func (s records) scanActive(fast bool, adm *Admission) ([]backend.ActiveRun, error) {
 	active, err := s.dir(activeDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -52,7 +53,7 @@ func (s *Store) scanActive(fast bool, adm *Admission) ([]backend.ActiveRun, erro
 	if err != nil {
 		return nil, fmt.Errorf("list active runs in %s: %w", s.display(activeDir), unwrapPath(err))
 	}
-	sc := &scan{s: s, shards: map[string]*os.Root{}}
+	sc := &scan{s: s.Store, shards: map[string]*os.Root{}}
 	defer sc.close()
 	if owners, err := s.dir(ownersDir); err == nil {
 		sc.owners = owners
@@ -70,7 +71,7 @@ func (s *Store) scanActive(fast bool, adm *Admission) ([]backend.ActiveRun, erro
 	out := make([]backend.ActiveRun, 0, len(names))
 	ids := make([]record.RunID, 0, len(names))
 	for _, name := range names {
-		if IsTempName(name) {
+		if stateroot.IsTempName(name) {
 			continue
 		}
 		out = append(out, sc.entry(active, name))

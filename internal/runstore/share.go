@@ -44,7 +44,7 @@ func (e entry) shared(gid int) bool {
 // walk calls fn for everything below dir (depth first, a directory after
 // its contents), never following a symbolic link. fn gets the directory
 // the entry is in and its name.
-func (s *Store) walk(dir *os.Root, display string, fn func(dir *os.Root, name string, e entry) error) error {
+func walk(dir *os.Root, display string, fn func(dir *os.Root, name string, e entry) error) error {
 	names, err := listNames(dir)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", display, unwrapPath(err))
@@ -74,7 +74,7 @@ func (s *Store) walk(dir *os.Root, display string, fn func(dir *os.Root, name st
 				sub.Close()
 				return fmt.Errorf("%s was replaced while being walked", e.display)
 			}
-			err = s.walk(sub, e.display, fn)
+			err = walk(sub, e.display, fn)
 			sub.Close()
 			if err != nil {
 				return err
@@ -106,8 +106,8 @@ func (a *Admission) ShareWith(group string, gid int) (*ShareReport, error) {
 	s.sharing = sharing{name: group, gid: gid}
 	s.mu.Unlock()
 	rep := &ShareReport{}
-	err = s.walk(root, s.path, func(dir *os.Root, name string, e entry) error {
-		return s.convert(dir, name, e, gid, SharedDirPerm, SharedFilePerm, rep)
+	err = walk(root, s.path, func(dir *os.Root, name string, e entry) error {
+		return convert(dir, name, e, gid, SharedDirPerm, SharedFilePerm, rep)
 	})
 	if err != nil {
 		return rep, err
@@ -133,7 +133,7 @@ func (a *Admission) CheckShareable(gid int) error {
 	}
 	euid := os.Geteuid()
 	var foreign []string
-	err = s.walk(root, s.path, func(_ *os.Root, _ string, e entry) error {
+	err = walk(root, s.path, func(_ *os.Root, _ string, e entry) error {
 		if euid != 0 && e.uid != euid && convertible(e.mode) && !e.shared(gid) {
 			foreign = append(foreign, fmt.Sprintf("%s (owner %s)", e.display, userName(e.uid)))
 		}
@@ -180,8 +180,8 @@ func (a *Admission) MakePrivate() (*ShareReport, error) {
 	s.mu.Lock()
 	s.sharing = sharing{gid: -1}
 	s.mu.Unlock()
-	err = s.walk(root, s.path, func(dir *os.Root, name string, e entry) error {
-		return s.convert(dir, name, e, owner, DirPerm, FilePerm, rep)
+	err = walk(root, s.path, func(dir *os.Root, name string, e entry) error {
+		return convert(dir, name, e, owner, DirPerm, FilePerm, rep)
 	})
 	if err != nil {
 		return rep, err
@@ -206,7 +206,7 @@ func (a *Admission) CheckPrivate() error {
 	}
 	euid := os.Geteuid()
 	var foreign []string
-	err = s.walk(root, s.path, func(_ *os.Root, _ string, e entry) error {
+	err = walk(root, s.path, func(_ *os.Root, _ string, e entry) error {
 		if euid != 0 && e.uid != euid && e.mode.IsDir() {
 			foreign = append(foreign, fmt.Sprintf("%s (owner %s)", e.display, userName(e.uid)))
 		}
@@ -234,7 +234,7 @@ func firstN(s []string, n int) []string {
 // through a descriptor of the entry itself. Links and anything that is
 // not a directory, regular file or FIFO are left alone, and so is a file
 // with a second hard link (changing it would change a file elsewhere).
-func (s *Store) convert(dir *os.Root, name string, e entry, id int, dirPerm, filePerm os.FileMode, rep *ShareReport) error {
+func convert(dir *os.Root, name string, e entry, id int, dirPerm, filePerm os.FileMode, rep *ShareReport) error {
 	var f *os.File
 	var err error
 	perm := filePerm
@@ -277,7 +277,7 @@ func (s *Store) convert(dir *os.Root, name string, e entry, id int, dirPerm, fil
 	return changeFile(f, e.display, id, perm, rep)
 }
 
-func (s *Store) convertRoot(root *os.Root, id int, perm os.FileMode, rep *ShareReport) error {
+func (s *rootDir) convertRoot(root *os.Root, id int, perm os.FileMode, rep *ShareReport) error {
 	f, err := root.Open(".")
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.path, unwrapPath(err))
@@ -325,7 +325,7 @@ func changeFile(f *os.File, display string, id int, perm os.FileMode, rep *Share
 // SharedGroup is the group crew.json shares the state root with, as far
 // as it can be read at all ("" if none): for keeping it when a broken
 // crew.json is rewritten.
-func (s *Store) SharedGroup() string {
+func (s *rootDir) SharedGroup() string {
 	if _, err := s.openRoot(); err != nil {
 		return ""
 	}

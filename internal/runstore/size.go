@@ -1,11 +1,9 @@
 package runstore
 
 import (
-	"fmt"
-	"strings"
 	"time"
 
-	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -35,108 +33,21 @@ func (s *Store) sizeWithin(measureBudget, countBudget, sampleBudget int) (vocab.
 		out.Exact, out.Method = true, "exact: no state root yet"
 		return out, nil
 	}
-	x := s.OpenDoneIndex(time.Now)
+	x := s.index.OpenDoneIndex(time.Now)
 	defer x.Close()
-	shards, err := x.Shards()
+	fin, err := x.Size(finishindex.SizeBudget{Measure: measureBudget, Count: countBudget, Sample: sampleBudget})
 	if err != nil {
 		return out, err
 	}
-	var (
-		known                     ShardStats // exactly known: indexed or measured
-		sample                    ShardStats // runs sampled in shards only counted
-		countedRuns, measuredRuns int
-		indexed, measured         int
-		counted, guessed          int
-	)
-	// Newest first: the recent history is the likeliest to be exact.
-	for i := len(shards) - 1; i >= 0; i-- {
-		sh := shards[i]
-		l := x.lookup(sh)
-		if l.valid && l.entry.LogBytes >= 0 {
-			indexed++
-			known.add(l.entry.ShardStats)
-			continue
-		}
-		if countedRuns+measuredRuns >= countBudget {
-			guessed++
-			continue
-		}
-		// One shard may be listed past what is left of the budget (the
-		// whole shard, up to the budget), so that only a shard that alone
-		// holds more runs than the budget is counted only in part.
-		ids, complete, err := x.listUpTo(sh, countBudget)
-		if err != nil {
-			return out, err
-		}
-		if !complete {
-			out.Crowded = append(out.Crowded, sh)
-		}
-		if complete && measuredRuns+len(ids) <= measureBudget {
-			measured++
-			measuredRuns += len(ids)
-			known.add(x.measure(sh, ids))
-			continue
-		}
-		counted++
-		countedRuns += len(ids)
-		if n := min(len(ids), sampleBudget-sample.Runs, 16); n > 0 {
-			sample.add(x.measure(sh, spread(ids, n)))
-		}
-	}
-	out.Records = vocab.FileCount{Files: known.Runs, Bytes: known.RecordBytes}
-	out.Logs = vocab.FileCount{Files: known.LogFiles, Bytes: known.LogBytes}
-	// Extrapolate: the counted runs at the average of the sampled ones (or
-	// of the known ones), the shards not even counted at the average count.
-	extra := countedRuns
-	if visited := indexed + measured + counted; guessed > 0 && visited > 0 {
-		extra += guessed * (known.Runs + countedRuns) / visited
-	}
-	basis := sample
-	if basis.Runs == 0 {
-		basis = known
-	}
-	out.Records.Files += extra
-	if basis.Runs > 0 {
-		out.Records.Bytes += int64(extra) * basis.RecordBytes / int64(basis.Runs)
-		out.Logs.Files += extra * basis.LogFiles / basis.Runs
-		out.Logs.Bytes += int64(extra) * basis.LogBytes / int64(basis.Runs)
-	}
+	out.Records, out.Logs, out.Crowded = fin.Records, fin.Logs, fin.Crowded
 	nActive, err := s.addActive(&out)
 	if err != nil {
 		return out, err
 	}
 	out.Bytes = out.Records.Bytes + out.Logs.Bytes
-	out.Exact = counted == 0 && guessed == 0
-	if out.Exact {
-		out.Method = fmt.Sprintf("exact: %d hour-shards of finished runs (%d from the done index, %d measured now) and %d active runs",
-			len(shards), indexed, measured, nActive)
-	} else {
-		out.Method = fmt.Sprintf("estimated: of %d hour-shards of finished runs, %d are known exactly (%d from the done index, %d measured now), "+
-			"%d were counted (%d runs, %d of them measured as a sample) and %d not even that; the rest is extrapolated "+
-			"(crew prune, or retention, keeps the done index that makes this exact)",
-			len(shards), indexed+measured, indexed, measured, counted, countedRuns, sample.Runs, guessed)
-	}
-	if len(out.Crowded) > 0 {
-		out.Method += fmt.Sprintf("; hour-shard %s holds more than the %d runs listed of it, so the figures are lower bounds",
-			strings.Join(out.Crowded, ", "), countBudget)
-	}
+	out.Exact = fin.Exact()
+	out.Method = fin.Method(nActive)
 	return out, nil
-}
-
-func (a *ShardStats) add(b ShardStats) {
-	a.Runs += b.Runs
-	a.RecordBytes += b.RecordBytes
-	a.LogFiles += b.LogFiles
-	a.LogBytes += max(b.LogBytes, 0)
-}
-
-// spread picks n ids spread over the list.
-func spread(ids []record.RunID, n int) []record.RunID {
-	out := make([]record.RunID, 0, n)
-	for i := range n {
-		out = append(out, ids[i*len(ids)/n])
-	}
-	return out
 }
 
 // addActive adds the active runs' records and logs, always measured:
@@ -150,7 +61,7 @@ func (s *Store) addActive(out *vocab.RootSize) (int, error) {
 	if derr == nil {
 		defer dir.Close()
 	}
-	logs, lerr := s.dir(logsDir)
+	logs, lerr := s.logs.Sizer()
 	if lerr == nil {
 		defer logs.Close()
 	}
@@ -167,9 +78,9 @@ func (s *Store) addActive(out *vocab.RootSize) (int, error) {
 			}
 		}
 		if lerr == nil {
-			if fi, err := logs.Lstat(logName(e.ID)); err == nil {
+			if size, ok := logs.Head(e.ID); ok {
 				out.Logs.Files++
-				out.Logs.Bytes += fi.Size() + s.tailBytes(e.ID)
+				out.Logs.Bytes += size + s.logs.TailBytes(e.ID)
 			}
 		}
 	}

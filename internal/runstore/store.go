@@ -1,10 +1,15 @@
-// Package runstore is the local state root: the only code that touches it.
-// It opens the root once as an *os.Root and does every open, create,
-// rename, remove and listing through it (files through package rootfs:
-// regular files only, no symbolic links, bounded reads), so no name read
-// from the state root can lead crew outside it. It owns the layout, the
-// durable writes, the run records and their locks, the queue's tickets and
-// bells, the logs, and the listings recovery sweeps.
+// Package runstore is the local state root: the only code that touches it,
+// itself or through the packages it hands a part of the root to. It opens
+// the root once as an *os.Root and does every open, create, rename, remove
+// and listing through it (files through package rootfs: regular files
+// only, no symbolic links, bounded reads), so no name read from the state
+// root can lead crew outside it. It owns the root, the layout, the durable
+// writes, the run records and their locks, stop requests, and the listings
+// recovery sweeps; the runs' logs (package runlog), the queue's tickets
+// and bells (package queue) and what is known of the finished runs as a
+// whole (package finishindex) are kept by packages of their own, which
+// reach their directories only through the handle runstore gives them
+// (stateroot.Dir, handle.go).
 //
 // Layout of a state root:
 //
@@ -12,14 +17,17 @@
 //	.locks/dispatch-admission.lock     the admission lock (admission.go); never removed
 //	.locks/dispatch-admission.holder   who holds it (pid, host, since)
 //	runs/active/<run-id>.json          records of runs that may hold a slot
+//	runs/active.index                  what admission needs of each reserved run (derived; activeindex.go)
 //	runs/done/<yyyy-mm-ddThh>/<run-id>.json  finished runs, by creation hour (UTC)
-//	runs/finished.idx                  finished runs in finish order (derived; finishindex.go)
+//	runs/finished.idx                  finished runs in finish order (derived; package finishindex)
+//	runs/done.index                    what each hour of finished runs holds (derived; package finishindex)
 //	owners/<run-id>.lock               owner locks (held by supervisor and command)
 //	owners/<run-id>.supervisor.lock    held by the supervisor alone
 //	owners/<run-id>.stop               who asked `crew stop` to stop the run
-//	logs/<run-id>.log                  the command's output
+//	logs/<run-id>.log                  the command's output (package runlog)
+//	logs/<run-id>.tail/                the newest output of a capped log, in pieces, until it ends
 //	quarantine/                        unreadable records moved aside by recovery
-//	queue/<run-id>.json                tickets of waiting starts (--wait), in arrival order
+//	queue/<run-id>.json                tickets of waiting starts (--wait), in arrival order (package queue)
 //	queue/<run-id>.lock                held by the waiting process: a dead waiter's ticket is void
 //	queue/<run-id>.bell                a FIFO the waiter sleeps on; rung when a slot may be its
 //	refusals.log                       refused starts, one JSON line each
@@ -33,11 +41,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"sync"
-	syncatomic "sync/atomic"
 
+	"github.com/crew-dev/crew/internal/finishindex"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/rootfs"
+	"github.com/crew-dev/crew/internal/runlog"
 )
 
 // DirPerm and FilePerm are the modes of everything crew creates in a
@@ -50,6 +58,7 @@ const (
 // Directories of the state root, relative to it.
 const (
 	locksDir      = ".locks"
+	runsDir       = "runs"
 	activeDir     = "runs/active"
 	doneDir       = "runs/done"
 	ownersDir     = "owners"
@@ -70,41 +79,61 @@ const (
 )
 
 // Store is one state root. Its methods are safe for concurrent use.
+//
+// It is put together from parts, each a type of its own: the root itself
+// (rootDir: opening it, who may write it, the modes of what crew makes,
+// quarantine; root.go, owner.go, quarantine.go), the run records (records:
+// the active set and the finished shards; records.go, finished.go,
+// scan.go, activeindex.go), stop requests (stops: files.go), what proves
+// which processes and user a run has (procs: runprocs.go, rights.go) and
+// what crashes left behind (sweep: leftovers.go); the admission lock, the
+// run locks and the durable writes are the Store's own (admission.go,
+// locks.go, durable.go). Each part but the root reaches the rest through
+// the Store it is part of. The packages that keep their own parts of the
+// root take its handle (handle.go): the logs (runlog), the queue (queue)
+// and what is known of the finished runs as a whole (finishindex).
 type Store struct {
-	path string
+	rootDir
+	records
+	stops
+	procs
+	sweep
 
-	mu      sync.Mutex
-	root    *os.Root
-	sharing sharing // the group crew.json shares the root with, if any
-	// sharingNow: crew init --group is sharing the root; a group-writable
-	// directory is about to be converted, not refused (see PrepareSharing).
-	sharingNow bool
-	// layoutChecked: opening the root has just found every directory of
-	// the layout in place and checked it; the next Ensure need not look.
-	layoutChecked bool
-	// compactDue: an append of this process took the index of finished
-	// runs across a size at which it asks to be compacted (finishindex.go).
-	compactDue syncatomic.Bool
+	logs  *runlog.Logs       // logs/
+	queue *queue.Queue       // queue/
+	index *finishindex.Index // runs/finished.idx, runs/done.index, the walk over runs/done/
 }
+
+// The parts of a Store other than its root.
+type (
+	records struct{ *Store }
+	stops   struct{ *Store }
+	procs   struct{ *Store }
+	sweep   struct{ *Store }
+)
 
 // New returns the store of the state root at path (absolute). It touches
 // nothing on disk: reading a state root that does not exist creates
 // nothing, and only Ensure creates it.
 func New(path string) *Store {
-	return &Store{path: path}
+	s := &Store{rootDir: rootDir{path: path}}
+	s.records, s.stops, s.procs, s.sweep = records{s}, stops{s}, procs{s}, sweep{s}
+	s.logs = runlog.New(dirHandle{s, logsDir})
+	s.queue = queue.New(dirHandle{s, queueDir})
+	s.index = finishindex.New(dirHandle{s, runsDir}, dirHandle{s, doneDir}, finishedRecords{s}, s.logs)
+	return s
 }
 
-// Root is the state root's path, for messages and the environment of runs.
-func (s *Store) Root() string { return s.path }
+// Logs are the runs' logs, in logs/.
+func (s *Store) Logs() *runlog.Logs { return s.logs }
 
-// display is the full path of a file of the state root, for messages only:
-// nothing ever opens it.
-func (s *Store) display(rel ...string) string {
-	return filepath.Join(append([]string{s.path}, rel...)...)
-}
+// Queue is the queue of waiting starts, in queue/.
+func (s *Store) Queue() *queue.Queue { return s.queue }
 
-// ErrNoRoot means the state root does not exist (yet).
-var ErrNoRoot = errors.New("state root does not exist")
+// FinishIndex is what the state root knows of its finished runs as a
+// whole: their walk, the index of the order they finished in, and the
+// done index of what each shard holds.
+func (s *Store) FinishIndex() *finishindex.Index { return s.index }
 
 // Ensure creates the state root's directories if they are missing and
 // opens the root.
@@ -146,163 +175,8 @@ func (s *Store) Ensure() error {
 			return fmt.Errorf("create state root %s: %w", s.path, unwrapPath(err))
 		}
 		if err == nil && dir == doneDir {
-			s.createIndex() // no finished runs yet: an empty index is complete
+			s.index.Create() // no finished runs yet: an empty index is complete
 		}
 	}
 	return nil
 }
-
-// openRoot opens the state root once; ErrNoRoot if it does not exist, an
-// *UnsafeRootError if someone untrusted can write it (owner.go).
-func (s *Store) openRoot() (*os.Root, error) {
-	s.mu.Lock()
-	if s.root != nil {
-		defer s.mu.Unlock()
-		return s.root, nil
-	}
-	s.mu.Unlock()
-	r, err := os.OpenRoot(s.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNoRoot
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open state root: %w", unwrapPath(err))
-	}
-	fi, err := r.Stat(".")
-	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("open state root: %w", unwrapPath(err))
-	}
-	sh := readSharing(r)
-	s.mu.Lock()
-	if !s.sharingNow {
-		s.sharing = sh
-	}
-	s.mu.Unlock()
-	complete, err := s.checkLayout(r, fi)
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.root != nil {
-		r.Close() // another goroutine opened it meanwhile
-		return s.root, nil
-	}
-	s.root, s.layoutChecked = r, complete
-	return r, nil
-}
-
-// dir opens a directory of the layout; the caller closes it. It is opened
-// anew each time, never cached: another process may remove a directory
-// (crew prune removes empty shards; anyone may remove runs/active) and make
-// it again, and a handle kept from before would read and write an orphaned
-// directory. A missing directory, or a missing root, is fs.ErrNotExist; a
-// directory replaced by anything else (a symbolic link, a file) is refused.
-func (s *Store) dir(rel string) (*os.Root, error) {
-	root, err := s.openRoot()
-	if errors.Is(err, ErrNoRoot) {
-		return nil, fs.ErrNotExist
-	}
-	if err != nil {
-		return nil, err
-	}
-	return s.openDir(root, rel, s.display(rel))
-}
-
-// checkLayout checks the root (fi) and every directory of its layout
-// that exists, so that a state root someone untrusted can write is refused
-// whole, by every command, whichever of its directories the command would
-// have used. Shards of finished runs are checked as they are opened.
-// It reports whether every directory Ensure makes was there.
-func (s *Store) checkLayout(r *os.Root, fi os.FileInfo) (complete bool, err error) {
-	if err := s.checkDir(fi, s.path, true); err != nil {
-		return false, err
-	}
-	complete = true
-	for _, dir := range append(layoutDirs, quarantineDir) {
-		fi, err := r.Lstat(dir)
-		if err == nil && fi.IsDir() {
-			if err := s.checkDir(fi, s.display(dir), false); err != nil {
-				return false, err
-			}
-		} else if dir != quarantineDir {
-			complete = false
-		}
-	}
-	return complete, nil
-}
-
-// openDir opens rel in parent as a root of its own, refusing a symbolic
-// link where a directory belongs (os.Root would follow one that stays
-// inside the state root; crew never follows any), and a directory someone
-// untrusted can write.
-func (s *Store) openDir(parent *os.Root, rel, display string) (*os.Root, error) {
-	fi, err := parent.Lstat(rel)
-	if err != nil {
-		return nil, unwrapPath(err)
-	}
-	if !fi.IsDir() {
-		return nil, &NotDirError{Path: display, Mode: fi.Mode()}
-	}
-	d, err := parent.OpenRoot(rel)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", display, unwrapPath(err))
-	}
-	opened, err := d.Stat(".")
-	if err != nil || !os.SameFile(fi, opened) {
-		d.Close()
-		return nil, fmt.Errorf("%s was replaced while being opened", display)
-	}
-	if err := s.checkDir(opened, display, false); err != nil {
-		d.Close()
-		return nil, err
-	}
-	return d, nil
-}
-
-// Close releases the store's handle on the state root.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.root != nil {
-		err := s.root.Close()
-		s.root = nil
-		return err
-	}
-	return nil
-}
-
-// Exists reports whether the state root exists (a root crew refuses to
-// use exists: the next access says why it is refused).
-func (s *Store) Exists() bool {
-	_, err := s.openRoot()
-	return !errors.Is(err, ErrNoRoot)
-}
-
-// NotDirError is a name of the layout where a directory belongs that is
-// something else (a file, a symbolic link, a FIFO).
-type NotDirError struct {
-	Path string
-	Mode fs.FileMode
-}
-
-func (e *NotDirError) Error() string {
-	return fmt.Sprintf("%s is %s, not a directory; move it out of the way", e.Path, rootfs.Kind(e.Mode))
-}
-
-// unwrapPath keeps the syscall error and the path without Go's operation
-// prefix repeated in every wrap.
-func unwrapPath(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
-	}
-	return err
-}
-
-// IsTempName reports whether a directory entry is a leftover temporary
-// file of an interrupted atomic write (or any other dot-file); listings
-// skip them and recovery sweeps them.
-func IsTempName(name string) bool { return len(name) > 0 && name[0] == '.' }

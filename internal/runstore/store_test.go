@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // The layout (see the package comment), as the paths messages show.
@@ -44,10 +46,10 @@ func TestLayoutPaths(t *testing.T) {
 		"owner":         s.display(ownersDir, ownerLockName(id)),
 		"supervisor":    s.display(ownersDir, supervisorLockName(id)),
 		"stop":          s.display(ownersDir, stopRequestName(id)),
-		"LogPath":       s.LogPath(id),
-		"ticket":        s.display(queueDir, ticketName(id)),
-		"ticketLock":    s.display(queueDir, ticketLockName(id)),
-		"bell":          s.display(queueDir, bellName(id)),
+		"LogPath":       s.Logs().LogPath(id),
+		"ticket":        s.display(queueDir, queue.TicketName(id)),
+		"ticketLock":    s.display(queueDir, queue.LockName(id)),
+		"bell":          s.display(queueDir, queue.BellName(id)),
 		"quarantineDir": s.display(quarantineDir),
 		"refusals":      s.display(refusalsName),
 	}
@@ -74,8 +76,8 @@ func TestLayoutPaths(t *testing.T) {
 	var paths []string
 	for _, i := range []record.RunID{id, other} {
 		paths = append(paths, s.display(ownersDir, ownerLockName(i)), s.display(ownersDir, supervisorLockName(i)),
-			s.display(ownersDir, stopRequestName(i)), s.display(queueDir, ticketName(i)),
-			s.display(queueDir, ticketLockName(i)), s.display(queueDir, bellName(i)))
+			s.display(ownersDir, stopRequestName(i)), s.display(queueDir, queue.TicketName(i)),
+			s.display(queueDir, queue.LockName(i)), s.display(queueDir, queue.BellName(i)))
 	}
 	if len(slices.Compact(slices.Sorted(slices.Values(paths)))) != len(paths) {
 		t.Errorf("file names collide: %q", paths)
@@ -123,7 +125,7 @@ func TestEnsure(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing.OwnerState(testID, nil)
-	missing.Ring(testID)
+	missing.Queue().Ring(testID)
 	assertMissing(t, missing.Root())
 }
 
@@ -409,7 +411,7 @@ func TestListActive(t *testing.T) {
 			t.Errorf("%s listed twice", e.Name)
 		}
 		byName[e.Name] = e
-		if IsTempName(e.Name) {
+		if stateroot.IsTempName(e.Name) {
 			t.Errorf("dot-file %s listed", e.Name)
 		}
 	}
@@ -569,146 +571,5 @@ func TestReadRunCorruptActive(t *testing.T) {
 	_, err := s.ReadRun(id)
 	if err == nil || errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), s.ActivePath(id)) {
 		t.Fatalf("ReadRun(empty active) = %v, want a decode error naming the file", err)
-	}
-}
-
-// finishedFixture writes finished runs over several days, out of order,
-// and returns their ids newest first.
-func finishedFixture(t *testing.T, s *Store) []record.RunID {
-	t.Helper()
-	days := []time.Time{
-		time.Date(2023, 12, 31, 0, 0, 0, 0, time.UTC),
-		time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
-		time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC), // "2024-01-10" sorts after "2024-01-09"
-		time.Date(2024, 1, 9, 0, 0, 0, 0, time.UTC),
-	}
-	var ids []record.RunID
-	n := 0
-	for _, d := range days {
-		for _, off := range []time.Duration{23*time.Hour + 59*time.Minute, time.Second, 9 * time.Hour, 10 * time.Hour} {
-			n++
-			id := idAt(d.Add(off), 1000-n) // random part deliberately not in time order
-			rec := testRecord(id, record.Succeeded)
-			if n%2 == 0 {
-				rec.Task = "even"
-			}
-			mustWriteDone(t, s, rec)
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	slices.Reverse(ids)
-	return ids
-}
-
-func recIDs(recs []*record.Run) []record.RunID {
-	var out []record.RunID
-	for _, r := range recs {
-		out = append(out, r.RunID)
-	}
-	return out
-}
-
-func TestRecentFinishedNewestFirstAcrossShards(t *testing.T) {
-	s := newStore(t)
-	want := finishedFixture(t, s)
-	// Distractions that are not records.
-	writeString(t, s.osPath(doneDir, "README"), "not a shard")
-	mkdirAll(t, s.osPath(doneDir, ".9999-12-31T00"))
-	writeString(t, s.osPath(doneDir, ".9999-12-31T00", string(idAt(time.Now(), 1))+".json"), "{}")
-	newest := shardDir(want[0])
-	writeString(t, s.osPath(newest, "."+string(want[0])+".json987654"), "{torn")
-	writeString(t, s.osPath(newest, "notes.txt"), "hello")
-
-	for _, n := range []int{1, 3, 4, 5, 9, len(want), len(want) + 10} {
-		recs, bad, err := s.RecentFinished(n, nil)
-		if err != nil || len(bad) != 0 {
-			t.Fatalf("RecentFinished(%d) err %v bad %v", n, err, bad)
-		}
-		wantN := want[:min(n, len(want))]
-		if got := recIDs(recs); !slices.Equal(got, wantN) {
-			t.Errorf("RecentFinished(%d) =\n%q\nwant\n%q", n, got, wantN)
-		}
-	}
-	recs, bad, err := s.RecentFinished(0, nil)
-	if err != nil || len(recs) != 0 || len(bad) != 0 {
-		t.Errorf("RecentFinished(0) = %v, %v, %v", recs, bad, err)
-	}
-}
-
-func TestRecentFinishedFilter(t *testing.T) {
-	s := newStore(t)
-	all := finishedFixture(t, s)
-	var even []record.RunID
-	for _, id := range all {
-		rec, err := s.ReadRun(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Task == "even" {
-			even = append(even, id)
-		}
-	}
-	keep := func(r *record.Run) bool { return r.Task == "even" }
-	for _, n := range []int{1, 3, len(even), len(even) + 1} {
-		recs, bad, err := s.RecentFinished(n, keep)
-		if err != nil || len(bad) != 0 {
-			t.Fatalf("err %v bad %v", err, bad)
-		}
-		if got, want := recIDs(recs), even[:min(n, len(even))]; !slices.Equal(got, want) {
-			t.Errorf("RecentFinished(%d, even) =\n%q\nwant\n%q", n, got, want)
-		}
-	}
-	recs, _, _ := s.RecentFinished(10, func(*record.Run) bool { return false })
-	if len(recs) != 0 {
-		t.Errorf("keep=false returned %d records", len(recs))
-	}
-}
-
-func TestRecentFinishedReportsBadRecords(t *testing.T) {
-	s := newStore(t)
-	ids := finishedFixture(t, s)
-	// Corrupt the second newest and the fourth newest.
-	writeString(t, s.DonePath(ids[1]), "")
-	writeString(t, s.DonePath(ids[3]), `{"version":2}`)
-
-	recs, bad, err := s.RecentFinished(3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := recIDs(recs), []record.RunID{ids[0], ids[2], ids[4]}; !slices.Equal(got, want) {
-		t.Errorf("RecentFinished(3) = %q, want %q (bad ones skipped, not counted)", got, want)
-	}
-	if len(bad) != 2 {
-		t.Fatalf("bad = %v, want 2 errors", bad)
-	}
-	for i, idx := range []int{1, 3} {
-		if !strings.Contains(bad[i].Error(), s.DonePath(ids[idx])) {
-			t.Errorf("bad[%d] = %q, want it to name %s", i, bad[i], s.DonePath(ids[idx]))
-		}
-	}
-}
-
-func TestRecentFinishedReadsOnlyWhatItNeeds(t *testing.T) {
-	// Its cost follows how far back it must look: a corrupt record in an
-	// older shard is never read when the newest shards have enough.
-	s := newStore(t)
-	ids := finishedFixture(t, s)
-	oldest := ids[len(ids)-1]
-	writeString(t, s.DonePath(oldest), "corrupt")
-	recs, bad, err := s.RecentFinished(2, nil)
-	if err != nil || len(bad) != 0 || len(recs) != 2 {
-		t.Fatalf("RecentFinished(2) = %d recs, bad %v, err %v; the oldest shard should not be read", len(recs), bad, err)
-	}
-	_, bad, _ = s.RecentFinished(len(ids), nil)
-	if len(bad) != 1 {
-		t.Errorf("reading everything: bad = %v, want the one corrupt record", bad)
-	}
-}
-
-func TestRecentFinishedNoDoneDir(t *testing.T) {
-	recs, bad, err := New(filepath.Join(t.TempDir(), "none")).RecentFinished(5, nil)
-	if recs != nil || bad != nil || err != nil {
-		t.Fatalf("RecentFinished(no root) = %v, %v, %v", recs, bad, err)
 	}
 }

@@ -150,7 +150,7 @@ func (s *supervisor) run() error {
 		}
 	}
 	if err := logw.Close(); err != nil && !s.logFailed {
-		s.Warn(fmt.Errorf("run %s: the log %s could not be put together (%w); crew logs still shows it whole", id, s.Logs.LogPath(id), err))
+		s.Warn(fmt.Errorf("run %s: the log %s could not be put together (%w); crew logs still shows it whole", id, s.Logs.Logs().LogPath(id), err))
 	}
 	code := *s.rec.ExitCode // the record may be left running to the processes the command left
 	if err := s.finish(); err != nil {
@@ -201,7 +201,7 @@ func (s *supervisor) attempt(n int, logw io.Writer) (ending, error) {
 	failpoint.Hit(failpoint.Exited)
 	s.reclaimTTY()
 	end := s.endingOf(ws, stop)
-	out.report(s.Warn, string(s.rec.RunID), s.Logs.LogPath(s.rec.RunID))
+	out.report(s.Warn, string(s.rec.RunID), s.Logs.Logs().LogPath(s.rec.RunID))
 	s.logFailed = s.logFailed || out.logErr() != nil
 	return end, nil
 }
@@ -219,13 +219,13 @@ func (s *supervisor) newOutput(logw io.Writer) (*output, error) {
 // twice is harmless.
 func (s *supervisor) createLog() (w *runLog, planted string, err error) {
 	if s.rec.LogMax > 0 {
-		lw, planted, err := s.Logs.CreateCappedLog(s.rec.RunID, s.rec.LogMax)
+		lw, planted, err := s.Logs.Logs().CreateCappedLog(s.rec.RunID, s.rec.LogMax)
 		if err != nil {
 			return nil, "", err
 		}
 		return &runLog{c: lw, w: lw}, planted, nil
 	}
-	f, planted, err := s.Logs.CreateLog(s.rec.RunID)
+	f, planted, err := s.Logs.Logs().CreateLog(s.rec.RunID)
 	if err != nil {
 		return nil, "", err
 	}

@@ -12,7 +12,7 @@ import (
 
 const activeHeld = 199
 
-func (h *harness) scenarioActive() error {
+func (h activeScenario) scenarioActive() error {
 	r := &h.rep
 	r.heading(2, fmt.Sprintf("Admission with %d active runs vs with 1", activeHeld+1))
 	busy, idle := h.path("roots", "active-200"), h.path("roots", "active-1")

@@ -17,7 +17,7 @@ const (
 	concRounds  = 4
 )
 
-func (h *harness) scenarioConcurrent() error {
+func (h concurrentScenario) scenarioConcurrent() error {
 	r := &h.rep
 	r.heading(2, fmt.Sprintf("Concurrent starters: %d callers of distinct tasks × %d rounds, vs `flock F true`", concCallers, concRounds))
 	flock := h.peers["flock"].bin
@@ -77,7 +77,7 @@ func (h *harness) scenarioConcurrent() error {
 
 // concurrentRound runs one burst of concCallers behind the gate and
 // returns the time from the gate opening to the last exit.
-func (h *harness) concurrentRound(label string, args func(i int) []string) (time.Duration, error) {
+func (h concurrentScenario) concurrentRound(label string, args func(i int) []string) (time.Duration, error) {
 	dir := h.path("concurrent", label)
 	res, err := h.burst(dir, h.env, concCallers, dir+"/observer", args)
 	if err != nil {
@@ -91,7 +91,7 @@ func (h *harness) concurrentRound(label string, args func(i int) []string) (time
 
 // reportConcurrent sums each repetition's rounds (the issue's load is 4
 // rounds) and compares each crew's sums with flock's.
-func (h *harness) reportConcurrent(all []*series, fl *series, reps int) {
+func (h concurrentScenario) reportConcurrent(all []*series, fl *series, reps int) {
 	sum := func(s *series) *series {
 		out := &series{contender: s.contender}
 		for rep := range reps {

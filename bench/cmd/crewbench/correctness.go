@@ -36,7 +36,7 @@ type corrResult struct {
 	msgs               []lineCount
 }
 
-func (h *harness) scenarioCorrectness() error {
+func (h correctnessScenario) scenarioCorrectness() error {
 	r := &h.rep
 	reps := h.cfg.n(10, 3)
 	r.heading(2, fmt.Sprintf("Correctness: %d concurrent callers at cap 2, %d times", corrCallers, reps))
@@ -79,7 +79,7 @@ func (h *harness) scenarioCorrectness() error {
 
 // correctnessTools are crew and the installed peers that have a cap; stop
 // ends the tsp server.
-func (h *harness) correctnessTools() ([]corrTool, error) {
+func (h correctnessScenario) correctnessTools() ([]corrTool, error) {
 	obsArgs := func(obs string) []string { return []string{h.self, "observe", obs, fmt.Sprint(corrSleepMs)} }
 	crewRoot := h.path("roots", "correctness")
 	tools := []corrTool{{
@@ -123,7 +123,7 @@ func (h *harness) correctnessTools() ([]corrTool, error) {
 }
 
 // correctnessBursts runs reps bursts of corrCallers callers of one tool.
-func (h *harness) correctnessBursts(t corrTool, reps int) (*corrResult, error) {
+func (h correctnessScenario) correctnessBursts(t corrTool, reps int) (*corrResult, error) {
 	if t.setup != nil {
 		if err := t.setup(); err != nil {
 			return nil, err
@@ -199,7 +199,7 @@ func (res *corrResult) stderrNote(name string) string {
 	return fmt.Sprintf("- %s (%d distinct): %s", name, len(msgs), strings.Join(lines, "; "))
 }
 
-func (h *harness) correctnessNotes() string {
+func (h correctnessScenario) correctnessNotes() string {
 	var notes []string
 	if p := h.peers["nq"]; p.bin != "" {
 		notes = append(notes, "nq is not in this table: it has no cap to set (a strict serial queue, cap 1 by construction).")

@@ -24,7 +24,7 @@ type diagFacts struct {
 	noop            string // the Go no-op timed in the floors
 }
 
-func (h *harness) scenarioDiagnostics() error {
+func (h diagScenario) scenarioDiagnostics() error {
 	h.rep.heading(2, "Diagnostics: where the time of a `crew start` goes")
 	d := &diagFacts{floors: map[string]*series{}}
 	for _, step := range []func(*diagFacts) error{h.diagFsync, h.diagFloors, h.diagDrift, h.diagStrace} {
@@ -37,7 +37,7 @@ func (h *harness) scenarioDiagnostics() error {
 }
 
 // diagFsync: fsync latency on the state root's filesystem (and tmpfs).
-func (h *harness) diagFsync(d *diagFacts) error {
+func (h diagScenario) diagFsync(d *diagFacts) error {
 	diskDir := h.path("tmp", "fsync")
 	if err := os.MkdirAll(diskDir, 0o700); err != nil {
 		return fmt.Errorf("fsync latency: %w", err)
@@ -64,7 +64,7 @@ func (h *harness) diagFsync(d *diagFacts) error {
 }
 
 // diagFloors: what a process costs before crew does any work.
-func (h *harness) diagFloors(d *diagFacts) error {
+func (h diagScenario) diagFloors(d *diagFacts) error {
 	ok := []int{0}
 	cs := []contender{{name: "crew (disk root)", what: "crew --root DISK start t -- true",
 		run: h.execRunner(h.env, ok, h.crew, "--root", h.path("roots", "diag-disk"), "start", "t", "--", "true")}}
@@ -123,7 +123,7 @@ func (h *harness) buildFloors() (noop, supervisor string, err error) {
 }
 
 // diagDrift: does a start cost more as the minutes of churn pile up?
-func (h *harness) diagDrift(*diagFacts) error {
+func (h diagScenario) diagDrift(*diagFacts) error {
 	shm := h.tmpfs()
 	if shm == "" {
 		return nil
@@ -159,7 +159,7 @@ func (h *harness) diagDrift(*diagFacts) error {
 }
 
 // diagStrace: syscalls and fsyncs of one crew start, and of a recover.
-func (h *harness) diagStrace(d *diagFacts) error {
+func (h diagScenario) diagStrace(d *diagFacts) error {
 	if _, err := exec.LookPath("strace"); err != nil {
 		h.rep.note("strace is not installed (`apt-get install -y strace`): no syscall profile.")
 		return nil
@@ -170,7 +170,7 @@ func (h *harness) diagStrace(d *diagFacts) error {
 	return h.straceRecover()
 }
 
-func (h *harness) straceStart(d *diagFacts) error {
+func (h diagScenario) straceStart(d *diagFacts) error {
 	root := h.path("roots", "diag-strace")
 	if err := h.initRoot(root, 4); err != nil {
 		return err
@@ -210,7 +210,7 @@ func (h *harness) straceStart(d *diagFacts) error {
 }
 
 // straceRecover: fsyncs per recovered run.
-func (h *harness) straceRecover() error {
+func (h diagScenario) straceRecover() error {
 	root := h.path("roots", "diag-recover")
 	if err := h.initRoot(root, 4); err != nil {
 		return err
@@ -233,7 +233,7 @@ func (h *harness) straceRecover() error {
 }
 
 // diagReading: what the numbers say.
-func (h *harness) diagReading(d *diagFacts) {
+func (h diagScenario) diagReading(d *diagFacts) {
 	var lines []string
 	if disk, mem := d.floors["crew (disk root)"], d.floors["crew (tmpfs root)"]; disk != nil && mem != nil {
 		lines = append(lines, fmt.Sprintf("- Durability, measured: crew on the disk root minus crew on tmpfs (where fsync returns at once) = %s − %s = **%s per start**, of which %s is CPU (%s − %s): time the kernel spends working, not waiting for the device.",

@@ -24,7 +24,7 @@ const (
 	etcdStore   = "crew-etcd, etcd store"
 )
 
-func (h *harness) scenarioEtcd() error {
+func (h etcdScenario) scenarioEtcd() error {
 	r := &h.rep
 	r.heading(2, "The etcd store: its cost, and the local default's")
 	bin := h.path("crew-etcd")
@@ -93,7 +93,7 @@ func (h *harness) scenarioEtcd() error {
 }
 
 // makeIn runs a make target of crew's source tree.
-func (h *harness) makeIn(target string, vars ...string) error {
+func (h etcdScenario) makeIn(target string, vars ...string) error {
 	cmd := exec.Command("make", append([]string{target}, vars...)...)
 	cmd.Dir = h.crewSrc
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -106,7 +106,7 @@ func (h *harness) makeIn(target string, vars ...string) error {
 // devEtcd starts crew's development etcd on two free loopback ports, data
 // in the work directory, until the harness cleans up; it returns the
 // client endpoint.
-func (h *harness) devEtcd(bin string) (string, error) {
+func (h etcdScenario) devEtcd(bin string) (string, error) {
 	ports := make([]string, 2)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -35,6 +35,23 @@ type harness struct {
 	shm     string // private directory on tmpfs, made once ("" when none)
 }
 
+// The scenarios, and the other parts of a run, are types of their own
+// over the harness they run in.
+type (
+	activeScenario      struct{ *harness } // the active scenario (active.go)
+	concurrentScenario  struct{ *harness } // the concurrent scenario (concurrent.go)
+	correctnessScenario struct{ *harness } // the correctness scenario (correctness.go)
+	diagScenario        struct{ *harness } // the diag scenario (diag.go)
+	etcdScenario        struct{ *harness } // the etcd scenario (etcd.go)
+	historyScenario     struct{ *harness } // the history scenario (history.go)
+	queueScenario       struct{ *harness } // the queue scenario (queue.go, idle.go)
+	recoverScenario     struct{ *harness } // the recover scenario (recover.go)
+	rssScenario         struct{ *harness } // the rss scenario (rss.go)
+	uncontendedScenario struct{ *harness } // the uncontended scenario (uncontended.go)
+	machineReport       struct{ *harness } // the report's description of the machine (machine.go)
+	layoutProbe         struct{ *harness } // the check of crew's state-root layout (probe.go)
+)
+
 // newHarness makes the private work directory and registers its removal;
 // setup does the rest, once the caller has arranged for cleanup to run.
 func newHarness(c *config) (*harness, error) {
@@ -83,7 +100,7 @@ func (h *harness) setup() error {
 		return err
 	}
 	h.peers = findPeers(h.env)
-	return h.checkLayout()
+	return layoutProbe{h}.checkLayout()
 }
 
 // baseEnv is the environment every measured process gets: ours, without
@@ -206,29 +223,29 @@ func (h *harness) buildCrew() error {
 // and the others still run. The figures of the issue come last, side by
 // side, measured or not.
 func (h *harness) runAll() (failed bool) {
-	h.machine()
+	machineReport{h}.machine()
 	steps := []struct {
 		name string
 		run  func() error
 	}{
-		{"uncontended", h.scenarioUncontended},
+		{"uncontended", uncontendedScenario{h}.scenarioUncontended},
 		// Right after uncontended, before history and recover create and
 		// delete 100,000s of files: on ext4 without a journal, file
 		// creation slows for minutes after mass deletions.
-		{"diag", h.scenarioDiagnostics},
-		{"concurrent", h.scenarioConcurrent},
-		{"active", h.scenarioActive},
+		{"diag", diagScenario{h}.scenarioDiagnostics},
+		{"concurrent", concurrentScenario{h}.scenarioConcurrent},
+		{"active", activeScenario{h}.scenarioActive},
 		// The queue's latencies before history and recover churn the disk
 		// and before correctness loads the machine: right after history
 		// and recover its handoff p99 was 58 ms, alone 9 ms (ext4 without
 		// a journal scans past recently deleted inodes on every file
 		// creation, for a while after mass deletions; docs/benchmarks.md).
-		{"queue", h.scenarioQueue},
-		{"rss", h.scenarioRSS},
-		{"etcd", h.scenarioEtcd},
-		{"correctness", h.scenarioCorrectness},
-		{"history", h.scenarioHistory},
-		{"recover", h.scenarioRecover},
+		{"queue", queueScenario{h}.scenarioQueue},
+		{"rss", rssScenario{h}.scenarioRSS},
+		{"etcd", etcdScenario{h}.scenarioEtcd},
+		{"correctness", correctnessScenario{h}.scenarioCorrectness},
+		{"history", historyScenario{h}.scenarioHistory},
+		{"recover", recoverScenario{h}.scenarioRecover},
 	}
 	for _, s := range steps {
 		if !h.cfg.want(s.name) {

@@ -16,7 +16,7 @@ type historyLayout struct {
 	times      func(i int) time.Time
 }
 
-func (h *harness) scenarioHistory() error {
+func (h historyScenario) scenarioHistory() error {
 	n := h.cfg.history
 	h.rep.heading(2, fmt.Sprintf("History: admission and `crew status` with %d finished runs", n))
 	roots, err := h.historyRoots(n)
@@ -61,7 +61,7 @@ func historyLayouts(n int) []historyLayout {
 
 // historyRoots makes an empty root and one per layout, and checks that
 // crew reads the written history as its own.
-func (h *harness) historyRoots(n int) ([]string, error) {
+func (h historyScenario) historyRoots(n int) ([]string, error) {
 	roots := []string{h.path("roots", "history-none")}
 	if err := h.initRoot(roots[0], 4); err != nil {
 		return roots, err
@@ -96,7 +96,7 @@ func (h *harness) historyRoots(n int) ([]string, error) {
 
 // readsAsOwn checks that crew status lists ten finished runs of root and
 // reports no problem.
-func (h *harness) readsAsOwn(root string) error {
+func (h historyScenario) readsAsOwn(root string) error {
 	s, err := h.status(root)
 	if err != nil {
 		return err
@@ -109,7 +109,7 @@ func (h *harness) readsAsOwn(root string) error {
 
 // historyAdmission times `crew start t -- true` in the three roots,
 // alternating.
-func (h *harness) historyAdmission(roots []string, n int) error {
+func (h historyScenario) historyAdmission(roots []string, n int) error {
 	ok := []int{0}
 	var cs []contender
 	for i, root := range roots {
@@ -138,7 +138,7 @@ func (h *harness) historyAdmission(roots []string, n int) error {
 }
 
 // historyStatus times `crew status` in the three roots, alternating.
-func (h *harness) historyStatus(roots []string, n int) error {
+func (h historyScenario) historyStatus(roots []string, n int) error {
 	ok := []int{0}
 	var cs []contender
 	for i, root := range roots {

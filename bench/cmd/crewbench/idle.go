@@ -17,7 +17,7 @@ import (
 
 const idleWaiters = 64
 
-func (h *harness) queueIdleWaiters(wait string) error {
+func (h queueScenario) queueIdleWaiters(wait string) error {
 	root := h.path("roots", "queue-idle")
 	if err := h.initRoot(root, 1); err != nil {
 		return err
@@ -73,7 +73,7 @@ func idleShares(pids []int, n int, window time.Duration) ([]float64, error) {
 	return shares, nil
 }
 
-func (h *harness) reportIdle(shares []float64) {
+func (h queueScenario) reportIdle(shares []float64) {
 	med := medianFloat(shares)
 	lo, hi := slices.Min(shares), slices.Max(shares)
 	met := med <= 0.02

@@ -10,7 +10,7 @@ import (
 )
 
 // machine reports what the numbers were measured on: the report's header.
-func (h *harness) machine() {
+func (h machineReport) machine() {
 	r := &h.rep
 	r.heading(1, "crew benchmark results")
 	quick := ""
@@ -32,7 +32,7 @@ func (h *harness) machine() {
 	}
 }
 
-func (h *harness) hostRows() [][]string {
+func (h machineReport) hostRows() [][]string {
 	rows := [][]string{{"date (UTC)", time.Now().UTC().Format("2006-01-02 15:04")}}
 	cpu := firstMatch("/proc/cpuinfo", "model name")
 	rows = append(rows, []string{"CPU", fmt.Sprintf("%d cores (runtime.NumCPU), %s", runtime.NumCPU(), cpu)})
@@ -47,7 +47,7 @@ func (h *harness) hostRows() [][]string {
 
 // filesystemRows describe the disk state roots (the work directory) and
 // the tmpfs ones.
-func (h *harness) filesystemRows() [][]string {
+func (h machineReport) filesystemRows() [][]string {
 	fs, dev, mnt := filesystemOf(h.env, h.work)
 	rows := [][]string{{"state roots (\"disk\")", "`" + h.work + "`"}, {"filesystem of the state roots", fs}}
 	if opts := mountOptions(mnt); opts != "" {
@@ -68,7 +68,7 @@ func (h *harness) filesystemRows() [][]string {
 	return rows
 }
 
-func (h *harness) toolRows() [][]string {
+func (h machineReport) toolRows() [][]string {
 	rows := [][]string{{"Go (harness)", runtime.Version()}}
 	if out, err := output(h.env, "go", "version"); err == nil {
 		rows = append(rows, []string{"Go (crew build)", strings.TrimSpace(out)})
@@ -85,7 +85,7 @@ func (h *harness) toolRows() [][]string {
 	return rows
 }
 
-func (h *harness) crewVersion() string {
+func (h machineReport) crewVersion() string {
 	out, err := output(h.env, "go", "version", "-m", h.crew)
 	if err != nil {
 		return h.crew

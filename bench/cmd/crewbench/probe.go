@@ -35,7 +35,7 @@ const idMark = "{run-id}"
 // checkLayout runs crew in a scratch state root and checks every
 // assumption of layout.go against what it did, then keeps the records it
 // wrote as templates.
-func (h *harness) checkLayout() error {
+func (h layoutProbe) checkLayout() error {
 	root := h.path("roots", "layout")
 	if err := h.initRoot(root, 4); err != nil {
 		return fmt.Errorf("layout check: %w", err)
@@ -56,7 +56,7 @@ func (h *harness) checkLayout() error {
 
 // probeFinished runs three starts, finds their finished records where
 // layout.go says, and returns the newest as a template.
-func (h *harness) probeFinished(root string) (*template, error) {
+func (h layoutProbe) probeFinished(root string) (*template, error) {
 	for i := range 3 {
 		if _, err := output(h.env, h.crew, "--root", root, "start", fmt.Sprintf("layout-%d", i), "--", "true"); err != nil {
 			return nil, fmt.Errorf("layout check: %w", err)
@@ -104,7 +104,7 @@ func checkRunID(run statusRun) error {
 // probeRunning starts a run of `sleep 5`, copies its record and the other
 // files named after its id while it runs, stops it, and checks that its
 // finished record lands in the documented place too.
-func (h *harness) probeRunning(root string) (*template, []companion, error) {
+func (h layoutProbe) probeRunning(root string) (*template, []companion, error) {
 	cmd := exec.Command(h.crew, "--root", root, "start", "layout-active", "--", "sleep", "5")
 	cmd.Env = h.env
 	if err := cmd.Start(); err != nil {

@@ -28,7 +28,7 @@ import (
 // waitFlag looks for --wait in `crew start --help` and returns the argument
 // to pass: "--wait" for a boolean flag, "--wait=10m" when it takes a
 // duration. ok is false when there is no such flag.
-func (h *harness) waitFlag() (arg string, ok bool, reason string) {
+func (h queueScenario) waitFlag() (arg string, ok bool, reason string) {
 	out, err := output(h.env, h.crew, "start", "--help")
 	if err != nil {
 		return "", false, "`crew start --help` failed: " + err.Error()
@@ -58,7 +58,7 @@ func (h *harness) waitFlag() (arg string, ok bool, reason string) {
 	return "", false, "`crew start --help` has no `--wait` flag yet (the queue issue adds it)"
 }
 
-func (h *harness) scenarioQueue() error {
+func (h queueScenario) scenarioQueue() error {
 	r := &h.rep
 	r.heading(2, "Queue: `crew start --wait`")
 	wait, ok, why := h.waitFlag()
@@ -80,7 +80,7 @@ func (h *harness) scenarioQueue() error {
 }
 
 // queueMakespan: 64 callers, cap 4, 0.2 s each.
-func (h *harness) queueMakespan(wait string) error {
+func (h queueScenario) queueMakespan(wait string) error {
 	reps := h.cfg.n(3, 1)
 	root := h.path("roots", "queue-makespan")
 	if err := h.initRoot(root, 4); err != nil {
@@ -128,7 +128,7 @@ func (h *harness) queueMakespan(wait string) error {
 }
 
 // queueHandoff: cap 1, 33 callers (one runs, 32 wait).
-func (h *harness) queueHandoff(wait string) error {
+func (h queueScenario) queueHandoff(wait string) error {
 	reps := h.cfg.n(3, 1)
 	root := h.path("roots", "queue-handoff")
 	if err := h.initRoot(root, 1); err != nil {
@@ -160,7 +160,7 @@ func (h *harness) queueHandoff(wait string) error {
 }
 
 // queueWaiterRSS: peak RSS of a waiting crew, cap 1 held by a 2 s run.
-func (h *harness) queueWaiterRSS(wait string) error {
+func (h queueScenario) queueWaiterRSS(wait string) error {
 	root := h.path("roots", "queue-rss")
 	if err := h.initRoot(root, 1); err != nil {
 		return err

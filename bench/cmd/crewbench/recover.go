@@ -18,7 +18,7 @@ type recoverPass struct {
 	limit      time.Duration
 }
 
-func (h *harness) scenarioRecover() error {
+func (h recoverScenario) scenarioRecover() error {
 	n := h.cfg.dead
 	small := min(n, h.cfg.n(1000, 500))
 	h.rep.heading(2, fmt.Sprintf("`crew recover` over %d dead runs", n))
@@ -66,7 +66,7 @@ func (res *recoverResult) row(p recoverPass, rep int) []string {
 
 // recoverFigure judges the full pass against 10 s for 10,000 (scaled by
 // the cost per run when -dead is not 10,000).
-func (h *harness) recoverFigure(full *recoverResult, n int, limit time.Duration, small int, perRun map[int]time.Duration) {
+func (h recoverScenario) recoverFigure(full *recoverResult, n int, limit time.Duration, small int, perRun map[int]time.Duration) {
 	per := full.wall / time.Duration(max(1, full.finalized))
 	var measured string
 	var met bool
@@ -100,7 +100,7 @@ type recoverResult struct {
 
 // recoverOnce writes n dead runs into a fresh root and times one
 // `crew recover` over them.
-func (h *harness) recoverOnce(n, rep int, limit time.Duration) (*recoverResult, error) {
+func (h recoverScenario) recoverOnce(n, rep int, limit time.Duration) (*recoverResult, error) {
 	root := h.path("roots", fmt.Sprintf("recover-%d-%d", n, rep))
 	defer os.RemoveAll(root)
 	if err := h.initRoot(root, 4); err != nil {

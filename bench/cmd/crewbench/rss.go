@@ -18,7 +18,7 @@ type rssTool struct {
 	stop       func()
 }
 
-func (h *harness) scenarioRSS() error {
+func (h rssScenario) scenarioRSS() error {
 	h.rep.heading(2, "Peak memory of a supervising `crew start t -- sleep 1`")
 	tools, err := h.rssTools()
 	defer func() {
@@ -59,7 +59,7 @@ func (h *harness) scenarioRSS() error {
 }
 
 // rssTools are crew and the installed peers, each running `sleep 1`.
-func (h *harness) rssTools() ([]rssTool, error) {
+func (h rssScenario) rssTools() ([]rssTool, error) {
 	root := h.path("roots", "rss")
 	if err := h.initRoot(root, 4); err != nil {
 		return nil, err
@@ -87,7 +87,7 @@ func (h *harness) rssTools() ([]rssTool, error) {
 }
 
 // rssRow reports one tool's samples; for crew it fills the figure.
-func (h *harness) rssRow(t rssTool, samples []memSample) []string {
+func (h rssScenario) rssRow(t rssTool, samples []memSample) []string {
 	col := func(f func(memSample) int64) []int64 {
 		var out []int64
 		for _, m := range samples {

@@ -22,7 +22,7 @@ const (
 	crewSem   = "crew, disk (sem rounds)"
 )
 
-func (h *harness) scenarioUncontended() error {
+func (h uncontendedScenario) scenarioUncontended() error {
 	r := &h.rep
 	r.heading(2, "Uncontended start: one caller, a free slot, the command is `true`")
 	cs, stop, err := h.uncontendedContenders()
@@ -58,7 +58,7 @@ func (h *harness) scenarioUncontended() error {
 
 // uncontendedContenders are the fast contenders, run in one alternation;
 // stop ends the tsp server.
-func (h *harness) uncontendedContenders() ([]contender, func(), error) {
+func (h uncontendedScenario) uncontendedContenders() ([]contender, func(), error) {
 	ok := []int{0}
 	stop := func() {}
 	var cs []contender
@@ -103,7 +103,7 @@ func (h *harness) uncontendedContenders() ([]contender, func(), error) {
 }
 
 // semContenders are crew on disk and sem, or nil without sem.
-func (h *harness) semContenders() ([]contender, error) {
+func (h uncontendedScenario) semContenders() ([]contender, error) {
 	p := h.peers["sem"]
 	if p.bin == "" {
 		return nil, nil
@@ -120,7 +120,7 @@ func (h *harness) semContenders() ([]contender, error) {
 }
 
 // uncontendedRatios reports crew ÷ each peer and fills the figures.
-func (h *harness) uncontendedRatios(by map[string]*series) {
+func (h uncontendedScenario) uncontendedRatios(by map[string]*series) {
 	type cmp struct {
 		id         figureID
 		crew, peer string
@@ -167,7 +167,7 @@ func (h *harness) whyMissing(name string) string {
 	return name + " was not run"
 }
 
-func (h *harness) workOnTmpfs() bool { return fsType(h.env, h.work) == "tmpfs" }
+func (h uncontendedScenario) workOnTmpfs() bool { return fsType(h.env, h.work) == "tmpfs" }
 
 // diskLabel names the work directory's filesystem, e.g. "ext4 on /dev/vda".
 func (h *harness) diskLabel() string {
@@ -183,7 +183,7 @@ func (h *harness) diskLabel() string {
 }
 
 // peerDocs says what each installed contender's command does.
-func (h *harness) peerDocs() string {
+func (h uncontendedScenario) peerDocs() string {
 	var docs []string
 	for _, name := range append([]string{"crew"}, peerOrder...) {
 		if name == "crew" || h.peers[name].bin != "" {
@@ -195,7 +195,7 @@ func (h *harness) peerDocs() string {
 
 // nqRunner enqueues `true` with nq and waits for it with nq -w: nq
 // detaches the job, so both processes are needed to see it finish.
-func (h *harness) nqRunner(nqdir string) func() (sample, error) {
+func (h uncontendedScenario) nqRunner(nqdir string) func() (sample, error) {
 	nq := h.peers["nq"].bin
 	env := withEnv(h.env, "NQDIR="+nqdir)
 	return func() (sample, error) {

@@ -1,4 +1,4 @@
-package runstore
+package runlog
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/crew-dev/crew/internal/bytesize"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // Capped logs. A run whose record has logMax C > 0 keeps the beginning and
@@ -108,12 +109,12 @@ func parseMarker(b []byte) (dropped int64, n int, ok bool) {
 	return dropped, len(b) - len(rest), true
 }
 
-// LogWriter writes a capped log. It is safe for the two copies of the
+// Writer writes a capped log. It is safe for the two copies of the
 // command's output (stdout, stderr) to write at once. It never blocks on
 // anything but its own writes: when the head is full, output goes to the
 // pieces, and an old piece is removed (one unlink) when a new one begins.
-type LogWriter struct {
-	s      *Store
+type Writer struct {
+	l      *Logs
 	id     record.RunID
 	logMax int64
 
@@ -131,20 +132,20 @@ type LogWriter struct {
 // CreateCappedLog opens a run's log for writing with a cap of logMax
 // bytes (at least record.MinLogMax is sensible; anything positive works).
 // warning is CreateLog's: a planted file moved aside.
-func (s *Store) CreateCappedLog(id record.RunID, logMax int64) (w *LogWriter, warning string, err error) {
+func (l *Logs) CreateCappedLog(id record.RunID, logMax int64) (w *Writer, warning string, err error) {
 	if logMax <= 0 {
 		return nil, "", fmt.Errorf("log cap of run %s: %d is not positive", id, logMax)
 	}
-	f, warning, err := s.CreateLog(id)
+	f, warning, err := l.CreateLog(id)
 	if err != nil {
 		return nil, "", err
 	}
-	return &LogWriter{s: s, id: id, logMax: logMax, head: f}, warning, nil
+	return &Writer{l: l, id: id, logMax: logMax, head: f}, warning, nil
 }
 
 // Write takes output in order; it reports all of p written unless a write
 // failed, after which every call fails with that error.
-func (w *LogWriter) Write(p []byte) (int, error) {
+func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.err != nil {
@@ -183,7 +184,7 @@ func (w *LogWriter) Write(p []byte) (int, error) {
 
 // nextPiece starts a piece at the current offset and removes the oldest
 // if there are more than logCapPieces.
-func (w *LogWriter) nextPiece() error {
+func (w *Writer) nextPiece() error {
 	if w.cur != nil {
 		if err := w.cur.Close(); err != nil {
 			return w.fail("close a piece of", err)
@@ -191,21 +192,21 @@ func (w *LogWriter) nextPiece() error {
 		w.cur = nil
 	}
 	if w.tail == nil {
-		dir, err := w.s.ensureTailDir(w.id)
+		dir, err := w.l.ensureTailDir(w.id)
 		if err != nil {
 			return w.fail("open the tail of", err)
 		}
 		w.tail = dir
 	}
 	name := pieceName(w.written)
-	f, err := rootfs.Open(w.tail, name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, w.s.filePerm())
+	f, err := rootfs.Open(w.tail, name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, w.l.dir.FilePerm())
 	if err != nil {
 		return w.fail("start a piece of", err)
 	}
 	w.cur, w.curLen = f, 0
 	w.pieces = append(w.pieces, w.written)
 	if _, _, keep := capGeometry(w.logMax); len(w.pieces) > keep {
-		if err := removeFile(w.tail, pieceName(w.pieces[0])); err != nil {
+		if err := w.l.dir.Remove(w.tail, pieceName(w.pieces[0])); err != nil {
 			return w.fail("drop the oldest piece of", err)
 		}
 		w.pieces = w.pieces[1:]
@@ -213,12 +214,12 @@ func (w *LogWriter) nextPiece() error {
 	return nil
 }
 
-func (w *LogWriter) fail(what string, err error) error {
-	return fmt.Errorf("%s the log %s: %w", what, w.s.display(logsDir, tailDirName(w.id)), unwrapPath(err))
+func (w *Writer) fail(what string, err error) error {
+	return fmt.Errorf("%s the log %s: %w", what, w.l.dir.Path(tailDirName(w.id)), stateroot.UnwrapPath(err))
 }
 
 // Written is how many bytes of output the log was given.
-func (w *LogWriter) Written() int64 {
+func (w *Writer) Written() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.written
@@ -227,7 +228,7 @@ func (w *LogWriter) Written() int64 {
 // Close makes the log one file (head, marker, tail; see above) and
 // closes it. If that fails (a full disk), the head and the pieces stay,
 // and readers still show the whole view.
-func (w *LogWriter) Close() error {
+func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var errs []error
@@ -248,7 +249,7 @@ func (w *LogWriter) Close() error {
 // compose appends the marker and the pieces to the head, makes that
 // durable, then removes the pieces: a crash at any point leaves either
 // the pieces (readers use them) or a complete file.
-func (w *LogWriter) compose() error {
+func (w *Writer) compose() error {
 	headMax, _, _ := capGeometry(w.logMax)
 	if dropped := w.pieces[0] - headMax; dropped > 0 {
 		if _, err := io.WriteString(w.head, dropMarker(dropped, w.logMax, w.last != '\n')); err != nil {
@@ -269,26 +270,26 @@ func (w *LogWriter) compose() error {
 	if err := w.head.Sync(); err != nil {
 		return w.fail("sync", err)
 	}
-	return w.s.removeTail(w.id)
+	return w.l.RemoveTail(w.id)
 }
 
 // ensureTailDir creates (if needed) and opens logs/<id>.tail.
-func (s *Store) ensureTailDir(id record.RunID) (*os.Root, error) {
-	logs, err := s.dir(logsDir)
+func (l *Logs) ensureTailDir(id record.RunID) (*os.Root, error) {
+	logs, err := l.dir.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer logs.Close()
-	if err := s.mkdir(logs, tailDirName(id)); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := l.dir.Mkdir(logs, tailDirName(id)); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
-	return s.openDir(logs, tailDirName(id), s.display(logsDir, tailDirName(id)))
+	return l.dir.OpenIn(logs, tailDirName(id))
 }
 
-// removeTail removes a run's pieces and their directory, if any. Only
+// RemoveTail removes a run's pieces and their directory, if any. Only
 // regular files are removed; anything else in there makes it an error.
-func (s *Store) removeTail(id record.RunID) error {
-	logs, err := s.dir(logsDir)
+func (l *Logs) RemoveTail(id record.RunID) error {
+	logs, err := l.dir.Open()
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -297,18 +298,18 @@ func (s *Store) removeTail(id record.RunID) error {
 	}
 	defer logs.Close()
 	name := tailDirName(id)
-	tail, err := s.openDir(logs, name, s.display(logsDir, name))
+	tail, err := l.dir.OpenIn(logs, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	names, err := listNames(tail)
+	names, err := l.dir.List(tail)
 	if err == nil {
 		for _, n := range names {
 			if fi, lerr := tail.Lstat(n); lerr == nil && fi.Mode().IsRegular() {
-				if rerr := removeFile(tail, n); rerr != nil {
+				if rerr := l.dir.Remove(tail, n); rerr != nil {
 					err = rerr
 					break
 				}
@@ -317,10 +318,10 @@ func (s *Store) removeTail(id record.RunID) error {
 	}
 	tail.Close()
 	if err != nil {
-		return fmt.Errorf("remove %s: %w", s.display(logsDir, name), unwrapPath(err))
+		return fmt.Errorf("remove %s: %w", l.dir.Path(name), stateroot.UnwrapPath(err))
 	}
 	if err := logs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", s.display(logsDir, name), unwrapPath(err))
+		return fmt.Errorf("remove %s: %w", l.dir.Path(name), stateroot.UnwrapPath(err))
 	}
 	return nil
 }
@@ -331,13 +332,13 @@ type piece struct {
 }
 
 // listPieces lists a run's pieces, oldest first; none if it has no tail.
-func (s *Store) listPieces(id record.RunID) ([]piece, error) {
-	logs, err := s.dir(logsDir)
+func (l *Logs) listPieces(id record.RunID) ([]piece, error) {
+	logs, err := l.dir.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer logs.Close()
-	tail, err := s.openDir(logs, tailDirName(id), s.display(logsDir, tailDirName(id)))
+	tail, err := l.dir.OpenIn(logs, tailDirName(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -345,7 +346,7 @@ func (s *Store) listPieces(id record.RunID) ([]piece, error) {
 		return nil, err
 	}
 	defer tail.Close()
-	names, err := listNames(tail)
+	names, err := l.dir.List(tail)
 	if err != nil {
 		return nil, err
 	}
@@ -365,9 +366,10 @@ func (s *Store) listPieces(id record.RunID) ([]piece, error) {
 	return out, nil
 }
 
-// tailBytes is what a run's pieces take on disk.
-func (s *Store) tailBytes(id record.RunID) int64 {
-	ps, _ := s.listPieces(id)
+// TailBytes is what a run's pieces take on disk (none once its capped
+// log was put together).
+func (l *Logs) TailBytes(id record.RunID) int64 {
+	ps, _ := l.listPieces(id)
 	var n int64
 	for _, p := range ps {
 		n += p.size
@@ -375,14 +377,14 @@ func (s *Store) tailBytes(id record.RunID) int64 {
 	return n
 }
 
-// LogReader reads a run's log as the command wrote it, while the run
+// Reader reads a run's log as the command wrote it, while the run
 // writes and after it ended: each Copy writes what is new since the last.
 // For a capped log it puts the head and the newest output together (see
 // above); where output it has not shown was dropped meanwhile (a reader
 // that fell behind, or one that starts after the head), it writes the
 // marker line in its place, as the finished log has it.
-type LogReader struct {
-	s      *Store
+type Reader struct {
+	l      *Logs
 	id     record.RunID
 	logMax int64
 
@@ -393,12 +395,12 @@ type LogReader struct {
 
 // NewLogReader reads the log of run id, written with cap logMax (the
 // run's record says; 0 for none).
-func (s *Store) NewLogReader(id record.RunID, logMax int64) *LogReader {
-	return &LogReader{s: s, id: id, logMax: logMax, last: '\n'}
+func (l *Logs) NewLogReader(id record.RunID, logMax int64) *Reader {
+	return &Reader{l: l, id: id, logMax: logMax, last: '\n'}
 }
 
 // Close releases the reader's file.
-func (r *LogReader) Close() error {
+func (r *Reader) Close() error {
 	if r.head == nil {
 		return nil
 	}
@@ -407,9 +409,9 @@ func (r *LogReader) Close() error {
 
 // Copy writes to w what the log holds beyond what was already shown. It
 // returns fs.ErrNotExist (wrapped) while the run has no log.
-func (r *LogReader) Copy(w io.Writer) (int64, error) {
+func (r *Reader) Copy(w io.Writer) (int64, error) {
 	if r.head == nil {
-		f, err := r.s.OpenLog(r.id)
+		f, err := r.l.OpenLog(r.id)
 		if err != nil {
 			return 0, err
 		}
@@ -441,7 +443,7 @@ func (r *LogReader) Copy(w io.Writer) (int64, error) {
 		if err != nil {
 			return total, err
 		}
-		pieces, err := r.s.listPieces(r.id)
+		pieces, err := r.l.listPieces(r.id)
 		if err != nil {
 			return total, err
 		}
@@ -459,7 +461,7 @@ func (r *LogReader) Copy(w io.Writer) (int64, error) {
 
 // composed reports whether the head file already holds the whole view:
 // the pieces were appended, and are only waiting to be removed.
-func (r *LogReader) composed(size int64, pieces []piece) bool {
+func (r *Reader) composed(size int64, pieces []piece) bool {
 	headMax, _, _ := capGeometry(r.logMax)
 	want := headMax
 	if dropped := pieces[0].off - headMax; dropped > 0 {
@@ -472,7 +474,7 @@ func (r *LogReader) composed(size int64, pieces []piece) bool {
 }
 
 // headLast is the last byte of the head.
-func (r *LogReader) headLast() byte {
+func (r *Reader) headLast() byte {
 	headMax, _, _ := capGeometry(r.logMax)
 	var b [1]byte
 	if _, err := r.head.ReadAt(b[:], headMax-1); err != nil {
@@ -482,7 +484,7 @@ func (r *LogReader) headLast() byte {
 }
 
 // skipTo shows the marker for output dropped before off, and moves there.
-func (r *LogReader) skipTo(w io.Writer, off int64) (int64, error) {
+func (r *Reader) skipTo(w io.Writer, off int64) (int64, error) {
 	if off <= r.pos {
 		return 0, nil
 	}
@@ -494,12 +496,12 @@ func (r *LogReader) skipTo(w io.Writer, off int64) (int64, error) {
 
 // copyPieces shows the pieces beyond what was shown; vanished says a
 // piece was removed before it could be read.
-func (r *LogReader) copyPieces(w io.Writer, pieces []piece) (total int64, vanished bool, err error) {
+func (r *Reader) copyPieces(w io.Writer, pieces []piece) (total int64, vanished bool, err error) {
 	for _, p := range pieces {
 		if p.off+p.size <= r.pos {
 			continue
 		}
-		f, err := r.s.openPiece(r.id, p.off)
+		f, err := r.l.openPiece(r.id, p.off)
 		if errors.Is(err, fs.ErrNotExist) {
 			return total, true, nil
 		}
@@ -522,7 +524,7 @@ func (r *LogReader) copyPieces(w io.Writer, pieces []piece) (total int64, vanish
 }
 
 // copyComposed shows a finished capped log beyond its head.
-func (r *LogReader) copyComposed(w io.Writer) (int64, error) {
+func (r *Reader) copyComposed(w io.Writer) (int64, error) {
 	headMax, _, _ := capGeometry(r.logMax)
 	fi, err := r.head.Stat()
 	if err != nil {
@@ -561,7 +563,7 @@ func (r *LogReader) copyComposed(w io.Writer) (int64, error) {
 
 // copyAt copies up to n bytes (n < 0: to the end) of f from off to w and
 // remembers the last byte shown.
-func (r *LogReader) copyAt(w io.Writer, f *os.File, off, n int64) (int64, error) {
+func (r *Reader) copyAt(w io.Writer, f *os.File, off, n int64) (int64, error) {
 	if n == 0 {
 		return 0, nil
 	}
@@ -591,13 +593,13 @@ func (l *lastByte) Write(p []byte) (int, error) {
 }
 
 // openPiece opens one piece of a run's tail for reading.
-func (s *Store) openPiece(id record.RunID, off int64) (*os.File, error) {
-	logs, err := s.dir(logsDir)
+func (l *Logs) openPiece(id record.RunID, off int64) (*os.File, error) {
+	logs, err := l.dir.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer logs.Close()
-	tail, err := s.openDir(logs, tailDirName(id), s.display(logsDir, tailDirName(id)))
+	tail, err := l.dir.OpenIn(logs, tailDirName(id))
 	if err != nil {
 		return nil, err
 	}

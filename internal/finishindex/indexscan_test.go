@@ -1,4 +1,4 @@
-package runstore
+package finishindex_test
 
 import (
 	"bytes"
@@ -12,17 +12,20 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/storetest"
 )
 
 // indexWith is a store whose index lists three runs, finished a minute
 // apart, with extra appended to the index as it is.
-func indexWith(t *testing.T, extra []byte) (*Store, []record.RunID) {
+func indexWith(t *testing.T, extra []byte) (*runstore.Store, []record.RunID) {
 	t.Helper()
 	s := newStore(t)
 	var want []record.RunID
 	for i := range 3 {
-		rec := finishedRecord(indexBase, indexBase.Add(time.Duration(i+1)*time.Minute), i, fmt.Sprintf("t%d", i), record.Succeeded)
+		rec := storetest.Finished(indexBase, indexBase.Add(time.Duration(i+1)*time.Minute), i, fmt.Sprintf("t%d", i), record.Succeeded)
 		finishAsSupervisor(t, s, rec)
 		want = append([]record.RunID{rec.RunID}, want...)
 	}
@@ -30,9 +33,9 @@ func indexWith(t *testing.T, extra []byte) (*Store, []record.RunID) {
 	return s, want
 }
 
-func appendRaw(t testing.TB, s *Store, b []byte) {
+func appendRaw(t testing.TB, s *runstore.Store, b []byte) {
 	t.Helper()
-	f, err := os.OpenFile(s.IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(s.FinishIndex().IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,27 +69,27 @@ func TestIndexReadersAreLinearInAJunkTail(t *testing.T) {
 		read func() error
 	}{
 		{"status's newest 10", func() error {
-			res, err := s.FinishedRuns(backend.FinishedQuery{Limit: 10})
+			res, err := s.FinishIndex().FinishedRuns(backend.FinishedQuery{Limit: 10})
 			if err == nil && !slices.Equal(ids(res.Runs), want) {
 				err = fmt.Errorf("runs %v, want %v", ids(res.Runs), want)
 			}
 			return err
 		}},
 		{"history --since", func() error {
-			res, err := s.FinishedRuns(backend.FinishedQuery{Since: indexBase})
+			res, err := s.FinishIndex().FinishedRuns(backend.FinishedQuery{Since: indexBase})
 			if err == nil && !slices.Equal(ids(res.Runs), want) {
 				err = fmt.Errorf("runs %v, want %v", ids(res.Runs), want)
 			}
 			return err
 		}},
 		{"resolving a run id", func() error {
-			_, n, err := s.FinishedMatching(func(record.RunID) bool { return true }, 1)
+			_, n, err := s.FinishIndex().FinishedMatching(func(record.RunID) bool { return true }, 1)
 			if err == nil && n != 3 {
 				err = fmt.Errorf("%d matches, want 3", n)
 			}
 			return err
 		}},
-		{"recover's check", func() error { _, err := s.CheckIndex(true); return err }},
+		{"recover's check", func() error { _, err := s.FinishIndex().CheckIndex(true); return err }},
 	} {
 		var err error
 		if n := allocated(func() { err = c.read() }); n > bound {
@@ -103,16 +106,16 @@ func TestIndexReadersAreLinearInAJunkTail(t *testing.T) {
 func TestIndexWalkCountsItsWork(t *testing.T) {
 	for _, junk := range []int{10 << 10, 1 << 20, 4 << 20} {
 		s, _ := indexWith(t, append(bytes.Repeat([]byte{0}, junk), '\n'))
-		f, size, err := s.openIndex()
+		f, size, err := s.FinishIndex().OpenIndex()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var w indexWalk
+		var w finishindex.IndexWalk
 		visited := 0
 		allocs := testing.AllocsPerRun(3, func() {
-			w = indexWalk{}
+			w = finishindex.IndexWalk{}
 			visited = 0
-			if err := w.walk(f, size, func(rawEntry) bool { visited++; return true }, func(time.Time) bool { return false }); err != nil {
+			if err := w.Walk(f, size, func(finishindex.RawEntry) bool { visited++; return true }, func(time.Time) bool { return false }); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -132,16 +135,16 @@ func TestIndexWalkCountsItsWork(t *testing.T) {
 // (it may be an append being written).
 func TestIndexJunkIsReportedAndRepaired(t *testing.T) {
 	s, want := indexWith(t, []byte("\nnot an entry\n"))
-	appendRaw(t, s, entryOf(finishedRecord(indexBase, indexBase, 9, "x", record.Succeeded), indexBase).encode(nil)[:40])
+	appendRaw(t, s, finishindex.EntryOf(storetest.Finished(indexBase, indexBase, 9, "x", record.Succeeded), indexBase).Encode(nil)[:40])
 	res := mustQuery(t, s, backend.FinishedQuery{})
 	if !slices.Equal(ids(res.Runs), want) || !strings.Contains(res.IndexProblem, "has 1 line(s) that are not entries crew wrote") {
 		t.Fatalf("runs %v, problem %q", ids(res.Runs), res.IndexProblem)
 	}
-	appendRaw(t, s, bytes.Repeat([]byte{'y'}, 3*maxEntryBytes))
+	appendRaw(t, s, bytes.Repeat([]byte{'y'}, 3*finishindex.MaxEntryBytes))
 	if res := mustQuery(t, s, backend.FinishedQuery{}); !strings.Contains(res.IndexProblem, "has 2 line(s)") {
 		t.Fatalf("with a long tail: problem %q", res.IndexProblem)
 	}
-	rep, err := s.CheckIndex(false)
+	rep, err := s.FinishIndex().CheckIndex(false)
 	if err != nil || rep.Junk != 2 || rep.Rebuilt {
 		t.Fatalf("CheckIndex = %+v, %v; want 2 junk lines dropped", rep, err)
 	}
@@ -149,29 +152,29 @@ func TestIndexJunkIsReportedAndRepaired(t *testing.T) {
 	if !slices.Equal(ids(res.Runs), want) || res.IndexProblem != "" {
 		t.Fatalf("after the repair: runs %v, problem %q", ids(res.Runs), res.IndexProblem)
 	}
-	if rep, err := s.CheckIndex(false); err != nil || rep.Junk+rep.Added+rep.Changed != 0 || rep.Rebuilt {
+	if rep, err := s.FinishIndex().CheckIndex(false); err != nil || rep.Junk+rep.Added+rep.Changed != 0 || rep.Rebuilt {
 		t.Errorf("a second check: %+v, %v", rep, err)
 	}
 }
 
 // restampLast rewrites the index with its last entry stamped at.
-func restampLast(t *testing.T, s *Store, at int64) {
+func restampLast(t *testing.T, s *runstore.Store, at int64) {
 	t.Helper()
-	f, size, err := s.openIndex()
+	f, size, err := s.FinishIndex().OpenIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := readIndex(f, size)
+	entries, err := finishindex.ReadIndex(f, size)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	entries[len(entries)-1].Appended = time.Unix(0, at)
-	content := []byte(finishedIdxHeader)
+	content := []byte(finishindex.FinishedIdxHeader)
 	for _, e := range entries {
-		content = e.encode(content)
+		content = e.Encode(content)
 	}
-	writeString(t, s.IndexPath(), string(content))
+	storetest.WriteString(t, s.FinishIndex().IndexPath(), string(content))
 }
 
 // One entry stamped early (a clock stepped back, or year 1677: the
@@ -192,7 +195,7 @@ func TestIndexStampedOutOfOrderHidesNothing(t *testing.T) {
 				t.Errorf("stamp %d, query %+v: runs %v, problem %q; want %v", early, q, ids(res.Runs), res.IndexProblem, want[:n])
 			}
 		}
-		rep, err := s.CheckIndex(false)
+		rep, err := s.FinishIndex().CheckIndex(false)
 		if err != nil || !rep.Rebuilt || !strings.Contains(rep.Why, "stamped out of order") || rep.Runs != 3 {
 			t.Fatalf("CheckIndex = %+v, %v", rep, err)
 		}
@@ -200,7 +203,7 @@ func TestIndexStampedOutOfOrderHidesNothing(t *testing.T) {
 		if !slices.Equal(ids(res.Runs), want) || res.IndexProblem != "" {
 			t.Errorf("after the rebuild: runs %v, problem %q", ids(res.Runs), res.IndexProblem)
 		}
-		if rep, err := s.CheckIndex(false); err != nil || rep.Rebuilt || rep.Added+rep.Changed+rep.Junk != 0 {
+		if rep, err := s.FinishIndex().CheckIndex(false); err != nil || rep.Rebuilt || rep.Added+rep.Changed+rep.Junk != 0 {
 			t.Errorf("a second check: %+v, %v", rep, err)
 		}
 	}
@@ -212,17 +215,17 @@ func TestIndexAppendsStayInOrderWhenTheClockGoesBack(t *testing.T) {
 	s, _ := indexWith(t, nil)
 	ahead := time.Now().Add(time.Hour).UnixNano() // as if the clock was an hour ahead, then set right
 	restampLast(t, s, ahead)
-	finishAsSupervisor(t, s, finishedRecord(indexBase, indexBase.Add(time.Hour), 7, "after", record.Succeeded))
-	f, size, err := s.openIndex()
+	finishAsSupervisor(t, s, storetest.Finished(indexBase, indexBase.Add(time.Hour), 7, "after", record.Succeeded))
+	f, size, err := s.FinishIndex().OpenIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	entries, err := readIndex(f, size)
+	entries, err := finishindex.ReadIndex(f, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if last := entries[len(entries)-1]; last.Appended.UnixNano() < ahead || outOfOrder(entries) {
+	if last := entries[len(entries)-1]; last.Appended.UnixNano() < ahead || finishindex.OutOfOrder(entries) {
 		t.Errorf("the new entry is stamped %v, before the last one's %v", last.Appended, time.Unix(0, ahead))
 	}
 }
@@ -236,19 +239,19 @@ func BenchmarkIndexJunkTail(b *testing.B) {
 			s := newStore(b)
 			var lines []byte
 			for i := range 1000 {
-				rec := finishedRecord(indexBase, indexBase.Add(time.Duration(i)*time.Second), i, "t", record.Succeeded)
+				rec := storetest.Finished(indexBase, indexBase.Add(time.Duration(i)*time.Second), i, "t", record.Succeeded)
 				data, err := rec.Encode()
 				if err != nil {
 					b.Fatal(err)
 				}
-				mkdirAll(b, s.osPath(shardDir(rec.RunID)))
-				writeString(b, s.DonePath(rec.RunID), string(data))
-				lines = entryOf(rec, *rec.FinishedAt).encode(lines)
+				storetest.MkdirAll(b, osPath(s, shardDir(rec.RunID)))
+				storetest.WriteString(b, s.DonePath(rec.RunID), string(data))
+				lines = finishindex.EntryOf(rec, *rec.FinishedAt).Encode(lines)
 			}
 			appendRaw(b, s, append(lines, bytes.Repeat([]byte{'x'}, mib<<20)...))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.FinishedRuns(backend.FinishedQuery{Limit: 10}); err != nil {
+				if _, err := s.FinishIndex().FinishedRuns(backend.FinishedQuery{Limit: 10}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -267,22 +270,22 @@ func BenchmarkNthNewestFinish(b *testing.B) {
 			s := newStore(b)
 			for i := range n {
 				created := indexBase.Add(time.Duration(i) * 5 * time.Minute)
-				rec := finishedRecord(created, created.Add(7*time.Minute), i, "t", record.Succeeded)
+				rec := storetest.Finished(created, created.Add(7*time.Minute), i, "t", record.Succeeded)
 				data, err := rec.Encode()
 				if err != nil {
 					b.Fatal(err)
 				}
-				mkdirAll(b, s.osPath(shardDir(rec.RunID)))
-				writeString(b, s.DonePath(rec.RunID), string(data))
+				storetest.MkdirAll(b, osPath(s, shardDir(rec.RunID)))
+				storetest.WriteString(b, s.DonePath(rec.RunID), string(data))
 			}
-			if _, err := s.CheckIndex(false); err != nil {
+			if _, err := s.FinishIndex().CheckIndex(false); err != nil {
 				b.Fatal(err)
 			}
 			settleShards(b, s)
 			b.ReportAllocs()
 			for b.Loop() {
-				x := s.OpenDoneIndex(time.Now)
-				_, ok, err := s.NthNewestFinish(n, x)
+				x := s.FinishIndex().OpenDoneIndex(time.Now)
+				_, ok, err := s.FinishIndex().NthNewestFinish(n, x)
 				x.Save()
 				x.Close()
 				if !ok || err != nil {
@@ -295,9 +298,9 @@ func BenchmarkNthNewestFinish(b *testing.B) {
 
 // settleShards backdates every shard's modification time, so that the
 // done index remembers them (as it would once they are a few seconds old).
-func settleShards(tb testing.TB, s *Store) {
+func settleShards(tb testing.TB, s *runstore.Store) {
 	tb.Helper()
-	done := s.osPath(doneDir)
+	done := osPath(s, "runs/done")
 	shards, err := os.ReadDir(done)
 	if err != nil {
 		tb.Fatal(err)

@@ -1,7 +1,8 @@
-package runstore
+package runlog_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +11,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runlog"
+	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/storetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -44,9 +49,9 @@ func writeInChunks(t testing.TB, w io.Writer, out []byte) {
 	}
 }
 
-func readAll(t testing.TB, s *Store, logMax int64) string {
+func readAll(t testing.TB, s *runstore.Store, logMax int64) string {
 	t.Helper()
-	r := s.NewLogReader(testID, logMax)
+	r := s.Logs().NewLogReader(storetest.ID, logMax)
 	defer r.Close()
 	var b bytes.Buffer
 	if _, err := r.Copy(&b); err != nil {
@@ -77,7 +82,7 @@ func checkCapped(t *testing.T, view string, out []byte, logMax int64) {
 	if !bytes.HasSuffix(out, []byte(tail)) {
 		t.Errorf("the tail is not the end of the output")
 	}
-	_, piece, pieces := capGeometry(logMax)
+	_, piece, pieces := runlog.CapGeometry(logMax)
 	if int64(len(tail)) < int64(pieces-1)*piece || int64(len(tail)) > logMax/2 {
 		t.Errorf("tail of %d bytes; want %d to %d (cap %d)", len(tail), int64(pieces-1)*piece, logMax/2, logMax)
 	}
@@ -90,14 +95,14 @@ func checkCapped(t *testing.T, view string, out []byte, logMax int64) {
 // quarter of it, and never makes pieces so small that their churn costs.
 func TestCapGeometry(t *testing.T) {
 	for _, c := range []int64{64 << 10, 100_000, 128 << 10, 200 << 10, 256 << 10, 1 << 20, 1_500_000, 10 << 20, 1 << 30} {
-		head, piece, pieces := capGeometry(c)
+		head, piece, pieces := runlog.CapGeometry(c)
 		if head+piece*int64(pieces) > c {
 			t.Errorf("cap %d: %d + %d×%d over the cap", c, head, pieces, piece)
 		}
 		if tail := piece * int64(pieces-1); tail < c/4 || (c >= 256<<10 && tail < 3*c/8) {
 			t.Errorf("cap %d: a tail of only %d", c, tail)
 		}
-		if piece < min(minPieceBytes, c/4) {
+		if piece < min(runlog.MinPieceBytes, c/4) {
 			t.Errorf("cap %d: pieces of %d", c, piece)
 		}
 	}
@@ -107,7 +112,7 @@ func TestCappedLogKeepsHeadMarkerAndTail(t *testing.T) {
 	s := newStore(t)
 	const logMax = 64 << 10
 	out := output(1<<20 + 12345)
-	w, _, err := s.CreateCappedLog(testID, logMax)
+	w, _, err := s.Logs().CreateCappedLog(storetest.ID, logMax)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,16 +120,16 @@ func TestCappedLogKeepsHeadMarkerAndTail(t *testing.T) {
 
 	// While it writes: a head and at most logCapPieces pieces, never over
 	// the cap on disk, and a reader sees the whole view already.
-	_, _, keep := capGeometry(logMax)
-	pieces, err := s.listPieces(testID)
+	_, _, keep := runlog.CapGeometry(logMax)
+	pieces, err := runlog.ListPieces(s.Logs(), storetest.ID)
 	if err != nil || len(pieces) == 0 || len(pieces) > keep {
 		t.Fatalf("pieces while writing: %v, %v", pieces, err)
 	}
 	var disk int64
 	for _, p := range pieces {
-		disk += p.size
+		disk += p.Size
 	}
-	fi, _ := os.Stat(s.LogPath(testID))
+	fi, _ := os.Stat(s.Logs().LogPath(storetest.ID))
 	if disk+fi.Size() > logMax {
 		t.Errorf("%d bytes on disk, over the cap %d", disk+fi.Size(), logMax)
 	}
@@ -134,8 +139,8 @@ func TestCappedLogKeepsHeadMarkerAndTail(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	assertMissing(t, s.osPath(logsDir, tailDirName(testID)))
-	file := readString(t, s.LogPath(testID))
+	storetest.AssertMissing(t, osPath(s, "logs", runlog.TailDirName(storetest.ID)))
+	file := storetest.ReadString(t, s.Logs().LogPath(storetest.ID))
 	checkCapped(t, file, out, logMax)
 	if file != live {
 		t.Errorf("the finished file differs from the view while it ran")
@@ -150,7 +155,7 @@ func TestCappedLogUnderTheCapIsThePlainOutput(t *testing.T) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			s := newStore(t)
 			out := output(n)
-			w, _, err := s.CreateCappedLog(testID, 64<<10)
+			w, _, err := s.Logs().CreateCappedLog(storetest.ID, 64<<10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +163,7 @@ func TestCappedLogUnderTheCapIsThePlainOutput(t *testing.T) {
 			if err := w.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if got := readString(t, s.LogPath(testID)); got != string(out) {
+			if got := storetest.ReadString(t, s.Logs().LogPath(storetest.ID)); got != string(out) {
 				t.Errorf("log of %d bytes differs from the output", len(got))
 			}
 			if got := readAll(t, s, 64<<10); got != string(out) {
@@ -173,12 +178,12 @@ func TestCappedLogMarkerOnItsOwnLine(t *testing.T) {
 	s := newStore(t)
 	const logMax = 64 << 10
 	out := bytes.Repeat([]byte("x"), 200<<10) // no newline at all
-	w, _, _ := s.CreateCappedLog(testID, logMax)
+	w, _, _ := s.Logs().CreateCappedLog(storetest.ID, logMax)
 	writeInChunks(t, w, out)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	file := readString(t, s.LogPath(testID))
+	file := storetest.ReadString(t, s.Logs().LogPath(storetest.ID))
 	if !strings.Contains(file, "x\n[crew: ") || !strings.Contains(file, "(log capped at 64 KiB)]\nx") {
 		t.Errorf("marker not on a line of its own: %q", file[32<<10-5:32<<10+80])
 	}
@@ -192,21 +197,20 @@ func TestCappedLogCrashWhileComposing(t *testing.T) {
 	out := output(300 << 10)
 	// The finished file, for reference.
 	ref := newStore(t)
-	w, _, _ := ref.CreateCappedLog(testID, logMax)
+	w, _, _ := ref.Logs().CreateCappedLog(storetest.ID, logMax)
 	writeInChunks(t, w, out)
 	w.Close()
-	want := readString(t, ref.LogPath(testID))
+	want := storetest.ReadString(t, ref.Logs().LogPath(storetest.ID))
 
 	for _, cut := range []int{0, 1, 40, 1000, len(want) - (logMax / 2) - 1, len(want) - logMax/2} {
 		t.Run(fmt.Sprint(cut), func(t *testing.T) {
 			s := newStore(t)
-			w, _, _ := s.CreateCappedLog(testID, logMax)
+			w, _, _ := s.Logs().CreateCappedLog(storetest.ID, logMax)
 			writeInChunks(t, w, out)
 			// Crash: the writer stops here, having appended cut bytes of
 			// what comes after the head.
-			w.cur.Close()
-			w.head.Close()
-			f, err := os.OpenFile(s.LogPath(testID), os.O_WRONLY|os.O_APPEND, 0)
+			runlog.Crash(w)
+			f, err := os.OpenFile(s.Logs().LogPath(storetest.ID), os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,8 +221,8 @@ func TestCappedLogCrashWhileComposing(t *testing.T) {
 			}
 			// And after some pieces were removed (the end was complete).
 			if cut == len(want)-logMax/2 {
-				pieces, _ := s.listPieces(testID)
-				os.Remove(s.osPath(logsDir, tailDirName(testID), pieceName(pieces[0].off)))
+				pieces, _ := runlog.ListPieces(s.Logs(), storetest.ID)
+				os.Remove(osPath(s, "logs", runlog.TailDirName(storetest.ID), runlog.PieceName(pieces[0].Off)))
 				if got := readAll(t, s, logMax); got != want {
 					t.Errorf("view with a piece removed after a complete end differs")
 				}
@@ -234,8 +238,8 @@ func TestCappedLogFollower(t *testing.T) {
 	s := newStore(t)
 	const logMax = 64 << 10
 	out := output(2 << 20)
-	w, _, _ := s.CreateCappedLog(testID, logMax)
-	r := s.NewLogReader(testID, logMax)
+	w, _, _ := s.Logs().CreateCappedLog(storetest.ID, logMax)
+	r := s.Logs().NewLogReader(storetest.ID, logMax)
 	defer r.Close()
 	var shown bytes.Buffer
 	for i := 0; len(out[w.Written():]) > 0; i++ {
@@ -296,7 +300,7 @@ func accounts(out []byte, pos int64, view string) bool {
 
 func TestLogReaderWithoutLog(t *testing.T) {
 	s := newStore(t)
-	r := s.NewLogReader(testID, 0)
+	r := s.Logs().NewLogReader(storetest.ID, 0)
 	defer r.Close()
 	if _, err := r.Copy(io.Discard); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Copy without a log = %v", err)
@@ -306,12 +310,12 @@ func TestLogReaderWithoutLog(t *testing.T) {
 // An uncapped log reads as it is, in parts as it grows.
 func TestLogReaderUncapped(t *testing.T) {
 	s := newStore(t)
-	f, _, err := s.CreateLog(testID)
+	f, _, err := s.Logs().CreateLog(storetest.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r := s.NewLogReader(testID, 0)
+	r := s.Logs().NewLogReader(storetest.ID, 0)
 	defer r.Close()
 	var b bytes.Buffer
 	f.WriteString("one\n")
@@ -336,13 +340,13 @@ func BenchmarkLogWrite(b *testing.B) {
 			s := newStore(b)
 			var w io.WriteCloser
 			if bc.logMax == 0 {
-				f, _, err := s.CreateLog(testID)
+				f, _, err := s.Logs().CreateLog(storetest.ID)
 				if err != nil {
 					b.Fatal(err)
 				}
 				w = f
 			} else {
-				lw, _, err := s.CreateCappedLog(testID, bc.logMax)
+				lw, _, err := s.Logs().CreateCappedLog(storetest.ID, bc.logMax)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -365,53 +369,63 @@ func BenchmarkLogWrite(b *testing.B) {
 // RemoveFinished removes them with their run.
 func TestCappedLogPiecesAreNeverLeftBehind(t *testing.T) {
 	s := newStore(t)
-	w, _, err := s.CreateCappedLog(testID, 64<<10)
+	w, _, err := s.Logs().CreateCappedLog(storetest.ID, 64<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeInChunks(t, w, output(200<<10))
-	w.cur.Close()
-	w.head.Close() // a crash: the pieces stay
-	assertExists(t, s.osPath(logsDir, tailDirName(testID)))
+	runlog.Crash(w) // a crash: the pieces stay
+	storetest.AssertExists(t, osPath(s, "logs", runlog.TailDirName(storetest.ID)))
 
 	// With a finished record, RemoveFinished takes the pieces too.
-	mustWriteDone(t, s, testRecord(testID, record.Succeeded))
-	if n := s.FinishedSize(testID); n < 64<<10/2 {
+	writeDone(t, s, storetest.Record(storetest.ID, record.Succeeded))
+	if n := s.FinishedSize(storetest.ID); n < 64<<10/2 {
 		t.Errorf("FinishedSize = %d; the pieces count", n)
 	}
-	if err := s.RemoveFinished(testID); err != nil {
+	if err := s.RemoveFinished(storetest.ID); err != nil {
 		t.Fatal(err)
 	}
-	assertMissing(t, s.osPath(logsDir, tailDirName(testID)))
-	assertMissing(t, s.LogPath(testID))
+	storetest.AssertMissing(t, osPath(s, "logs", runlog.TailDirName(storetest.ID)))
+	storetest.AssertMissing(t, s.Logs().LogPath(storetest.ID))
 
 	// Without any record, they are a leftover.
-	w, _, _ = s.CreateCappedLog(testID, 64<<10)
+	w, _, _ = s.Logs().CreateCappedLog(storetest.ID, 64<<10)
 	writeInChunks(t, w, output(200<<10))
-	w.cur.Close()
-	w.head.Close()
-	left := listLeftovers(t, s)
-	var tail Leftover
+	runlog.Crash(w)
+	left, err := storetest.ReturnsAtOnce(t, "Leftovers", func() ([]runstore.Leftover, error) { return s.Leftovers() })
+	if err != nil {
+		t.Fatalf("Leftovers = %v", err)
+	}
+	var tail runstore.Leftover
+	listed := map[string]bool{}
 	for _, l := range left {
-		if l.Kind == LeftoverLog && strings.HasSuffix(l.Path, ".tail") {
+		if k := fmt.Sprintf("%d %s", l.Kind, l.Path); listed[k] {
+			t.Errorf("leftover %s listed twice", k)
+		} else {
+			listed[k] = true
+		}
+		if l.Kind == runstore.LeftoverLog && strings.HasSuffix(l.Path, ".tail") {
 			tail = l
 		}
 	}
 	if tail.Path == "" {
-		t.Fatalf("the orphaned pieces are not listed: %v", sortedKeys(left))
+		t.Fatalf("the orphaned pieces are not listed: %+v", left)
 	}
-	adm := lockAdmission(t, s)
+	adm, err := s.LockAdmission(context.Background(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if removed, err := adm.RemoveLeftover(tail); !removed || err != nil {
 		t.Fatalf("RemoveLeftover = %v, %v", removed, err)
 	}
 	adm.Release()
-	assertMissing(t, s.osPath(logsDir, tailDirName(testID)))
+	storetest.AssertMissing(t, osPath(s, "logs", runlog.TailDirName(storetest.ID)))
 }
 
 func TestParseMarkerReadsWhatDropMarkerWrites(t *testing.T) {
 	for _, nl := range []bool{false, true} {
-		m := dropMarker(48234567, 1<<20, nl)
-		dropped, n, ok := parseMarker([]byte(m + "newest output\n"))
+		m := runlog.DropMarker(48234567, 1<<20, nl)
+		dropped, n, ok := runlog.ParseMarker([]byte(m + "newest output\n"))
 		require.True(t, ok, "%q", m)
 		assert.Equal(t, int64(48234567), dropped)
 		assert.Equal(t, len(m), n)
@@ -425,7 +439,7 @@ func TestParseMarkerReadsWhatDropMarkerWrites(t *testing.T) {
 		"\n\n[crew: 12 bytes of output dropped here (log capped at 1 MiB)]\n",
 		"output [crew: 12 bytes of output dropped here (log capped at 1 MiB)]\n",
 	} {
-		_, _, ok := parseMarker([]byte(bad))
+		_, _, ok := runlog.ParseMarker([]byte(bad))
 		assert.False(t, ok, "%q", bad)
 	}
 }

@@ -1,4 +1,13 @@
-package runstore
+// Package finishindex keeps what a state root knows of its finished runs
+// as a whole: the one walk over their records in runs/done/<hour>/
+// (shards.go), the index of finished runs in the order they finished
+// (runs/finished.idx: this file, read by indexscan.go, for the newest
+// finishes of status and history, order.go, and retention's line, count.go),
+// and what each shard holds (runs/done.index, doneindex.go, and the size
+// status shows, size.go). The records themselves, the truth all of this is
+// derived from, are package runstore's: it writes and reads them, and
+// hands this package the handles of runs/ and runs/done/ (stateroot.Dir).
+package finishindex
 
 import (
 	"bytes"
@@ -14,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -22,6 +32,8 @@ import (
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
+	"github.com/crew-dev/crew/internal/runlog"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // The index of finished runs, runs/finished.idx, lists finished runs in the
@@ -105,6 +117,40 @@ const (
 	// before its entry never looks newer than it.
 	changeSlack = 0
 )
+
+// Index is a state root's knowledge of its finished runs.
+type Index struct {
+	runs stateroot.Dir // runs/: finished.idx, done.index
+	done stateroot.Dir // runs/done/: the finished records, by shard
+	recs Records
+	logs *runlog.Logs // what the finished runs' logs take
+	// compactDue: an append of this process took the index across a size
+	// at which it asks to be compacted.
+	compactDue atomic.Bool
+}
+
+// Records is what the index needs of the run records it is derived from,
+// which package runstore keeps.
+type Records interface {
+	// Exists reports whether the state root exists.
+	Exists() bool
+	// ReadDone reads a run's finished record; an error satisfying
+	// errors.Is(err, fs.ErrNotExist) if it has none.
+	ReadDone(id record.RunID) (*record.Run, error)
+	// IsDone reports whether the run has a finished record.
+	IsDone(id record.RunID) bool
+	// DonePath is where a run's finished record is, for messages.
+	DonePath(id record.RunID) string
+	// ActiveIDs is the set of runs with a file in the active set (a run
+	// whose finish was cut short is still there).
+	ActiveIDs() map[record.RunID]bool
+}
+
+// New returns the finished runs of a state root: runs and done are its
+// runs/ and runs/done/, recs its records, logs its runs' logs.
+func New(runs, done stateroot.Dir, recs Records, logs *runlog.Logs) *Index {
+	return &Index{runs: runs, done: done, recs: recs, logs: logs}
+}
 
 // finishedEntry is one line of the index: enough to order and filter runs
 // without reading their records.
@@ -314,23 +360,21 @@ func parseHex32(b []byte) (uint32, bool) {
 }
 
 // IndexPath is the index's path, for messages.
-func (s *Store) IndexPath() string { return s.display(runsDir, finishedIdxName) }
+func (ix *Index) IndexPath() string { return ix.runs.Path(finishedIdxName) }
 
-const runsDir = "runs"
-
-// indexFinished appends rec's entry, if there is an index. It returns
+// Append appends rec's entry, if there is an index. It returns
 // false when the entry could not be written and the index could not be
 // taken out of use either (or a compaction held it too long): the caller
 // then keeps the run's active file, so whoever cleans it up indexes it.
-func (s *Store) indexFinished(rec *record.Run) bool {
-	dir, err := s.dir(runsDir)
+func (ix *Index) Append(rec *record.Run) bool {
+	dir, err := ix.runs.Open()
 	if err != nil {
 		return errors.Is(err, fs.ErrNotExist)
 	}
 	defer dir.Close()
-	ok, compact := s.appendFinished(dir, []finishedEntry{entryOf(rec, time.Time{})})
+	ok, compact := ix.appendFinished(dir, []finishedEntry{entryOf(rec, time.Time{})})
 	if compact {
-		s.compactDue.Store(true)
+		ix.compactDue.Store(true)
 	}
 	return ok
 }
@@ -343,7 +387,7 @@ func (s *Store) indexFinished(rec *record.Run) bool {
 // must not stamp entries that end a reader's walk before the runs that
 // finished earlier by the clock but later in fact (see indexWalk).
 // compact: the file crossed a size at which it asks to be compacted.
-func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compact bool) {
+func (ix *Index) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compact bool) {
 	var lines []byte
 	const attempts = 20
 	for attempt := 1; attempt <= attempts; attempt++ {
@@ -353,7 +397,7 @@ func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compa
 		case errors.Is(err, fs.ErrNotExist):
 			return true, false // no index: readers use the records
 		case errors.As(err, &notRegular), err != nil && attempt == attempts:
-			return s.dropIndex(dir, err) == nil, false
+			return ix.dropIndex(dir, err) == nil, false
 		case err != nil:
 			// Replaced while being opened (a compaction), or a second link
 			// for the instant in which Ensure links a new index into place:
@@ -393,7 +437,7 @@ func (s *Store) appendFinished(dir *os.Root, entries []finishedEntry) (ok, compa
 			// A short or failed write (a full disk) leaves the index without
 			// this entry: out of use it goes, while our shared lock keeps
 			// anyone from replacing it meanwhile.
-			rerr := removeFile(dir, finishedIdxName)
+			rerr := ix.runs.Remove(dir, finishedIdxName)
 			_ = lk.Release()
 			_ = f.Close()
 			return rerr == nil, false
@@ -416,7 +460,7 @@ func crossesCompactSize(before, after int64) bool {
 // quarantine/ with a note if it is anything else (a planted link, FIFO,
 // directory, or a file with a second hard link), so that readers fall back
 // to the records.
-func (s *Store) dropIndex(dir *os.Root, why error) error {
+func (ix *Index) dropIndex(dir *os.Root, why error) error {
 	fi, err := dir.Lstat(finishedIdxName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -424,24 +468,24 @@ func (s *Store) dropIndex(dir *os.Root, why error) error {
 	case err != nil:
 		return err
 	case fi.Mode().IsRegular() && rootfs.Links(fi) == 1:
-		return removeFile(dir, finishedIdxName)
+		return ix.runs.Remove(dir, finishedIdxName)
 	}
-	_, err = s.quarantine(runsDir, finishedIdxName, fmt.Sprintf("%v; crew keeps its index of finished runs there, so it moved this aside", why), "crew")
+	_, err = ix.runs.Quarantine(finishedIdxName, fmt.Sprintf("%v; crew keeps its index of finished runs there, so it moved this aside", why), "crew")
 	return err
 }
 
-// createIndex makes an empty index when Ensure has just made runs/done:
+// Create makes an empty index when runs/done has just been made:
 // there are no finished runs, so empty is complete. It is linked into place
 // (never over another index), and removed again if a run finished into
 // runs/done before it was there (then crew recover builds one).
-func (s *Store) createIndex() {
-	dir, err := s.dir(runsDir)
+func (ix *Index) Create() {
+	dir, err := ix.runs.Open()
 	if err != nil {
 		return
 	}
 	defer dir.Close()
-	tmp := tempName(finishedIdxName)
-	f, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, s.filePerm())
+	tmp := ix.runs.TempName(finishedIdxName)
+	f, err := rootfs.Open(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, ix.runs.FilePerm())
 	if err != nil {
 		return
 	}
@@ -456,15 +500,15 @@ func (s *Store) createIndex() {
 	if err != nil {
 		return // someone else made one
 	}
-	if shards, err := s.doneShards(); err != nil || len(shards) > 0 {
-		_ = removeFile(dir, finishedIdxName)
+	if shards, err := ix.Shards(); err != nil || len(shards) > 0 {
+		_ = ix.runs.Remove(dir, finishedIdxName)
 	}
 }
 
 // openIndex opens the index for reading and checks its header; nil (and
 // why) if there is none that can be used.
-func (s *Store) openIndex() (f *os.File, size int64, why error) {
-	dir, err := s.dir(runsDir)
+func (ix *Index) openIndex() (f *os.File, size int64, why error) {
+	dir, err := ix.runs.Open()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -490,12 +534,12 @@ func (s *Store) openIndex() (f *os.File, size int64, why error) {
 	return f, fi.Size(), nil
 }
 
-// compactIfDue compacts the index if an append of this process asked for
+// CompactIfDue compacts the index if an append of this process asked for
 // it. Callers hold no lock of crew's (never the admission lock): it reads
 // and rewrites the whole index.
-func (s *Store) compactIfDue() {
-	if s.compactDue.CompareAndSwap(true, false) {
-		_, _ = s.CompactIndex()
+func (ix *Index) CompactIfDue() {
+	if ix.compactDue.CompareAndSwap(true, false) {
+		_, _ = ix.CompactIndex()
 	}
 }
 
@@ -503,24 +547,24 @@ func (s *Store) compactIfDue() {
 // is gone and without duplicates, and returns how many entries it dropped.
 // Appends made meanwhile are carried over under an exclusive lock held
 // only for the last step. Without a usable index it does nothing.
-func (s *Store) CompactIndex() (dropped int, err error) {
-	f, size, err := s.openIndex()
+func (ix *Index) CompactIndex() (dropped int, err error) {
+	f, size, err := ix.openIndex()
 	if err != nil {
 		return 0, nil // nothing to compact: no usable index
 	}
 	defer f.Close()
-	return s.compactIndex(f, size)
+	return ix.compactIndex(f, size)
 }
 
 // compactIndex is CompactIndex of the open index f, of which size bytes
 // were there when it was opened (the last of them may be part of an
 // append still being written).
-func (s *Store) compactIndex(f *os.File, size int64) (dropped int, err error) {
+func (ix *Index) compactIndex(f *os.File, size int64) (dropped int, err error) {
 	entries, junk, whole, err := readIndexLines(f, size)
 	if err != nil {
 		return 0, err
 	}
-	kept := s.liveEntries(entries)
+	kept := ix.liveEntries(entries)
 	dropped = len(entries) - len(kept)
 	if dropped == 0 && junk == 0 {
 		return 0, nil
@@ -529,21 +573,21 @@ func (s *Store) compactIndex(f *os.File, size int64) (dropped int, err error) {
 	for _, e := range kept {
 		content = e.encode(content)
 	}
-	dir, err := s.dir(runsDir)
+	dir, err := ix.runs.Open()
 	if err != nil {
 		return 0, err
 	}
 	defer dir.Close()
 	// Carry over from the end of the last whole line: an entry cut at size
 	// (an append caught half written) is read whole under the lock.
-	return dropped, s.replaceIndex(dir, f, whole, content)
+	return dropped, ix.replaceIndex(dir, f, whole, content)
 }
 
 // liveEntries keeps the last (newest) entry of each run whose record
 // exists, in file order. Each shard an entry points into is listed once
 // (cheaper than a stat per entry, whether a shard holds 40 runs or
 // 100,000).
-func (s *Store) liveEntries(entries []finishedEntry) []finishedEntry {
+func (ix *Index) liveEntries(entries []finishedEntry) []finishedEntry {
 	last := make(map[record.RunID]int, len(entries))
 	for i, e := range entries {
 		last[e.ID] = i
@@ -558,13 +602,13 @@ func (s *Store) liveEntries(entries []finishedEntry) []finishedEntry {
 		names, ok := shards[shard]
 		if !ok {
 			names = map[string]bool{}
-			list, _ := s.shardNames(shard) // none: a shard pruned away, or never there
+			list, _ := ix.shardNames(shard) // none: a shard pruned away, or never there
 			for _, n := range list {
 				names[n] = true
 			}
 			shards[shard] = names
 		}
-		if names[recordName(e.ID)] {
+		if names[stateroot.RecordName(e.ID)] {
 			kept = append(kept, e)
 		}
 	}
@@ -574,8 +618,8 @@ func (s *Store) liveEntries(entries []finishedEntry) []finishedEntry {
 // replaceIndex puts content in place of old (open, read up to size):
 // under old's exclusive lock, it carries over what was appended to old
 // after size, checks that old is still the index, and renames.
-func (s *Store) replaceIndex(dir *os.Root, old *os.File, size int64, content []byte) error {
-	t, err := s.pendingFile(dir, finishedIdxName)
+func (ix *Index) replaceIndex(dir *os.Root, old *os.File, size int64, content []byte) error {
+	t, err := ix.runs.PendingFile(dir, finishedIdxName)
 	if err != nil {
 		return err
 	}
@@ -648,17 +692,17 @@ type IndexRepair struct {
 // to a power cut). It lists every finished record, so it is for crew
 // recover, not for every command. With dry, it changes nothing and says
 // what it would do.
-func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
-	rep := &IndexRepair{Path: s.IndexPath()}
-	if !s.Exists() {
+func (ix *Index) CheckIndex(dry bool) (*IndexRepair, error) {
+	rep := &IndexRepair{Path: ix.IndexPath()}
+	if !ix.recs.Exists() {
 		return rep, nil
 	}
-	f, size, why := s.openIndex()
+	f, size, why := ix.openIndex()
 	if f == nil {
 		if errors.Is(why, fs.ErrNotExist) {
 			why = errors.New("it is missing")
 		}
-		return s.rebuildFor(rep, why, dry)
+		return ix.rebuildFor(rep, why, dry)
 	}
 	defer f.Close()
 	entries, junk, _, err := readIndexLines(f, size)
@@ -667,9 +711,9 @@ func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
 	}
 	if outOfOrder(entries) {
 		f.Close()
-		return s.rebuildFor(rep, errors.New("its entries were stamped out of order (a clock set back, or an edit by hand), which can end the newest-first reads of status and history too early"), dry)
+		return ix.rebuildFor(rep, errors.New("its entries were stamped out of order (a clock set back, or an edit by hand), which can end the newest-first reads of status and history too early"), dry)
 	}
-	missing, err := s.unindexed(entries, rep)
+	missing, err := ix.unindexed(entries, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -679,27 +723,27 @@ func (s *Store) CheckIndex(dry bool) (*IndexRepair, error) {
 		// them by finish instead.
 		f.Close()
 		*rep = IndexRepair{Path: rep.Path, Runs: rep.Runs}
-		return s.rebuildFor(rep, fmt.Errorf("it lacked %d of %d finished runs, or had them as they were before a change", len(missing), rep.Runs), dry)
+		return ix.rebuildFor(rep, fmt.Errorf("it lacked %d of %d finished runs, or had them as they were before a change", len(missing), rep.Runs), dry)
 	}
 	rep.Junk = junk
 	if dry {
 		return rep, nil
 	}
 	if junk > 0 {
-		if _, err := s.compactIndex(f, size); err != nil {
+		if _, err := ix.compactIndex(f, size); err != nil {
 			return nil, fmt.Errorf("drop %d lines that are not entries from the index %s: %w", junk, rep.Path, err)
 		}
 	}
-	return rep, s.addEntries(missing, rep.Path)
+	return rep, ix.addEntries(missing, rep.Path)
 }
 
 // rebuildFor is CheckIndex's rebuild, for why.
-func (s *Store) rebuildFor(rep *IndexRepair, why error, dry bool) (*IndexRepair, error) {
+func (ix *Index) rebuildFor(rep *IndexRepair, why error, dry bool) (*IndexRepair, error) {
 	rep.Rebuilt, rep.Why = true, why.Error()
 	if dry {
 		return rep, nil
 	}
-	n, err := s.rebuildIndex(why)
+	n, err := ix.rebuildIndex(why)
 	rep.Runs = n
 	return rep, err
 }
@@ -722,16 +766,16 @@ func outOfOrder(entries []finishedEntry) bool {
 // lacks or has as they were before a change (entries: the index's), and
 // counts them and every finished run in rep. A record that cannot be read
 // is indexed all the same, with what its file tells (see unreadableEntry).
-func (s *Store) unindexed(entries []finishedEntry, rep *IndexRepair) ([]finishedEntry, error) {
+func (ix *Index) unindexed(entries []finishedEntry, rep *IndexRepair) ([]finishedEntry, error) {
 	written := make(map[record.RunID]time.Time, len(entries))
 	for _, e := range entries {
 		written[e.ID] = e.Written // the last entry of a run is the one that counts
 	}
-	files, err := s.finishedFiles()
+	files, err := ix.finishedFiles()
 	if err != nil {
 		return nil, err
 	}
-	active := s.activeIDs()
+	active := ix.recs.ActiveIDs()
 	var missing []finishedEntry
 	for _, file := range files {
 		w, indexed := written[file.id]
@@ -741,7 +785,7 @@ func (s *Store) unindexed(entries []finishedEntry, rep *IndexRepair) ([]finished
 		case indexed && !file.mod.After(w.Add(changeSlack)):
 			continue
 		}
-		rec, err := s.ReadDone(file.id)
+		rec, err := ix.recs.ReadDone(file.id)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue // pruned meanwhile
@@ -771,17 +815,17 @@ func unreadableEntry(file finishedFile) finishedEntry {
 
 // addEntries appends the entries of runs the index lacks, oldest finish
 // first.
-func (s *Store) addEntries(add []finishedEntry, path string) error {
+func (ix *Index) addEntries(add []finishedEntry, path string) error {
 	if len(add) == 0 {
 		return nil
 	}
 	slices.SortFunc(add, byEntryFinish)
-	dir, err := s.dir(runsDir)
+	dir, err := ix.runs.Open()
 	if err != nil {
 		return err
 	}
 	defer dir.Close()
-	if ok, _ := s.appendFinished(dir, add); !ok {
+	if ok, _ := ix.appendFinished(dir, add); !ok {
 		return fmt.Errorf("add %d finished runs to the index %s: it stayed busy", len(add), path)
 	}
 	return nil
@@ -808,13 +852,13 @@ func finishOf(r *record.Run) time.Time {
 // (and of the one it replaces, if any), and before that lock goes, every
 // record is listed once more, so a run that finished meanwhile (whose
 // finisher found no index, or the old one) is in it too.
-func (s *Store) rebuildIndex(why error) (int, error) {
-	files, err := s.finishedFiles()
+func (ix *Index) rebuildIndex(why error) (int, error) {
+	files, err := ix.finishedFiles()
 	if err != nil {
 		return 0, err
 	}
 	have := make(map[record.RunID]bool, len(files))
-	entries := s.entriesOf(files, have)
+	entries := ix.entriesOf(files, have)
 	content := []byte(finishedIdxHeader)
 	now := time.Now()
 	for _, e := range entries {
@@ -823,30 +867,30 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 		e.Appended, e.Written = e.Finished, now
 		content = e.encode(content)
 	}
-	dir, err := s.dir(runsDir)
+	dir, err := ix.runs.Open()
 	if err != nil {
 		return 0, err
 	}
 	defer dir.Close()
-	tl, err := s.placeIndex(dir, content, why)
+	tl, err := ix.placeIndex(dir, content, why)
 	if err != nil {
-		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
+		return 0, fmt.Errorf("rebuild the index %s: %w", ix.IndexPath(), err)
 	}
 	defer tl.Release()
-	late, err := s.finishedFiles()
+	late, err := ix.finishedFiles()
 	if err != nil {
 		return len(entries), nil // the index is complete as far as the first listing goes
 	}
 	late = slices.DeleteFunc(late, func(f finishedFile) bool { return have[f.id] })
 	var lines []byte
 	now = time.Now()
-	for _, e := range s.entriesOf(late, have) {
+	for _, e := range ix.entriesOf(late, have) {
 		e.Appended = now
 		lines = e.encode(lines)
 	}
 	if err := appendLocked(dir, tl, lines); err != nil {
-		_ = removeFile(dir, finishedIdxName)
-		return 0, fmt.Errorf("rebuild the index %s: %w", s.IndexPath(), err)
+		_ = ix.runs.Remove(dir, finishedIdxName)
+		return 0, fmt.Errorf("rebuild the index %s: %w", ix.IndexPath(), err)
 	}
 	return len(have), nil
 }
@@ -854,10 +898,10 @@ func (s *Store) rebuildIndex(why error) (int, error) {
 // entriesOf reads the records of files and returns their entries, oldest
 // finish first (a record that cannot be read gets unreadableEntry's), and
 // marks each in have.
-func (s *Store) entriesOf(files []finishedFile, have map[record.RunID]bool) []finishedEntry {
+func (ix *Index) entriesOf(files []finishedFile, have map[record.RunID]bool) []finishedEntry {
 	var entries []finishedEntry
 	for _, file := range files {
-		rec, err := s.ReadDone(file.id)
+		rec, err := ix.recs.ReadDone(file.id)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue // pruned meanwhile
@@ -887,8 +931,8 @@ func byEntryFinish(a, b finishedEntry) int {
 // index's exclusive lock, taken before the file had its name and held
 // until the caller releases it, so that runs that finished meanwhile can
 // be added (appendLocked) before anyone else appends.
-func (s *Store) placeIndex(dir *os.Root, content []byte, why error) (*lockfs.Lock, error) {
-	t, err := s.pendingFile(dir, finishedIdxName)
+func (ix *Index) placeIndex(dir *os.Root, content []byte, why error) (*lockfs.Lock, error) {
+	t, err := ix.runs.PendingFile(dir, finishedIdxName)
 	if err != nil {
 		return nil, err
 	}
@@ -901,7 +945,7 @@ func (s *Store) placeIndex(dir *os.Root, content []byte, why error) (*lockfs.Loc
 		_ = tl.Release()
 		return nil, err
 	}
-	if err := s.replaceLockedIndex(dir, t, why); err != nil {
+	if err := ix.replaceLockedIndex(dir, t, why); err != nil {
 		_ = tl.Release()
 		return nil, err
 	}
@@ -911,7 +955,7 @@ func (s *Store) placeIndex(dir *os.Root, content []byte, why error) (*lockfs.Loc
 // replaceLockedIndex renames t over the index,
 // once the index it replaces (if a regular file) is locked by this process
 // too, or moved out of the way (anything else).
-func (s *Store) replaceLockedIndex(dir *os.Root, t *renameio.PendingFile, why error) error {
+func (ix *Index) replaceLockedIndex(dir *os.Root, t *renameio.PendingFile, why error) error {
 	old, err := rootfs.Open(dir, finishedIdxName, os.O_RDONLY, 0)
 	switch {
 	case err == nil:
@@ -924,7 +968,7 @@ func (s *Store) replaceLockedIndex(dir *os.Root, t *renameio.PendingFile, why er
 			return err
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		if err := s.dropIndex(dir, why); err != nil {
+		if err := ix.dropIndex(dir, why); err != nil {
 			return err
 		}
 	}
@@ -954,15 +998,15 @@ func appendLocked(dir *os.Root, l *lockfs.Lock, lines []byte) error {
 }
 
 // finishedIDs lists the run ids of every finished record, in no order.
-func (s *Store) finishedIDs() ([]record.RunID, error) {
-	shards, err := s.doneShards()
+func (ix *Index) finishedIDs() ([]record.RunID, error) {
+	shards, err := ix.Shards()
 	if err != nil {
 		return nil, err
 	}
 	var ids []record.RunID
 	for _, shard := range shards {
-		names, err := s.shardNames(shard)
-		var notDir *NotDirError
+		names, err := ix.shardNames(shard)
+		var notDir *stateroot.NotDirError
 		if errors.Is(err, fs.ErrNotExist) || errors.As(err, &notDir) {
 			continue
 		}
@@ -984,22 +1028,22 @@ type finishedFile struct {
 }
 
 // finishedFiles lists every finished record with its modification time.
-func (s *Store) finishedFiles() ([]finishedFile, error) {
-	shards, err := s.doneShards()
+func (ix *Index) finishedFiles() ([]finishedFile, error) {
+	shards, err := ix.Shards()
 	if err != nil {
 		return nil, err
 	}
 	var out []finishedFile
 	for _, shard := range shards {
-		names, err := s.shardNames(shard)
-		var notDir *NotDirError
+		names, err := ix.shardNames(shard)
+		var notDir *stateroot.NotDirError
 		if errors.Is(err, fs.ErrNotExist) || errors.As(err, &notDir) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		dir, err := s.dir(doneDir + "/" + shard)
+		dir, err := ix.done.Open(shard)
 		if err != nil {
 			continue
 		}
@@ -1011,28 +1055,4 @@ func (s *Store) finishedFiles() ([]finishedFile, error) {
 		dir.Close()
 	}
 	return out, nil
-}
-
-// activeIDs is the set of run ids with a file in the active set.
-func (s *Store) activeIDs() map[record.RunID]bool {
-	out := map[record.RunID]bool{}
-	dir, err := s.dir(activeDir)
-	if err != nil {
-		return out
-	}
-	defer dir.Close()
-	names, _ := listNames(dir)
-	for _, n := range names {
-		if id, ok := cutRecordName(n); ok {
-			out[id] = true
-		}
-	}
-	return out
-}
-
-func cutRecordName(name string) (record.RunID, bool) {
-	if len(name) != record.RunIDLen+len(".json") || name[record.RunIDLen:] != ".json" {
-		return "", false
-	}
-	return record.RunID(name[:record.RunIDLen]), true
 }

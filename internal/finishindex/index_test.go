@@ -1,4 +1,4 @@
-package runstore
+package finishindex_test
 
 import (
 	"errors"
@@ -13,33 +13,11 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/storetest"
 )
-
-var indexBase = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-
-// finishedRecord is a finished record of a run created at created that
-// finished at finished.
-func finishedRecord(created, finished time.Time, n int, task string, state record.State) *record.Run {
-	rec := testRecord(idAt(created, n), state)
-	rec.Task = task
-	rec.FinishedAt = &finished
-	if state == record.Failed {
-		code := 2
-		rec.ExitCode = &code
-	}
-	return rec
-}
-
-// finishAsSupervisor reserves rec's run and finishes it through RunLocks,
-// as a run's own supervisor does.
-func finishAsSupervisor(t *testing.T, s *Store, rec *record.Run) {
-	t.Helper()
-	l := reserve(t, s, rec.RunID)
-	if err := l.Finish(rec); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func ids(runs []*record.Run) []record.RunID {
 	out := make([]record.RunID, len(runs))
@@ -49,9 +27,9 @@ func ids(runs []*record.Run) []record.RunID {
 	return out
 }
 
-func mustQuery(t *testing.T, s *Store, q backend.FinishedQuery) *backend.Finished {
+func mustQuery(t *testing.T, s *runstore.Store, q backend.FinishedQuery) *backend.Finished {
 	t.Helper()
-	res, err := s.FinishedRuns(q)
+	res, err := s.FinishIndex().FinishedRuns(q)
 	if err != nil {
 		t.Fatalf("FinishedRuns(%+v) = %v", q, err)
 	}
@@ -60,14 +38,14 @@ func mustQuery(t *testing.T, s *Store, q backend.FinishedQuery) *backend.Finishe
 
 // indexedIDs lists the run ids of the index's intact entries, in file
 // order.
-func indexedIDs(t *testing.T, s *Store) []record.RunID {
+func indexedIDs(t *testing.T, s *runstore.Store) []record.RunID {
 	t.Helper()
-	f, size, why := s.openIndex()
+	f, size, why := s.FinishIndex().OpenIndex()
 	if f == nil {
 		t.Fatalf("no usable index: %v", why)
 	}
 	defer f.Close()
-	entries, err := readIndex(f, size)
+	entries, err := finishindex.ReadIndex(f, size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,13 +60,13 @@ func indexedIDs(t *testing.T, s *Store) []record.RunID {
 // first, whatever order they were created in, and across shards.
 func TestFinishedRunsNewestFinishFirst(t *testing.T) {
 	s := newStore(t)
-	if got := readString(t, s.IndexPath()); got != finishedIdxHeader {
+	if got := storetest.ReadString(t, s.FinishIndex().IndexPath()); got != finishindex.FinishedIdxHeader {
 		t.Fatalf("fresh index = %q, want just the header", got)
 	}
 	// Created an hour apart (two shards), finished in the other order.
-	long := finishedRecord(indexBase, indexBase.Add(3*time.Hour), 1, "long", record.Succeeded)
-	short := finishedRecord(indexBase.Add(time.Hour), indexBase.Add(time.Hour+time.Minute), 2, "short", record.Failed)
-	mid := finishedRecord(indexBase.Add(2*time.Hour), indexBase.Add(2*time.Hour+time.Second), 3, "mid", record.Stopped)
+	long := storetest.Finished(indexBase, indexBase.Add(3*time.Hour), 1, "long", record.Succeeded)
+	short := storetest.Finished(indexBase.Add(time.Hour), indexBase.Add(time.Hour+time.Minute), 2, "short", record.Failed)
+	mid := storetest.Finished(indexBase.Add(2*time.Hour), indexBase.Add(2*time.Hour+time.Second), 3, "mid", record.Stopped)
 	for _, rec := range []*record.Run{short, mid, long} {
 		finishAsSupervisor(t, s, rec)
 	}
@@ -113,7 +91,7 @@ func TestFinishedRunsNewestFinishFirst(t *testing.T) {
 		t.Errorf("task short = %v", got)
 	}
 	// The same answers without the index, from the records' files.
-	if err := os.Remove(s.IndexPath()); err != nil {
+	if err := os.Remove(s.FinishIndex().IndexPath()); err != nil {
 		t.Fatal(err)
 	}
 	setMtime(t, s, short, *short.FinishedAt)
@@ -130,12 +108,12 @@ func TestFinishedRunsNewestFinishFirst(t *testing.T) {
 
 // setMtime gives a record's file (and its shard) a modification time, as
 // if it had been written then.
-func setMtime(t *testing.T, s *Store, rec *record.Run, at time.Time) {
+func setMtime(t *testing.T, s *runstore.Store, rec *record.Run, at time.Time) {
 	t.Helper()
 	if err := os.Chtimes(s.DonePath(rec.RunID), at, at); err != nil {
 		t.Fatal(err)
 	}
-	shard := s.osPath(shardDir(rec.RunID))
+	shard := osPath(s, shardDir(rec.RunID))
 	if fi, err := os.Stat(shard); err == nil && fi.ModTime().Before(at) {
 		_ = os.Chtimes(shard, at, at)
 	}
@@ -145,8 +123,8 @@ func setMtime(t *testing.T, s *Store, rec *record.Run, at time.Time) {
 // the record, not the entry, is what is returned.
 func TestFinishedRunsTheRecordWins(t *testing.T) {
 	s := newStore(t)
-	a := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, "a", record.Succeeded)
-	b := finishedRecord(indexBase, indexBase.Add(2*time.Minute), 2, "b", record.Succeeded)
+	a := storetest.Finished(indexBase, indexBase.Add(time.Minute), 1, "a", record.Succeeded)
+	b := storetest.Finished(indexBase, indexBase.Add(2*time.Minute), 2, "b", record.Succeeded)
 	finishAsSupervisor(t, s, a)
 	finishAsSupervisor(t, s, b)
 	if err := s.RemoveFinished(b.RunID); err != nil {
@@ -156,7 +134,7 @@ func TestFinishedRunsTheRecordWins(t *testing.T) {
 	changed := *a
 	changed.Reason = "the record says so"
 	data, _ := changed.Encode()
-	writeString(t, s.DonePath(a.RunID), string(data))
+	storetest.WriteString(t, s.DonePath(a.RunID), string(data))
 	res := mustQuery(t, s, backend.FinishedQuery{Limit: 1})
 	if len(res.Runs) != 1 || res.Runs[0].RunID != a.RunID || res.Runs[0].Reason != "the record says so" {
 		t.Fatalf("FinishedRuns = %+v, want a's record as it is now", res.Runs)
@@ -168,9 +146,9 @@ func TestFinishedRunsTheRecordWins(t *testing.T) {
 // list it, and whoever finalizes the leftover indexes it.
 func TestFinishedLeftoverIsListedAndIndexedByItsFinalizer(t *testing.T) {
 	s := newStore(t)
-	rec := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, "crashed", record.Succeeded)
-	mustWriteActive(t, s, testRecord(rec.RunID, record.Running))
-	mustWriteDone(t, s, rec) // the crash came here
+	rec := storetest.Finished(indexBase, indexBase.Add(time.Minute), 1, "crashed", record.Succeeded)
+	writeActive(t, s, storetest.Record(rec.RunID, record.Running))
+	writeDone(t, s, rec) // the crash came here
 	if got := ids(mustQuery(t, s, backend.FinishedQuery{}).Runs); len(got) != 0 {
 		t.Fatalf("the index lists %v before the leftover is given", got)
 	}
@@ -197,12 +175,12 @@ func TestIndexConcurrentAppendsSurviveCompactions(t *testing.T) {
 	var live []*record.Run
 	for w := range writers {
 		for i := range each {
-			rec := finishedRecord(indexBase.Add(time.Duration(w)*time.Hour), indexBase.Add(time.Duration(w*each+i)*time.Second), w*each+i, fmt.Sprintf("w%d", w), record.Succeeded)
+			rec := storetest.Finished(indexBase.Add(time.Duration(w)*time.Hour), indexBase.Add(time.Duration(w*each+i)*time.Second), w*each+i, fmt.Sprintf("w%d", w), record.Succeeded)
 			writeDoneFast(t, s, rec.RunID)
 			live = append(live, rec)
 		}
 	}
-	dir, err := s.dir(runsDir)
+	dir, err := s.FinishIndex().OpenRuns()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,11 +201,11 @@ func TestIndexConcurrentAppendsSurviveCompactions(t *testing.T) {
 				return
 			default:
 			}
-			ghost := finishedRecord(indexBase.Add(100*time.Hour), indexBase, 10000+i, "ghost", record.Succeeded)
-			if ok, _ := s.appendFinished(dir, []finishedEntry{entryOf(ghost, time.Time{})}); !ok {
+			ghost := storetest.Finished(indexBase.Add(100*time.Hour), indexBase, 10000+i, "ghost", record.Succeeded)
+			if ok, _ := s.FinishIndex().AppendFinished(dir, []finishindex.FinishedEntry{finishindex.EntryOf(ghost, time.Time{})}); !ok {
 				t.Error("ghost append failed")
 			}
-			if dropped, err := s.CompactIndex(); err != nil {
+			if dropped, err := s.FinishIndex().CompactIndex(); err != nil {
 				t.Errorf("CompactIndex = %v", err)
 			} else if dropped > 0 {
 				if n++; n == 1 {
@@ -249,7 +227,7 @@ func TestIndexConcurrentAppendsSurviveCompactions(t *testing.T) {
 						t.Error("no compaction while the writers waited")
 					}
 				}
-				if !s.indexFinished(rec) {
+				if !s.FinishIndex().Append(rec) {
 					t.Errorf("indexFinished(%s) = false", rec.RunID)
 				}
 			}
@@ -277,12 +255,12 @@ func TestCompactIndex(t *testing.T) {
 	s := newStore(t)
 	var recs []*record.Run
 	for i := range 5 {
-		rec := finishedRecord(indexBase, indexBase.Add(time.Duration(i)*time.Minute), i, "t", record.Succeeded)
+		rec := storetest.Finished(indexBase, indexBase.Add(time.Duration(i)*time.Minute), i, "t", record.Succeeded)
 		finishAsSupervisor(t, s, rec)
 		recs = append(recs, rec)
 	}
 	// A duplicate (a leftover indexed twice) and two pruned runs.
-	if !s.indexFinished(recs[1]) {
+	if !s.FinishIndex().Append(recs[1]) {
 		t.Fatal("append failed")
 	}
 	for _, i := range []int{0, 3} {
@@ -290,7 +268,7 @@ func TestCompactIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dropped, err := s.CompactIndex()
+	dropped, err := s.FinishIndex().CompactIndex()
 	if err != nil || dropped != 3 {
 		t.Fatalf("CompactIndex = %d, %v; want 3 dropped", dropped, err)
 	}
@@ -300,19 +278,19 @@ func TestCompactIndex(t *testing.T) {
 		t.Fatalf("index after compaction = %v, want %v", got, want)
 	}
 	// An append that lands between a compaction's read and its rename.
-	f, size, _ := s.openIndex()
+	f, size, _ := s.FinishIndex().OpenIndex()
 	defer f.Close()
-	late := finishedRecord(indexBase, indexBase.Add(time.Hour), 9, "late", record.Succeeded)
+	late := storetest.Finished(indexBase, indexBase.Add(time.Hour), 9, "late", record.Succeeded)
 	finishAsSupervisor(t, s, late)
-	dir, _ := s.dir(runsDir)
+	dir, _ := s.FinishIndex().OpenRuns()
 	defer dir.Close()
-	if err := s.replaceIndex(dir, f, size, []byte(finishedIdxHeader)); err != nil {
+	if err := s.FinishIndex().ReplaceIndex(dir, f, size, []byte(finishindex.FinishedIdxHeader)); err != nil {
 		t.Fatal(err)
 	}
 	if got := indexedIDs(t, s); !slices.Equal(got, []record.RunID{late.RunID}) {
 		t.Fatalf("index after a replacement = %v, want the late append carried over", got)
 	}
-	assertNoTemp(t, s.osPath(runsDir))
+	assertNoTemp(t, osPath(s, "runs"))
 }
 
 func assertNoTemp(t *testing.T, dir string) {
@@ -333,35 +311,35 @@ func TestIndexAsksForCompaction(t *testing.T) {
 		{0, 100, false}, {1<<20 - 10, 1<<20 + 10, true}, {1<<20 + 10, 1<<20 + 200, false},
 		{2<<20 - 1, 2 << 20, true}, {1<<19 - 1, 1<<19 + 5, false},
 	} {
-		if got := crossesCompactSize(c.before, c.after); got != c.want {
-			t.Errorf("crossesCompactSize(%d, %d) = %v, want %v", c.before, c.after, got, c.want)
+		if got := finishindex.CrossesCompactSize(c.before, c.after); got != c.want {
+			t.Errorf("finishindex.CrossesCompactSize(%d, %d) = %v, want %v", c.before, c.after, got, c.want)
 		}
 	}
 	s := newStore(t)
-	pruned := finishedRecord(indexBase, indexBase, 1, "pruned", record.Succeeded)
+	pruned := storetest.Finished(indexBase, indexBase, 1, "pruned", record.Succeeded)
 	finishAsSupervisor(t, s, pruned)
 	if err := s.RemoveFinished(pruned.RunID); err != nil {
 		t.Fatal(err)
 	}
 	// Pad the index to just below 1 MiB with entries of the pruned run.
-	pad := entryOf(pruned, indexBase).encode(nil)
-	fi, _ := os.Stat(s.IndexPath())
-	f, err := os.OpenFile(s.IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
+	pad := finishindex.EntryOf(pruned, indexBase).Encode(nil)
+	fi, _ := os.Stat(s.FinishIndex().IndexPath())
+	f, err := os.OpenFile(s.FinishIndex().IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for size := fi.Size(); size+int64(len(pad)) < indexCompactFrom; size += int64(len(pad)) {
+	for size := fi.Size(); size+int64(len(pad)) < finishindex.IndexCompactFrom; size += int64(len(pad)) {
 		if _, err := f.Write(pad); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.Close()
-	last := finishedRecord(indexBase, indexBase.Add(time.Hour), 2, "last", record.Succeeded)
+	last := storetest.Finished(indexBase, indexBase.Add(time.Hour), 2, "last", record.Succeeded)
 	finishAsSupervisor(t, s, last)
 	if got := indexedIDs(t, s); !slices.Equal(got, []record.RunID{last.RunID}) {
 		t.Fatalf("index after the crossing append = %d entries, want only the last run's", len(got))
 	}
-	if fi, _ := os.Stat(s.IndexPath()); fi.Size() > 1024 {
+	if fi, _ := os.Stat(s.FinishIndex().IndexPath()); fi.Size() > 1024 {
 		t.Errorf("index is %d bytes after compaction", fi.Size())
 	}
 }
@@ -370,14 +348,14 @@ func TestIndexAsksForCompaction(t *testing.T) {
 // tore: the next append starts on a line of its own.
 func TestIndexTornTail(t *testing.T) {
 	s := newStore(t)
-	a := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, "a", record.Succeeded)
-	b := finishedRecord(indexBase, indexBase.Add(2*time.Minute), 2, "b", record.Succeeded)
+	a := storetest.Finished(indexBase, indexBase.Add(time.Minute), 1, "a", record.Succeeded)
+	b := storetest.Finished(indexBase, indexBase.Add(2*time.Minute), 2, "b", record.Succeeded)
 	finishAsSupervisor(t, s, a)
-	f, err := os.OpenFile(s.IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(s.FinishIndex().IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	torn := entryOf(b, indexBase).encode(nil)
+	torn := finishindex.EntryOf(b, indexBase).Encode(nil)
 	_, _ = f.Write(torn[:len(torn)/2])
 	_, _ = f.Write(make([]byte, 100))
 	f.Close()
@@ -398,10 +376,10 @@ func TestFinishedRunsScanStopsButMissesNothing(t *testing.T) {
 	s := newStore(t)
 	var all []*record.Run
 	for i := range 200 {
-		rec := finishedRecord(indexBase, indexBase.Add(time.Duration(i)*time.Minute), i, "t", record.Succeeded)
+		rec := storetest.Finished(indexBase, indexBase.Add(time.Duration(i)*time.Minute), i, "t", record.Succeeded)
 		data, _ := rec.Encode()
-		mkdirAll(t, s.osPath(shardDir(rec.RunID)))
-		writeString(t, s.DonePath(rec.RunID), string(data))
+		storetest.MkdirAll(t, osPath(s, shardDir(rec.RunID)))
+		storetest.WriteString(t, s.DonePath(rec.RunID), string(data))
 		all = append(all, rec)
 	}
 	// File order: 0..195 appended as they finished, then 199 (the newest
@@ -416,9 +394,9 @@ func TestFinishedRunsScanStopsButMissesNothing(t *testing.T) {
 			at = last.Add(time.Second)
 		}
 		last = at
-		lines = entryOf(rec, at).encode(lines)
+		lines = finishindex.EntryOf(rec, at).Encode(lines)
 	}
-	f, err := os.OpenFile(s.IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(s.FinishIndex().IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +424,7 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 	s := newStore(t)
 	var recs []*record.Run
 	for i := range 4 {
-		rec := finishedRecord(indexBase.Add(time.Duration(i)*time.Hour), indexBase.Add(time.Duration(10-i)*time.Hour), i, "t", record.Succeeded)
+		rec := storetest.Finished(indexBase.Add(time.Duration(i)*time.Hour), indexBase.Add(time.Duration(10-i)*time.Hour), i, "t", record.Succeeded)
 		finishAsSupervisor(t, s, rec)
 		recs = append(recs, rec)
 	}
@@ -456,12 +434,12 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 		spoil     func(path string)
 	}{
 		{"missing", "it is missing", func(p string) { _ = os.Remove(p) }},
-		{"unknown version", "does not start with the header", func(p string) { writeString(t, p, "crew index of finished runs, version 9\n") }},
-		{"a directory", "is a directory", func(p string) { _ = os.Remove(p); mkdirAll(t, filepath.Join(p, "sub")) }},
+		{"unknown version", "does not start with the header", func(p string) { storetest.WriteString(t, p, "crew index of finished runs, version 9\n") }},
+		{"a directory", "is a directory", func(p string) { _ = os.Remove(p); storetest.MkdirAll(t, filepath.Join(p, "sub")) }},
 		{"a symlink", "is a symbolic link", func(p string) { _ = os.Remove(p); _ = os.Symlink("/etc/passwd", p) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			c.spoil(s.IndexPath())
+			c.spoil(s.FinishIndex().IndexPath())
 			res := mustQuery(t, s, backend.FinishedQuery{})
 			if res.Unindexed == "" {
 				t.Fatal("the spoiled index was used")
@@ -477,11 +455,11 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 					t.Fatalf("from the records = %v, want %v", got, byFinishDesc)
 				}
 			}
-			dry, err := s.CheckIndex(true)
+			dry, err := s.FinishIndex().CheckIndex(true)
 			if err != nil || !dry.Rebuilt || !strings.Contains(dry.Why, c.why) {
 				t.Fatalf("CheckIndex(dry) = %+v, %v; want a rebuild because %q", dry, err, c.why)
 			}
-			rep, err := s.CheckIndex(false)
+			rep, err := s.FinishIndex().CheckIndex(false)
 			if err != nil || !rep.Rebuilt || rep.Runs != 4 {
 				t.Fatalf("CheckIndex = %+v, %v", rep, err)
 			}
@@ -489,10 +467,10 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 			if res.Unindexed != "" || !slices.Equal(ids(res.Runs), byFinishDesc) {
 				t.Fatalf("after the rebuild = %v (unindexed %q)", ids(res.Runs), res.Unindexed)
 			}
-			if again, err := s.CheckIndex(false); err != nil || again.Rebuilt || again.Added != 0 {
+			if again, err := s.FinishIndex().CheckIndex(false); err != nil || again.Rebuilt || again.Added != 0 {
 				t.Fatalf("second CheckIndex = %+v, %v; want nothing to do", again, err)
 			}
-			assertNoTemp(t, s.osPath(runsDir))
+			assertNoTemp(t, osPath(s, "runs"))
 		})
 	}
 	// Nothing outside the state root was touched.
@@ -501,11 +479,11 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 	}
 	// A record written behind the index's back (an older crew, a copy by
 	// hand) is added by CheckIndex.
-	extra := finishedRecord(indexBase.Add(20*time.Hour), indexBase.Add(20*time.Hour), 9, "t", record.Succeeded)
+	extra := storetest.Finished(indexBase.Add(20*time.Hour), indexBase.Add(20*time.Hour), 9, "t", record.Succeeded)
 	data, _ := extra.Encode()
-	mkdirAll(t, s.osPath(shardDir(extra.RunID)))
-	writeString(t, s.DonePath(extra.RunID), string(data))
-	rep, err := s.CheckIndex(false)
+	storetest.MkdirAll(t, osPath(s, shardDir(extra.RunID)))
+	storetest.WriteString(t, s.DonePath(extra.RunID), string(data))
+	rep, err := s.FinishIndex().CheckIndex(false)
 	if err != nil || rep.Rebuilt || rep.Added != 1 {
 		t.Fatalf("CheckIndex = %+v, %v; want 1 added", rep, err)
 	}
@@ -516,26 +494,26 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 	// the index until CheckIndex indexes the record again.
 	// (Its entry says it was made an hour ago, so that the change is
 	// later than the entry whatever the clocks' granularity.)
-	dir, _ := s.dir(runsDir)
+	dir, _ := s.FinishIndex().OpenRuns()
 	defer dir.Close()
-	old := entryOf(recs[2], time.Time{})
+	old := finishindex.EntryOf(recs[2], time.Time{})
 	old.Written = time.Now().Add(-time.Hour)
-	if ok, _ := s.appendFinished(dir, []finishedEntry{old}); !ok {
+	if ok, _ := s.FinishIndex().AppendFinished(dir, []finishindex.FinishedEntry{old}); !ok {
 		t.Fatal("append failed")
 	}
 	changed := *recs[2]
 	changed.Task = "renamed"
 	data, _ = changed.Encode()
-	writeString(t, s.DonePath(changed.RunID), string(data))
+	storetest.WriteString(t, s.DonePath(changed.RunID), string(data))
 	renamed := backend.FinishedQuery{Match: func(task string, _ record.State, _ *int) bool { return task == "renamed" }}
-	rep, err = s.CheckIndex(false)
+	rep, err = s.FinishIndex().CheckIndex(false)
 	if err != nil || rep.Changed != 1 || rep.Added != 0 {
 		t.Fatalf("CheckIndex = %+v, %v; want 1 changed", rep, err)
 	}
 	if got := ids(mustQuery(t, s, renamed).Runs); !slices.Equal(got, []record.RunID{changed.RunID}) {
 		t.Fatalf("runs of the renamed task = %v", got)
 	}
-	if again, err := s.CheckIndex(false); err != nil || again.Changed+again.Added != 0 {
+	if again, err := s.FinishIndex().CheckIndex(false); err != nil || again.Changed+again.Added != 0 {
 		t.Fatalf("second CheckIndex = %+v, %v", again, err)
 	}
 }
@@ -544,28 +522,28 @@ func TestCheckIndexRebuildsAndCompletes(t *testing.T) {
 // older run), and Ensure makes one only with runs/done.
 func TestIndexIsCreatedOnlyComplete(t *testing.T) {
 	s := newStore(t)
-	if err := os.Remove(s.IndexPath()); err != nil {
+	if err := os.Remove(s.FinishIndex().IndexPath()); err != nil {
 		t.Fatal(err)
 	}
-	finishAsSupervisor(t, s, finishedRecord(indexBase, indexBase, 1, "t", record.Succeeded))
-	if _, err := os.Lstat(s.IndexPath()); !errors.Is(err, fs.ErrNotExist) {
+	finishAsSupervisor(t, s, storetest.Finished(indexBase, indexBase, 1, "t", record.Succeeded))
+	if _, err := os.Lstat(s.FinishIndex().IndexPath()); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("an append made an index: %v", err)
 	}
 	if err := s.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(s.IndexPath()); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(s.FinishIndex().IndexPath()); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Ensure made an index beside existing runs: %v", err)
 	}
 	// The index is swept like every temporary file crash leaves.
-	writeString(t, s.osPath(runsDir, "."+finishedIdxName+"0123456789abcdef"), "x")
+	storetest.WriteString(t, osPath(s, "runs", "."+finishindex.FinishedIdxName+"0123456789abcdef"), "x")
 	found := false
 	lo, err := s.Leftovers()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range lo {
-		found = found || (l.Kind == LeftoverTemp && strings.HasSuffix(l.Path, "."+finishedIdxName+"0123456789abcdef"))
+		found = found || (l.Kind == runstore.LeftoverTemp && strings.HasSuffix(l.Path, "."+finishindex.FinishedIdxName+"0123456789abcdef"))
 	}
 	if !found {
 		t.Error("a temporary file of the index is not a leftover")
@@ -576,21 +554,21 @@ func TestIndexIsCreatedOnlyComplete(t *testing.T) {
 // line that was changed, cut or padded is not an entry.
 func TestIndexEntryRoundTrip(t *testing.T) {
 	for _, task := range []string{"build", "deploy:prod", `a "quoted"	tab`, "evil\u202ename\x1b[31m", "déploiement"} {
-		for _, exit := range []*int{nil, &exitCodes[0], &exitCodes[255], func() *int { n := 300; return &n }()} {
-			rec := finishedRecord(indexBase, indexBase.Add(time.Minute), 1, task, record.Stopped)
+		for _, exit := range []*int{nil, &finishindex.ExitCodes[0], &finishindex.ExitCodes[255], func() *int { n := 300; return &n }()} {
+			rec := storetest.Finished(indexBase, indexBase.Add(time.Minute), 1, task, record.Stopped)
 			rec.ExitCode = exit
-			line := entryOf(rec, indexBase.Add(time.Hour)).encode(nil)
+			line := finishindex.EntryOf(rec, indexBase.Add(time.Hour)).Encode(nil)
 			if line[0] != '\n' || line[len(line)-1] != '\n' || strings.Count(string(line), "\n") != 2 {
 				t.Fatalf("entry %q is not one line after an empty one", line)
 			}
-			e, ok := parseEntry(line[1 : len(line)-1])
+			e, ok := finishindex.ParseEntry(line[1 : len(line)-1])
 			if !ok || e.ID != rec.RunID || e.Task != task || e.State != record.Stopped || !e.Finished.Equal(*rec.FinishedAt) ||
 				!e.Appended.Equal(indexBase.Add(time.Hour)) || (e.Exit == nil) != (exit == nil) || (exit != nil && *e.Exit != *exit) {
 				t.Fatalf("parse(%q) = %+v, %v", line, e, ok)
 			}
 			body := line[1 : len(line)-1]
 			for _, bad := range [][]byte{body[:len(body)-1], body[1:], append([]byte("x"), body...), []byte(strings.Replace(string(body), "stopped", "succeed", 1))} {
-				if _, ok := parseEntry(bad); ok {
+				if _, ok := finishindex.ParseEntry(bad); ok {
 					t.Errorf("damaged line %q parsed", bad)
 				}
 			}
@@ -606,28 +584,28 @@ func TestIndexEntryRoundTrip(t *testing.T) {
 // the cut is made on purpose.)
 func TestCompactionKeepsAnEntryCutBySize(t *testing.T) {
 	s := newStore(t)
-	dir, err := s.dir(runsDir)
+	dir, err := s.FinishIndex().OpenRuns()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dir.Close()
-	ghost := finishedRecord(indexBase.Add(100*time.Hour), indexBase, 900, "ghost", record.Succeeded) // no record: compacted away
-	kept := finishedRecord(indexBase, indexBase.Add(time.Second), 1, "kept", record.Succeeded)
-	last := finishedRecord(indexBase, indexBase.Add(2*time.Second), 2, "last", record.Succeeded)
+	ghost := storetest.Finished(indexBase.Add(100*time.Hour), indexBase, 900, "ghost", record.Succeeded) // no record: compacted away
+	kept := storetest.Finished(indexBase, indexBase.Add(time.Second), 1, "kept", record.Succeeded)
+	last := storetest.Finished(indexBase, indexBase.Add(2*time.Second), 2, "last", record.Succeeded)
 	writeDoneFast(t, s, kept.RunID)
 	writeDoneFast(t, s, last.RunID)
 	for _, rec := range []*record.Run{ghost, kept, last} {
-		if ok, _ := s.appendFinished(dir, []finishedEntry{entryOf(rec, time.Time{})}); !ok {
+		if ok, _ := s.FinishIndex().AppendFinished(dir, []finishindex.FinishedEntry{finishindex.EntryOf(rec, time.Time{})}); !ok {
 			t.Fatalf("append %s failed", rec.RunID)
 		}
 	}
-	f, size, why := s.openIndex()
+	f, size, why := s.FinishIndex().OpenIndex()
 	if f == nil {
 		t.Fatal(why)
 	}
 	defer f.Close()
 	cut := size - 20 // in the middle of the last entry
-	dropped, err := s.compactIndex(f, cut)
+	dropped, err := s.FinishIndex().CompactOpen(f, cut)
 	if err != nil || dropped != 1 {
 		t.Fatalf("compactIndex = %d, %v; want the ghost dropped", dropped, err)
 	}

@@ -1,4 +1,4 @@
-package runstore
+package finishindex
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // The done index, runs/done.index, remembers for each shard of finished
@@ -66,7 +67,7 @@ type indexEntry struct {
 // DoneIndex is the done index of one operation (a prune, a status): load
 // it, ask, and Save what was learnt.
 type DoneIndex struct {
-	s       *Store
+	ix      *Index
 	now     func() time.Time
 	entries map[string]indexEntry
 	dirty   bool
@@ -80,9 +81,9 @@ type DoneIndex struct {
 }
 
 // OpenDoneIndex reads the index (an unusable one counts as empty).
-func (s *Store) OpenDoneIndex(now func() time.Time) *DoneIndex {
-	x := &DoneIndex{s: s, now: now, entries: map[string]indexEntry{}}
-	dir, err := s.dir("runs")
+func (ix *Index) OpenDoneIndex(now func() time.Time) *DoneIndex {
+	x := &DoneIndex{ix: ix, now: now, entries: map[string]indexEntry{}}
+	dir, err := ix.runs.Open()
 	if err != nil {
 		return x
 	}
@@ -131,7 +132,7 @@ func (x *DoneIndex) Shards() ([]string, error) {
 	if x.shards != nil {
 		return x.shards, nil
 	}
-	shards, err := x.s.doneShards()
+	shards, err := x.ix.Shards()
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +156,7 @@ func (x *DoneIndex) Close() {
 // per DoneIndex: a DoneIndex lives for one short operation.
 func (x *DoneIndex) shardState(shard string) (mtime int64, ino uint64) {
 	if x.done == nil {
-		done, err := x.s.dir(doneDir)
+		done, err := x.ix.done.Open()
 		if err != nil {
 			return 0, 0
 		}
@@ -240,8 +241,8 @@ func (x *DoneIndex) listUpTo(shard string, limit int) (ids []record.RunID, compl
 	if ids, ok := x.listed[shard]; ok {
 		return ids, true, nil
 	}
-	names, complete, err := x.s.shardNamesUpTo(shard, limit)
-	var notDir *NotDirError
+	names, complete, err := x.ix.shardNamesUpTo(shard, limit)
+	var notDir *stateroot.NotDirError
 	if errors.Is(err, fs.ErrNotExist) || errors.As(err, &notDir) {
 		return nil, true, nil
 	}
@@ -327,28 +328,28 @@ func (x *DoneIndex) stats(shard string, l lookup, measureUpTo int) (st ShardStat
 // measure stats each record of a shard and its log.
 func (x *DoneIndex) measure(shard string, ids []record.RunID) ShardStats {
 	st := ShardStats{Runs: len(ids)}
-	dir, err := x.s.dir(doneDir + "/" + shard)
+	dir, err := x.ix.done.Open(shard)
 	if err != nil {
 		return st
 	}
 	defer dir.Close()
-	logs, lerr := x.s.dir(logsDir)
+	logs, lerr := x.ix.logs.Sizer()
 	if lerr == nil {
 		defer logs.Close()
 	}
 	for _, id := range ids {
-		if fi, err := dir.Lstat(recordName(id)); err == nil {
+		if fi, err := dir.Lstat(stateroot.RecordName(id)); err == nil {
 			st.RecordBytes += fi.Size()
 		}
 		if lerr != nil {
 			continue
 		}
-		if fi, err := logs.Lstat(logName(id)); err == nil {
+		if size, ok := logs.Head(id); ok {
 			st.LogFiles++
-			st.LogBytes += fi.Size()
+			st.LogBytes += size
 		}
-		if _, err := logs.Lstat(tailDirName(id)); err == nil {
-			st.LogBytes += x.s.tailBytes(id)
+		if logs.HasTail(id) {
+			st.LogBytes += x.ix.logs.TailBytes(id)
 		}
 	}
 	return st
@@ -379,12 +380,12 @@ func (x *DoneIndex) Save() {
 			fmt.Fprintf(&b, "%s %d %d %d %d %d %d\n", sh, e.mtime, e.ino, e.Runs, e.RecordBytes, e.LogFiles, e.LogBytes)
 		}
 	}
-	dir, err := x.s.dir("runs")
+	dir, err := x.ix.runs.Open()
 	if err != nil {
 		return
 	}
 	defer dir.Close()
-	if writeFileMode(dir, indexName, b.Bytes(), atomic, x.s.filePerm()) == nil {
+	if x.ix.runs.WriteFile(dir, indexName, b.Bytes()) == nil {
 		x.dirty = false
 	}
 }

@@ -1,4 +1,4 @@
-package runstore
+package finishindex
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package runstore
+package finishindex
 
 import (
 	"os"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // NthNewestFinish proves a line for retention by count (keep the n runs
@@ -28,17 +29,17 @@ import (
 // it reads (about n, see indexWalk), the done index's shards back to the
 // candidate, and a stat for each overlapping run; and what it proves is
 // never above the truth: a run that should be kept is never let go.
-func (s *Store) NthNewestFinish(n int, x *DoneIndex) (at time.Time, ok bool, err error) {
+func (ix *Index) NthNewestFinish(n int, x *DoneIndex) (at time.Time, ok bool, err error) {
 	if n <= 0 {
 		return time.Time{}, false, nil
 	}
-	p := &finishProver{s: s, dirs: map[string]*os.Root{}}
+	p := &finishProver{ix: ix, dirs: map[string]*os.Root{}}
 	defer p.close()
 	// Runs the index lists that cannot be proven (removed or changed by
 	// hand since) leave the count short: the candidate is then taken that
 	// many entries further back, a few times at most.
 	for want, try := n, 0; try < 4; try++ {
-		top, err := s.latestEntries(want)
+		top, err := ix.latestEntries(want)
 		if err != nil || len(top) < want {
 			return time.Time{}, false, err
 		}
@@ -70,8 +71,8 @@ type latestEntry struct {
 // latestEntries walks the index from its newest entry back and returns the
 // n latest finishes it lists (each run's newest entry counts), latest
 // first; none without a usable index.
-func (s *Store) latestEntries(n int) ([]latestEntry, error) {
-	f, size, _ := s.openIndex()
+func (ix *Index) latestEntries(n int) ([]latestEntry, error) {
+	f, size, _ := ix.openIndex()
 	if f == nil {
 		return nil, nil
 	}
@@ -104,7 +105,7 @@ func (s *Store) latestEntries(n int) ([]latestEntry, error) {
 // finishProver proves runs' finishes from their records, each shard
 // directory opened once.
 type finishProver struct {
-	s    *Store
+	ix   *Index
 	dirs map[string]*os.Root
 }
 
@@ -124,20 +125,20 @@ func (p *finishProver) finishedSince(e latestEntry, line time.Time) bool {
 	sh := e.id.Shard()
 	dir, ok := p.dirs[sh]
 	if !ok {
-		dir, _ = p.s.dir(shardDir(e.id)) // none: pruned, or never there
+		dir, _ = p.ix.done.Open(e.id.Shard()) // none: pruned, or never there
 		p.dirs[sh] = dir
 	}
 	if dir == nil {
 		return false
 	}
-	fi, err := dir.Lstat(recordName(e.id))
+	fi, err := dir.Lstat(stateroot.RecordName(e.id))
 	if err != nil || !fi.Mode().IsRegular() {
 		return false
 	}
 	if !fi.ModTime().After(e.written.Add(changeSlack)) {
 		return !e.fin.Before(line)
 	}
-	rec, err := p.s.ReadDone(e.id)
+	rec, err := p.ix.recs.ReadDone(e.id)
 	return err == nil && !rec.State.Active() && rec.FinishedAt != nil && !rec.FinishedAt.Before(line)
 }
 

@@ -1,4 +1,4 @@
-package runstore
+package finishindex
 
 import (
 	"errors"
@@ -19,24 +19,24 @@ import (
 // modification times, newest first, and stops as soon as no older file can
 // hold a run that would be returned. Either way, every run returned is its
 // record as read now.
-func (s *Store) FinishedRuns(q backend.FinishedQuery) (*backend.Finished, error) {
+func (ix *Index) FinishedRuns(q backend.FinishedQuery) (*backend.Finished, error) {
 	top := &topRuns{q: q, seen: map[record.RunID]bool{}}
 	res := &backend.Finished{}
-	f, size, why := s.openIndex()
+	f, size, why := ix.openIndex()
 	if f != nil {
-		problem, err := top.fromIndex(s, f, size)
+		problem, err := top.fromIndex(ix, f, size)
 		f.Close()
 		if err != nil {
 			return nil, err
 		}
-		res.IndexProblem, res.IndexPath = problem, s.IndexPath()
+		res.IndexProblem, res.IndexPath = problem, ix.IndexPath()
 	} else {
 		switch {
-		case errors.Is(why, fs.ErrNotExist) && !s.anyFinished():
+		case errors.Is(why, fs.ErrNotExist) && !ix.anyFinished():
 			// Nothing an index would speed up: no run ever finished here
 			// (or there is no state root yet).
 		case errors.Is(why, fs.ErrNotExist):
-			res.Unindexed = "there is no index of finished runs (" + s.IndexPath() + ")"
+			res.Unindexed = "there is no index of finished runs (" + ix.IndexPath() + ")"
 		default:
 			res.Unindexed = "the index of finished runs cannot be used: " + why.Error()
 		}
@@ -44,12 +44,12 @@ func (s *Store) FinishedRuns(q backend.FinishedQuery) (*backend.Finished, error)
 		if q.Approximate {
 			read = top.fromCreation
 		}
-		if err := read(s); err != nil {
+		if err := read(ix); err != nil {
 			return nil, err
 		}
 	}
 	for _, id := range q.Also {
-		top.read(s, id)
+		top.read(ix, id)
 	}
 	res.Runs, res.Bad = top.runs, top.bad
 	if res.Runs == nil {
@@ -86,17 +86,17 @@ func (t *topRuns) mayEnter(tm time.Time) bool {
 }
 
 // read reads a run's record and offers it, once per run.
-func (t *topRuns) read(s *Store, id record.RunID) {
+func (t *topRuns) read(ix *Index, id record.RunID) {
 	if t.seen[id] {
 		return
 	}
 	t.seen[id] = true
-	rec, err := s.ReadDone(id)
+	rec, err := ix.recs.ReadDone(id)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// pruned meanwhile
 	case err != nil:
-		t.bad = append(t.bad, backend.BadRecord{Path: s.DonePath(id), Err: err})
+		t.bad = append(t.bad, backend.BadRecord{Path: ix.recs.DonePath(id), Err: err})
 	default:
 		t.offer(rec)
 	}
@@ -120,7 +120,7 @@ func (t *topRuns) offer(rec *record.Run) {
 // fromIndex walks the index from its newest entry back. An entry's append
 // time bounds the finish of every entry before it (to within indexSkew),
 // which tells the walk when to stop (see indexWalk).
-func (t *topRuns) fromIndex(s *Store, f *os.File, size int64) (problem string, err error) {
+func (t *topRuns) fromIndex(ix *Index, f *os.File, size int64) (problem string, err error) {
 	tasks := map[string]string{}
 	var w indexWalk
 	err = w.walk(f, size, func(e rawEntry) bool {
@@ -135,16 +135,16 @@ func (t *topRuns) fromIndex(s *Store, f *os.File, size int64) (problem string, e
 			}
 		}
 		if id := string(e.id); record.WellFormedRunID(id) {
-			t.read(s, record.RunID(id))
+			t.read(ix, record.RunID(id))
 		}
 		return true
 	}, func(stamp time.Time) bool { return t.closedBelow(stamp.Add(indexSkew)) })
-	return w.problem(s.IndexPath()), err
+	return w.problem(ix.IndexPath()), err
 }
 
 // fromCreation takes the newest-created finished runs that match.
-func (t *topRuns) fromCreation(s *Store) error {
-	return s.WalkFinished(func(id record.RunID) bool {
+func (t *topRuns) fromCreation(ix *Index) error {
+	return ix.WalkFinished(func(id record.RunID) bool {
 		if !t.q.Since.IsZero() {
 			if created, err := id.CreatedAt(); err == nil && created.Before(t.q.Since) {
 				// created before Since: finished before it or not, the runs
@@ -152,7 +152,7 @@ func (t *topRuns) fromCreation(s *Store) error {
 				return false
 			}
 		}
-		t.read(s, id)
+		t.read(ix, id)
 		return !t.full()
 	})
 }
@@ -161,12 +161,12 @@ func (t *topRuns) fromCreation(s *Store) error {
 // its run finished, so its file's modification time, and its shard
 // directory's, are never earlier than the finish it records: shards and
 // files are read newest first until none can hold a run to return.
-func (t *topRuns) fromRecords(s *Store) error {
-	shards, err := s.doneShards()
+func (t *topRuns) fromRecords(ix *Index) error {
+	shards, err := ix.Shards()
 	if err != nil {
 		return err
 	}
-	done, err := s.dir(doneDir)
+	done, err := ix.done.Open()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -190,11 +190,11 @@ func (t *topRuns) fromRecords(s *Store) error {
 		if t.closedBelow(d.mod.Add(mtimeSlack)) {
 			return nil
 		}
-		names, err := s.shardNames(d.name)
+		names, err := ix.shardNames(d.name)
 		if err != nil {
 			continue // removed meanwhile, or not a directory crew may read
 		}
-		shard, err := s.dir(doneDir + "/" + d.name)
+		shard, err := ix.done.Open(d.name)
 		if err != nil {
 			continue
 		}
@@ -210,7 +210,7 @@ func (t *topRuns) fromRecords(s *Store) error {
 			if t.closedBelow(file.mod.Add(mtimeSlack)) {
 				break
 			}
-			t.read(s, record.RunID(strings.TrimSuffix(file.name, ".json")))
+			t.read(ix, record.RunID(strings.TrimSuffix(file.name, ".json")))
 		}
 	}
 	return nil
@@ -221,9 +221,9 @@ func (t *topRuns) fromRecords(s *Store) error {
 // candidates for a run id prefix or short id. With the index it reads the
 // index, and a record only to check it still exists; without one, the
 // names of every finished record.
-func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs []backend.FinishedRef, total int, err error) {
+func (ix *Index) FinishedMatching(match func(record.RunID) bool, limit int) (refs []backend.FinishedRef, total int, err error) {
 	var found []finishedEntry
-	f, size, _ := s.openIndex()
+	f, size, _ := ix.openIndex()
 	if f != nil {
 		tasks := map[string]string{}
 		seen := map[record.RunID]bool{}
@@ -243,13 +243,13 @@ func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs
 			return nil, 0, err
 		}
 	} else {
-		ids, err := s.finishedIDs()
+		ids, err := ix.finishedIDs()
 		if err != nil {
 			return nil, 0, err
 		}
 		for _, id := range ids {
 			if match(id) {
-				if rec, err := s.ReadDone(id); err == nil {
+				if rec, err := ix.recs.ReadDone(id); err == nil {
 					found = append(found, entryOf(rec, finishOf(rec)))
 				}
 			}
@@ -257,7 +257,7 @@ func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs
 		slices.SortFunc(found, func(a, b finishedEntry) int { return b.Finished.Compare(a.Finished) })
 	}
 	for _, e := range found {
-		if !s.IsDone(e.ID) {
+		if !ix.recs.IsDone(e.ID) {
 			continue // pruned
 		}
 		total++
@@ -270,8 +270,8 @@ func (s *Store) FinishedMatching(match func(record.RunID) bool, limit int) (refs
 
 // anyFinished reports whether the finished runs' directory exists: whether
 // a run may ever have finished in this state root.
-func (s *Store) anyFinished() bool {
-	dir, err := s.dir(doneDir)
+func (ix *Index) anyFinished() bool {
+	dir, err := ix.done.Open()
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist)
 	}
@@ -284,8 +284,8 @@ func (s *Store) anyFinished() bool {
 // record (entries stay until a compaction or crew prune drops them). ok
 // is false without a usable index, without an entry, or with the entry of
 // a record crew could not read.
-func (s *Store) IndexedEndOf(id record.RunID) (end backend.IndexedEnd, ok bool) {
-	f, size, _ := s.openIndex()
+func (ix *Index) IndexedEndOf(id record.RunID) (end backend.IndexedEnd, ok bool) {
+	f, size, _ := ix.openIndex()
 	if f == nil {
 		return end, false
 	}

@@ -1,4 +1,4 @@
-package runstore
+package finishindex_test
 
 import (
 	"fmt"
@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
+	"github.com/crew-dev/crew/internal/storetest"
 )
 
 // BenchmarkIndexAppend is what the index costs every run's finish: one
@@ -18,14 +21,14 @@ func BenchmarkIndexAppend(b *testing.B) {
 	for _, history := range []int{0, 100000} {
 		b.Run(fmt.Sprintf("history=%d", history), func(b *testing.B) {
 			s := newStore(b)
-			rec := testRecord(idAt(indexBase, 1), record.Succeeded)
+			rec := storetest.Record(storetest.IDAt(indexBase, 1), record.Succeeded)
 			if history > 0 {
 				var lines []byte
 				for i := range history {
-					e := entryOf(testRecord(idAt(indexBase.Add(time.Duration(i)), i), record.Succeeded), indexBase)
-					lines = e.encode(lines)
+					e := finishindex.EntryOf(storetest.Record(storetest.IDAt(indexBase.Add(time.Duration(i)), i), record.Succeeded), indexBase)
+					lines = e.Encode(lines)
 				}
-				f, err := os.OpenFile(s.IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
+				f, err := os.OpenFile(s.FinishIndex().IndexPath(), os.O_WRONLY|os.O_APPEND, 0)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -36,7 +39,7 @@ func BenchmarkIndexAppend(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if !s.indexFinished(rec) {
+				if !s.FinishIndex().Append(rec) {
 					b.Fatal("append failed")
 				}
 			}
@@ -53,19 +56,19 @@ func BenchmarkFinish(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		i++
-		id := idAt(indexBase.Add(time.Duration(i)), i)
+		id := storetest.IDAt(indexBase.Add(time.Duration(i)), i)
 		b.StopTimer()
 		a, err := s.LockAdmission(b.Context(), 5*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
-		l, err := a.Reserve(testRecord(id, record.Provisioning))
+		l, err := a.Reserve(storetest.Record(id, record.Provisioning))
 		a.Release()
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if err := l.Finish(testRecord(id, record.Succeeded)); err != nil {
+		if err := l.Finish(storetest.Record(id, record.Succeeded)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -75,9 +78,9 @@ func BenchmarkFinish(b *testing.B) {
 // hour (the worst case: one shard), finished in creation order, one in
 // 1000 of task "rare" and one in 100 failed, written directly (no fsync)
 // and then indexed as crew recover indexes a history it did not write.
-func historyStore(b *testing.B, n int) *Store {
+func historyStore(b *testing.B, n int) *runstore.Store {
 	s := newStore(b)
-	mkdirAll(b, s.osPath(shardDir(idAt(indexBase, 0))))
+	storetest.MkdirAll(b, osPath(s, shardDir(storetest.IDAt(indexBase, 0))))
 	for i := range n {
 		created := indexBase.Add(time.Duration(i) * (time.Hour / time.Duration(n+1)))
 		task, state := "build", record.Succeeded
@@ -87,16 +90,16 @@ func historyStore(b *testing.B, n int) *Store {
 		if i%100 == 3 {
 			state = record.Failed
 		}
-		rec := finishedRecord(created, created.Add(time.Second), i, task, state)
+		rec := storetest.Finished(created, created.Add(time.Second), i, task, state)
 		data, err := rec.Encode()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := os.WriteFile(s.DonePath(rec.RunID), data, FilePerm); err != nil {
+		if err := os.WriteFile(s.DonePath(rec.RunID), data, runstore.FilePerm); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if rep, err := s.CheckIndex(false); err != nil || rep.Runs != n {
+	if rep, err := s.FinishIndex().CheckIndex(false); err != nil || rep.Runs != n {
 		b.Fatalf("CheckIndex = %+v, %v", rep, err)
 	}
 	return s
@@ -125,7 +128,7 @@ func BenchmarkFinishedRuns(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				res, err := s.FinishedRuns(c.q)
+				res, err := s.FinishIndex().FinishedRuns(c.q)
 				if err != nil || res.Unindexed != "" || len(res.Runs) < c.want-2 || len(res.Runs) > c.want+2 {
 					b.Fatalf("%d runs, unindexed %q, %v", len(res.Runs), res.Unindexed, err)
 				}
@@ -137,19 +140,19 @@ func BenchmarkFinishedRuns(b *testing.B) {
 	// gone): every entry parsed, every record's file checked. One entry of
 	// a pruned run is added each time so there is something to drop.
 	b.Run("compact", func(b *testing.B) {
-		dir, err := s.dir(runsDir)
+		dir, err := s.FinishIndex().OpenRuns()
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer dir.Close()
-		ghost := finishedRecord(indexBase.Add(-time.Hour), indexBase, 1, "ghost", record.Succeeded)
+		ghost := storetest.Finished(indexBase.Add(-time.Hour), indexBase, 1, "ghost", record.Succeeded)
 		for b.Loop() {
 			b.StopTimer()
-			if ok, _ := s.appendFinished(dir, []finishedEntry{entryOf(ghost, time.Time{})}); !ok {
+			if ok, _ := s.FinishIndex().AppendFinished(dir, []finishindex.FinishedEntry{finishindex.EntryOf(ghost, time.Time{})}); !ok {
 				b.Fatal("append failed")
 			}
 			b.StartTimer()
-			if dropped, err := s.CompactIndex(); err != nil || dropped != 1 {
+			if dropped, err := s.FinishIndex().CompactIndex(); err != nil || dropped != 1 {
 				b.Fatalf("CompactIndex = %d, %v", dropped, err)
 			}
 		}
@@ -160,13 +163,13 @@ func BenchmarkFinishedRuns(b *testing.B) {
 	// them (crew recover builds the index).
 	for _, approximate := range []bool{true, false} {
 		b.Run(fmt.Sprintf("newest-10-without-index/approximate=%v", approximate), func(b *testing.B) {
-			if err := os.Rename(s.IndexPath(), s.IndexPath()+".away"); err != nil {
+			if err := os.Rename(s.FinishIndex().IndexPath(), s.FinishIndex().IndexPath()+".away"); err != nil {
 				b.Fatal(err)
 			}
-			defer os.Rename(s.IndexPath()+".away", s.IndexPath())
+			defer os.Rename(s.FinishIndex().IndexPath()+".away", s.FinishIndex().IndexPath())
 			b.ReportAllocs()
 			for b.Loop() {
-				res, err := s.FinishedRuns(backend.FinishedQuery{Limit: 10, Approximate: approximate})
+				res, err := s.FinishIndex().FinishedRuns(backend.FinishedQuery{Limit: 10, Approximate: approximate})
 				if err != nil || res.Unindexed == "" || len(res.Runs) != 10 {
 					b.Fatalf("%d runs, unindexed %q, %v", len(res.Runs), res.Unindexed, err)
 				}

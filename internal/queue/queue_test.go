@@ -1,4 +1,4 @@
-package runstore
+package queue_test
 
 import (
 	"io/fs"
@@ -12,22 +12,12 @@ import (
 
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/helperproc"
+	"github.com/crew-dev/crew/internal/queue"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/storetest"
 )
 
-func enqueue(t *testing.T, s *Store, id record.RunID, task string) *Waiter {
-	t.Helper()
-	a := lockAdmission(t, s)
-	defer a.Release()
-	w, err := a.Enqueue(testTicket(id, task))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Remove)
-	return w
-}
-
-func waitRung(t *testing.T, w *Waiter) {
+func waitRung(t *testing.T, w *queue.Waiter) {
 	t.Helper()
 	select {
 	case <-w.Rung():
@@ -39,7 +29,7 @@ func waitRung(t *testing.T, w *Waiter) {
 func TestEnqueueListRingRemove(t *testing.T) {
 	s := newStore(t)
 	base := time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC)
-	first, second := idAt(base, 9), idAt(base.Add(time.Nanosecond), 1)
+	first, second := storetest.IDAt(base, 9), storetest.IDAt(base.Add(time.Nanosecond), 1)
 	// Joined out of order: arrival order is the id order.
 	w2 := enqueue(t, s, second, "b")
 	w1 := enqueue(t, s, first, "a")
@@ -47,15 +37,15 @@ func TestEnqueueListRingRemove(t *testing.T) {
 		t.Errorf("ID() = %s", w1.ID())
 	}
 	for _, id := range []record.RunID{first, second} {
-		fi, err := os.Lstat(s.osPath(queueDir, bellName(id)))
+		fi, err := os.Lstat(osPath(s, "queue", queue.BellName(id)))
 		if err != nil || fi.Mode().Type() != fs.ModeNamedPipe {
 			t.Errorf("bell of %s: %v, %v; want a FIFO", id, fi, err)
 		}
-		if !s.HasTicket(id) || s.WaiterState(id) != record.Alive {
-			t.Errorf("ticket %s: HasTicket %v, WaiterState %v", id, s.HasTicket(id), s.WaiterState(id))
+		if !s.Queue().HasTicket(id) || s.Queue().WaiterState(id) != record.Alive {
+			t.Errorf("ticket %s: HasTicket %v, WaiterState %v", id, s.Queue().HasTicket(id), s.Queue().WaiterState(id))
 		}
 	}
-	ents, err := s.ListTickets()
+	ents, err := s.Queue().ListTickets()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +57,12 @@ func TestEnqueueListRingRemove(t *testing.T) {
 			t.Errorf("entry %d = %+v", i, e)
 		}
 	}
-	if !reflect.DeepEqual(ents[0].Ticket, testTicket(first, "a")) {
+	if !reflect.DeepEqual(ents[0].Ticket, storetest.Ticket(first, "a")) {
 		t.Errorf("ticket = %+v", ents[0].Ticket)
 	}
 
 	// Ringing wakes that waiter and no other.
-	s.Ring(second)
+	s.Queue().Ring(second)
 	waitRung(t, w2)
 	select {
 	case <-w1.Rung():
@@ -82,18 +72,18 @@ func TestEnqueueListRingRemove(t *testing.T) {
 	// Rung twice before anyone looks: one wake-up is enough, and the ringer
 	// never blocks.
 	for range 3 {
-		s.Ring(first)
+		s.Queue().Ring(first)
 	}
 	waitRung(t, w1)
 
 	w1.Remove()
 	w1.Remove() // harmless
-	if s.HasTicket(first) || s.WaiterState(first) != record.Dead {
-		t.Errorf("after Remove: HasTicket %v, WaiterState %v", s.HasTicket(first), s.WaiterState(first))
+	if s.Queue().HasTicket(first) || s.Queue().WaiterState(first) != record.Dead {
+		t.Errorf("after Remove: HasTicket %v, WaiterState %v", s.Queue().HasTicket(first), s.Queue().WaiterState(first))
 	}
 	w2.Remove()
-	assertOnlyFiles(t, s.osPath(queueDir))
-	ents, err = s.ListTickets()
+	storetest.AssertOnlyFiles(t, osPath(s, "queue"))
+	ents, err = s.Queue().ListTickets()
 	if err != nil || len(ents) != 0 {
 		t.Errorf("ListTickets after both left = %+v, %v", ents, err)
 	}
@@ -105,27 +95,27 @@ func TestEnqueueListRingRemove(t *testing.T) {
 func TestRingNeverBlocks(t *testing.T) {
 	s := newStore(t)
 	base := time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC)
-	noReader, missing, file, full := idAt(base, 1), idAt(base, 2), idAt(base, 3), idAt(base, 4)
-	mkfifo(t, s.osPath(queueDir, bellName(noReader)))
-	writeString(t, s.osPath(queueDir, bellName(file)), "")
+	noReader, missing, file, full := storetest.IDAt(base, 1), storetest.IDAt(base, 2), storetest.IDAt(base, 3), storetest.IDAt(base, 4)
+	storetest.Mkfifo(t, osPath(s, "queue", queue.BellName(noReader)))
+	storetest.WriteString(t, osPath(s, "queue", queue.BellName(file)), "")
 	// A reader that never reads: the pipe fills up.
-	mkfifo(t, s.osPath(queueDir, bellName(full)))
+	storetest.Mkfifo(t, osPath(s, "queue", queue.BellName(full)))
 	// A raw descriptor: an *os.File would park a write to a full pipe in
 	// the poller instead of failing with EAGAIN.
-	reader, err := unix.Open(s.osPath(queueDir, bellName(full)), unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	reader, err := unix.Open(osPath(s, "queue", queue.BellName(full)), unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(reader)
 	for _, id := range []record.RunID{noReader, missing, file} {
-		if _, err := returnsAtOnce(t, "Ring", func() (struct{}, error) { s.Ring(id); return struct{}{}, nil }); err != nil {
+		if _, err := storetest.ReturnsAtOnce(t, "Ring", func() (struct{}, error) { s.Queue().Ring(id); return struct{}{}, nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := readString(t, s.osPath(queueDir, bellName(file))); got != "" {
+	if got := storetest.ReadString(t, osPath(s, "queue", queue.BellName(file))); got != "" {
 		t.Errorf("Ring wrote %q into a regular file", got)
 	}
-	assertMissing(t, s.osPath(queueDir, bellName(missing)))
+	storetest.AssertMissing(t, osPath(s, "queue", queue.BellName(missing)))
 	// A bell rung more often than a pipe holds, while nobody reads it:
 	// never blocks. Fill the pipe first, then ring.
 	chunk := make([]byte, 4096)
@@ -137,9 +127,9 @@ func TestRingNeverBlocks(t *testing.T) {
 			break // full
 		}
 	}
-	if _, err := returnsAtOnce(t, "Ring of a full bell", func() (struct{}, error) {
+	if _, err := storetest.ReturnsAtOnce(t, "Ring of a full bell", func() (struct{}, error) {
 		for range 3 {
-			s.Ring(full)
+			s.Queue().Ring(full)
 		}
 		return struct{}{}, nil
 	}); err != nil {
@@ -150,22 +140,22 @@ func TestRingNeverBlocks(t *testing.T) {
 func TestListTicketsReportsBadTickets(t *testing.T) {
 	s := newStore(t)
 	base := time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC)
-	corrupt, oversized, wrongVersion, linked := idAt(base, 1), idAt(base, 2), idAt(base, 3), idAt(base, 4)
-	writeString(t, s.osPath(queueDir, ticketName(corrupt)), "{")
-	writeString(t, s.osPath(queueDir, ticketName(oversized)), strings.Repeat(" ", MaxTicketBytes+1))
-	writeString(t, s.osPath(queueDir, ticketName(wrongVersion)), `{"version":2}`)
-	b, _ := testTicket(linked, "t").Encode()
+	corrupt, oversized, wrongVersion, linked := storetest.IDAt(base, 1), storetest.IDAt(base, 2), storetest.IDAt(base, 3), storetest.IDAt(base, 4)
+	storetest.WriteString(t, osPath(s, "queue", queue.TicketName(corrupt)), "{")
+	storetest.WriteString(t, osPath(s, "queue", queue.TicketName(oversized)), strings.Repeat(" ", queue.MaxTicketBytes+1))
+	storetest.WriteString(t, osPath(s, "queue", queue.TicketName(wrongVersion)), `{"version":2}`)
+	b, _ := storetest.Ticket(linked, "t").Encode()
 	outside := t.TempDir() + "/ticket.json"
-	writeString(t, outside, string(b))
-	if err := os.Symlink(outside, s.osPath(queueDir, ticketName(linked))); err != nil {
+	storetest.WriteString(t, outside, string(b))
+	if err := os.Symlink(outside, osPath(s, "queue", queue.TicketName(linked))); err != nil {
 		t.Fatal(err)
 	}
 	// Not tickets: temporary files, foreign names, locks and bells.
-	writeString(t, s.osPath(queueDir, "."+ticketName(corrupt)+"0123"), "{")
-	writeString(t, s.osPath(queueDir, "notes.json"), "{}")
-	writeString(t, s.osPath(queueDir, ticketLockName(corrupt)), "")
+	storetest.WriteString(t, osPath(s, "queue", "."+queue.TicketName(corrupt)+"0123"), "{")
+	storetest.WriteString(t, osPath(s, "queue", "notes.json"), "{}")
+	storetest.WriteString(t, osPath(s, "queue", queue.LockName(corrupt)), "")
 
-	ents, err := returnsAtOnce(t, "ListTickets", func() ([]backend.TicketEntry, error) { return s.ListTickets() })
+	ents, err := storetest.ReturnsAtOnce(t, "ListTickets", func() ([]backend.TicketEntry, error) { return s.Queue().ListTickets() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +168,7 @@ func TestListTicketsReportsBadTickets(t *testing.T) {
 			t.Errorf("entry %d = %+v, want %s with an error", i, e, want[i])
 			continue
 		}
-		if !strings.Contains(e.Err.Error(), s.osPath(queueDir, ticketName(e.ID))) {
+		if !strings.Contains(e.Err.Error(), osPath(s, "queue", queue.TicketName(e.ID))) {
 			t.Errorf("error %q does not name the ticket", e.Err)
 		}
 		if e.Waiter != record.Dead {
@@ -190,23 +180,21 @@ func TestListTicketsReportsBadTickets(t *testing.T) {
 // RemoveDeadTicket removes a ticket only once its waiter is gone.
 func TestRemoveDeadTicket(t *testing.T) {
 	s := newStore(t)
-	id := idAt(time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC), 1)
+	id := storetest.IDAt(time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC), 1)
 	w := enqueue(t, s, id, "t")
 	a := lockAdmission(t, s)
 	if a.RemoveDeadTicket(id) {
 		t.Fatal("RemoveDeadTicket removed a living waiter's ticket")
 	}
-	if !s.HasTicket(id) {
+	if !s.Queue().HasTicket(id) {
 		t.Fatal("ticket gone")
 	}
 	// The waiter dies without leaving the queue: its lock goes with it.
-	w.done = true // keep the cleanup's Remove from running
-	_ = w.bell.Close()
-	_ = w.lock.Release()
+	queue.Die(w)
 	if !a.RemoveDeadTicket(id) {
 		t.Fatal("RemoveDeadTicket kept a dead waiter's ticket")
 	}
-	assertOnlyFiles(t, s.osPath(queueDir))
+	storetest.AssertOnlyFiles(t, osPath(s, "queue"))
 	// Nothing left: removing again is still "removed" (it is gone).
 	if !a.RemoveDeadTicket(id) {
 		t.Error("RemoveDeadTicket of a ticket already gone = false")
@@ -216,15 +204,15 @@ func TestRemoveDeadTicket(t *testing.T) {
 // Across processes: a waiter in another process is woken by Ring.
 func TestRingWakesAnotherProcess(t *testing.T) {
 	s := newStore(t)
-	id := idAt(time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC), 1)
-	h := startHelper(t, "enqueue", s.Root(), helperID+"="+string(id))
+	id := storetest.IDAt(time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC), 1)
+	h := helperproc.Start(t, []string{helperEnv + "=enqueue:" + s.Root(), helperID + "=" + string(id)})
 	h.Expect("queued")
-	if s.WaiterState(id) != record.Alive {
-		t.Errorf("WaiterState = %v, want Alive", s.WaiterState(id))
+	if s.Queue().WaiterState(id) != record.Alive {
+		t.Errorf("WaiterState = %v, want Alive", s.Queue().WaiterState(id))
 	}
-	s.Ring(id)
+	s.Queue().Ring(id)
 	h.Expect("rung")
 	h.Send("remove")
 	h.Expect("removed")
-	assertOnlyFiles(t, s.osPath(queueDir))
+	storetest.AssertOnlyFiles(t, osPath(s, "queue"))
 }
