@@ -53,7 +53,9 @@ type fakeFinished struct {
 	called  bool
 }
 
-func (f *fakeFinished) ByFinish() ([]Run, []string, error) { return f.runs, []string{"one unreadable"}, nil }
+func (f *fakeFinished) ByFinish() ([]Run, []string, error) {
+	return f.runs, []string{"one unreadable"}, nil
+}
 func (f *fakeFinished) Remove(id record.RunID, dry bool) (int64, error) {
 	if f.held[id] {
 		return 0, fmt.Errorf("run %s: %w", id, ErrHeld)
