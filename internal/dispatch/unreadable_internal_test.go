@@ -45,7 +45,7 @@ func TestUnreadableQueueDecidesNothing(t *testing.T) {
 // idleWaiter is a place in line that is never rung.
 type idleWaiter struct{}
 
-func (idleWaiter) ID() record.RunID      { return "" }
-func (idleWaiter) Rung() <-chan struct{} { return nil }
-func (idleWaiter) Screen() bool          { return false }
-func (idleWaiter) Remove()               {}
+func (idleWaiter) ID() record.RunID         { return "" }
+func (idleWaiter) Rung() <-chan struct{}    { return nil }
+func (idleWaiter) Changed() <-chan struct{} { return nil }
+func (idleWaiter) Remove()                  {}

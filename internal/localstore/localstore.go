@@ -107,15 +107,31 @@ func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return waiter{w}, nil
+	releases, _ := sec.s.WatchReleases() // none: the waiter polls
+	return &waiter{Waiter: w, releases: releases}, nil
 }
 
 // waiter is a place in a state root's queue: its bell is rung only for
-// the waiters admission would let in (dispatch.RingWaiters), so a ring is
-// worth the admission lock at once.
-type waiter struct{ *queue.Waiter }
+// the waiters admission would let in (dispatch.RingWaiters), and the
+// state root's releases (a run or a waiter that died without a word) are
+// its changes.
+type waiter struct {
+	*queue.Waiter
+	releases *runstore.ReleaseWatch
+}
 
-func (waiter) Screen() bool { return false }
+func (w *waiter) Changed() <-chan struct{} {
+	if w.releases == nil {
+		return nil
+	}
+	return w.releases.C
+}
+
+// Remove leaves the queue and stops watching.
+func (w *waiter) Remove() {
+	w.releases.Close()
+	w.Waiter.Remove()
+}
 
 // Adopt takes over a run whose locks a detached supervisor inherited, as
 // its parent handed them on (runstore.RunLocks.HandOver).
