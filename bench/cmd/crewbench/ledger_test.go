@@ -76,3 +76,34 @@ func TestWalkRootThenMkdir(t *testing.T) {
 		t.Errorf("ledger = %+v, want %+v", got, want)
 	}
 }
+
+func TestStatusFields(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "status")
+	body := "Name:\tcrew\nThreads:\t7\nRssAnon:\t    1536 kB\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n"
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := statusFields(p, "RssAnon", "Threads", "voluntary_ctxt_switches")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f["RssAnon"] != 1536 || f["Threads"] != 7 || f["voluntary_ctxt_switches"] != 12 {
+		t.Errorf("fields = %v", f)
+	}
+	if _, err := statusFields(p, "VmSwap"); err == nil {
+		t.Error("a missing field must be an error, not a zero")
+	}
+}
+
+func TestFirstStart(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "obs")
+	if _, ok := firstStart(p); ok {
+		t.Fatal("no file, no start")
+	}
+	if err := os.WriteFile(p, []byte("S 123 9\nE 456 9\nS 789 10\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := firstStart(p); !ok || got != 123 {
+		t.Errorf("firstStart = %d, %v; want 123", got, ok)
+	}
+}
