@@ -105,6 +105,13 @@ func (h *harness) measured(id figureID, measured, spread string, met bool) {
 	}
 }
 
+// annotate adds a note (an anchor measured after the figure) to a
+// figure's spread.
+func (h *harness) annotate(id figureID, note string) {
+	f := &h.figures[id]
+	f.spread = strings.TrimPrefix(f.spread+"; "+note, "; ")
+}
+
 // notMeasured records why a figure could not be measured in this run.
 func (h *harness) notMeasured(id figureID, why string) {
 	f := &h.figures[id]

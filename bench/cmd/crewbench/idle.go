@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // 64 idle waiters: one run holds the only slot (`sleep 600`), 64
@@ -57,7 +59,65 @@ func (h queueScenario) queueIdleWaiters(wait string) error {
 		return err
 	}
 	h.reportIdle(windows, mem)
+	anchor, err := h.idleFlocks(len(windows), windows[0].length)
+	if err != nil {
+		return err
+	}
+	if anchor != "" {
+		h.annotate(figIdleWake, anchor)
+		h.annotate(figIdleMem, anchor)
+	}
 	return nil
+}
+
+// idleFlocks is the anchor of the idle waiters: 64 `flock F true` blocked
+// behind a lock the harness itself holds, their wake-ups and memory read
+// the same way; then the harness lets go and they must all exit 0. It
+// returns a line for the figures ("" without flock).
+func (h queueScenario) idleFlocks(n int, window time.Duration) (string, error) {
+	flock := h.peers["flock"].bin
+	if flock == "" {
+		return "", nil
+	}
+	lock := h.path("tmp", "idle.flock")
+	f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("idle flocks: %w", err)
+	}
+	defer f.Close() // lets the waiters through on any way out
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return "", fmt.Errorf("idle flocks: %w", err)
+	}
+	waiters, err := h.spawn("flock-waiter", idleWaiters, func(int) []string { return []string{flock, lock, "true"} })
+	defer waiters.stop()
+	if err != nil {
+		return "", err
+	}
+	for _, pid := range waiters.pids() {
+		if err := awaitBlockedInFlock(pid, 30*time.Second); err != nil {
+			return "", fmt.Errorf("idle flocks: %w", err)
+		}
+	}
+	ws, err := idleWindows(waiters.pids(), n, window)
+	if err != nil {
+		return "", err
+	}
+	mem, err := memOf(waiters.pids())
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	if err := waiters.wait(30 * time.Second); err != nil {
+		return "", fmt.Errorf("flock waiters after the lock was released: %w", err)
+	}
+	var wakes []int64
+	for _, w := range ws {
+		wakes = append(wakes, w.wakes)
+	}
+	h.rep.table([]string{"anchor", "windows", "wake-ups per window", "sum of RssAnon", "threads"}, [][]string{{
+		fmt.Sprintf("%d `flock F true` blocked behind a lock the harness holds", idleWaiters), fmt.Sprintf("%d × %s", len(ws), window.Round(100*time.Millisecond)),
+		fmt.Sprint(wakes), mib(mem.rssAnon), fmt.Sprint(mem.threads)}})
+	return fmt.Sprintf("%d blocked flocks: wake-ups %v, %s", idleWaiters, wakes, mib(mem.rssAnon)), nil
 }
 
 // idleWindow is what the waiters did over one window.
