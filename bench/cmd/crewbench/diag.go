@@ -74,7 +74,8 @@ func (h diagScenario) diagFloors(d *diagFacts) error {
 	}
 	cs = append(cs,
 		contender{name: "crew help", what: "crew help (Go runtime + cobra, no state root)", run: h.execRunner(h.env, ok, h.crew, "help")})
-	noop, supervisor, err := h.buildFloors()
+	fl, err := h.buildFloors()
+	noop, supervisor := fl.noop, fl.cobra
 	if err != nil {
 		h.progress("diag: floor programs not built (%v); the crewbench binary stands in for the no-op", err)
 		noop = ""
@@ -102,24 +103,6 @@ func (h diagScenario) diagFloors(d *diagFacts) error {
 	h.rep.para(fmt.Sprintf("Linkage (ELF program interpreter): crew %s; the Go no-op %s. A dynamically linked Go binary pays for the dynamic loader and libc set-up at every start. The two floor programs (`bench/cmd/floor-noop`, `bench/cmd/floor-cobra`) are built as crew is: `CGO_ENABLED=0 go build -trimpath`.",
 		linkage(h.crew), linkage(d.noop)))
 	return nil
-}
-
-// buildFloors builds the floor programs of the harness's module (the
-// working directory is inside it: make bench runs the harness from bench/)
-// the way crew's Makefile builds crew.
-func (h *harness) buildFloors() (noop, supervisor string, err error) {
-	noop, supervisor = h.path("floor-noop"), h.path("floor-cobra")
-	for out, pkg := range map[string]string{noop: "github.com/crew-dev/crew/bench/cmd/floor-noop", supervisor: "github.com/crew-dev/crew/bench/cmd/floor-cobra"} {
-		if _, err := os.Stat(out); err == nil {
-			continue // built for an earlier scenario
-		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-		cmd.Env = withEnv(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("go build %s: %w: %s", pkg, err, strings.TrimSpace(string(b)))
-		}
-	}
-	return noop, supervisor, nil
 }
 
 // diagDrift: does a start cost more as the minutes of churn pile up?
@@ -162,9 +145,14 @@ func (h diagScenario) diagDrift(*diagFacts) error {
 func (h diagScenario) diagStrace(d *diagFacts) error {
 	if _, err := exec.LookPath("strace"); err != nil {
 		h.rep.note("strace is not installed (`apt-get install -y strace`): no syscall profile.")
+		h.notMeasured(figFiles, "strace is not installed (`apt-get install -y strace`)")
+		h.notMeasured(figSyscalls, "strace is not installed (`apt-get install -y strace`)")
 		return nil
 	}
 	if err := h.straceStart(d); err != nil {
+		return err
+	}
+	if err := h.straceFigures(); err != nil {
 		return err
 	}
 	return h.straceRecover()

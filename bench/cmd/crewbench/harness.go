@@ -44,6 +44,7 @@ type (
 	diagScenario        struct{ *harness } // the diag scenario (diag.go)
 	etcdScenario        struct{ *harness } // the etcd scenario (etcd.go)
 	historyScenario     struct{ *harness } // the history scenario (history.go)
+	killScenario        struct{ *harness } // the kill scenario (kill.go)
 	queueScenario       struct{ *harness } // the queue scenario (queue.go, idle.go)
 	recoverScenario     struct{ *harness } // the recover scenario (recover.go)
 	rssScenario         struct{ *harness } // the rss scenario (rss.go)
@@ -241,6 +242,7 @@ func (h *harness) runAll() (failed bool) {
 		// a journal scans past recently deleted inodes on every file
 		// creation, for a while after mass deletions; docs/benchmarks.md).
 		{"queue", queueScenario{h}.scenarioQueue},
+		{"kill", killScenario{h}.scenarioKill},
 		{"rss", rssScenario{h}.scenarioRSS},
 		{"etcd", etcdScenario{h}.scenarioEtcd},
 		{"correctness", correctnessScenario{h}.scenarioCorrectness},

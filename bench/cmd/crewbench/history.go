@@ -32,9 +32,17 @@ func (h historyScenario) scenarioHistory() error {
 	if err := h.historyAdmission(roots, n); err != nil {
 		return err
 	}
-	if err := h.historyStatus(roots, n); err != nil {
+	status, err := h.historyStatus(roots, n)
+	if err != nil {
 		return err
 	}
+	list, err := h.historyList(roots, n)
+	if err != nil {
+		return err
+	}
+	met := status.median() <= 10*time.Millisecond && list.median() <= 10*time.Millisecond
+	h.measured(figStatusHistory, fmt.Sprintf("**%s** / **%s** (%d runs)", ms(status.median()), ms(list.median()), n),
+		fmt.Sprintf("p10–p90 %s / %s", status.spread(), list.spread()), met)
 	if n != 100000 {
 		h.rep.note(fmt.Sprintf("This run used %d finished runs, not the 100,000 of the figures.", n))
 	}
@@ -137,8 +145,9 @@ func (h historyScenario) historyAdmission(roots []string, n int) error {
 	return nil
 }
 
-// historyStatus times `crew status` in the three roots, alternating.
-func (h historyScenario) historyStatus(roots []string, n int) error {
+// historyStatus times `crew status` in the three roots, alternating; it
+// returns the series of the history spread over 100 days.
+func (h historyScenario) historyStatus(roots []string, n int) (*series, error) {
 	ok := []int{0}
 	var cs []contender
 	for i, root := range roots {
@@ -147,7 +156,7 @@ func (h historyScenario) historyStatus(roots []string, n int) error {
 	}
 	ss, err := h.alternate("status vs history", cs, h.cfg.n(30, 10), 2)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rows := [][]string{seriesRow("0", ss[0], "", "")}
 	for _, s := range ss[1:] {
@@ -162,7 +171,33 @@ func (h historyScenario) historyStatus(roots []string, n int) error {
 	h.rep.heading(3, "`crew status` with and without history")
 	h.rep.table([]string{"finished runs in the root", "command", "runs", "median", "p10–p90", "CPU median", "goal", "result"}, rows)
 	h.rep.para("Page cache warm (the history was just written); `status` lists the 10 newest finishes: it reads the newest entries of the index of finished runs (`runs/finished.idx`) and those 10 records, whatever the history.")
-	return nil
+	return ss[2], nil
+}
+
+// historyList times `crew history --limit 20` in the three roots,
+// alternating; it returns the series of the history spread over 100 days.
+func (h historyScenario) historyList(roots []string, n int) (*series, error) {
+	ok := []int{0}
+	var cs []contender
+	for i, root := range roots {
+		cs = append(cs, contender{name: historyNames[i], what: "crew --root R history --limit 20",
+			run: h.execRunner(h.env, ok, h.crew, "--root", root, "history", "--limit", "20")})
+	}
+	ss, err := h.alternate("history --limit 20 vs history", cs, h.cfg.n(30, 10), 2)
+	if err != nil {
+		return nil, err
+	}
+	rows := [][]string{seriesRow("0", ss[0], "")}
+	for _, s := range ss[1:] {
+		goal := ""
+		if s.name == "spread" {
+			goal = "≤ 10 ms"
+		}
+		rows = append(rows, seriesRow(fmt.Sprintf("%d (%s)", n, s.name), s, goal))
+	}
+	h.rep.heading(3, "`crew history --limit 20` with and without history")
+	h.rep.table([]string{"finished runs in the root", "command", "runs", "median", "p10–p90", "CPU median", "goal"}, rows)
+	return ss[2], nil
 }
 
 // seriesRow is a table row for one series: label, command, runs, median,

@@ -3,7 +3,7 @@
 // It builds crew (a production build: `make build BIN=<tmp>/crew`,
 // no tags), checks crew's state-root layout against a real run
 // (layout.go, probe.go), then measures every figure of the performance
-// issue (#11) for crew and for every peer installed on the machine —
+// issue (#25) for crew and for every peer installed on the machine —
 // flock(1), GNU parallel's sem, task-spooler (tsp) and nq — and prints the
 // results as Markdown on stdout (progress goes to stderr), ending with
 // each figure against its goal (figures.go). Contenders of one comparison
@@ -35,7 +35,7 @@ import (
 )
 
 // scenarioNames are the values -only accepts, in the order they run.
-var scenarioNames = []string{"uncontended", "diag", "concurrent", "active", "history", "recover", "rss", "etcd", "correctness", "queue"}
+var scenarioNames = []string{"uncontended", "diag", "concurrent", "active", "history", "recover", "rss", "etcd", "correctness", "queue", "kill"}
 
 type config struct {
 	quick   bool
@@ -76,6 +76,8 @@ func main() {
 			os.Exit(observeMain(os.Args[2:]))
 		case "gate":
 			os.Exit(gateMain(os.Args[2:]))
+		case "victim":
+			os.Exit(victimMain(os.Args[2:]))
 		case "noop":
 			os.Exit(0)
 		}

@@ -20,10 +20,14 @@ import (
 // version (`--wait duration[=forever]`, bare --wait waits without limit):
 //
 //   - 64 processes, cap 4, each sleeping 0.2 s, with --wait: makespan
-//     ≤ 1.10 × the ideal 3.2 s
-//   - handoff latency with 32 waiters: p50 ≤ 10 ms, p99 ≤ 50 ms
-//   - 64 idle waiters use ≤ 2 % of one core (idle.go)
+//     ≤ 1.05 × the ideal 3.2 s (issue 25)
+//   - handoff latency with 32 waiters: p50 ≤ 5 ms, p99 ≤ 25 ms (issue 25)
+//   - 64 idle waiters: 0 wake-ups while nothing changes, the sum of their
+//     RssAnon ≤ 32 MiB (issue 25; idle.go)
 //   - peak RSS of a waiting crew ≤ 8 MiB
+//
+// The next waiter's start after its holder is SIGKILLed is the kill
+// scenario (kill.go).
 
 // waitFlag looks for --wait in `crew start --help` and returns the argument
 // to pass: "--wait" for a boolean flag, "--wait=10m" when it takes a
@@ -63,7 +67,7 @@ func (h queueScenario) scenarioQueue() error {
 	r.heading(2, "Queue: `crew start --wait`")
 	wait, ok, why := h.waitFlag()
 	if !ok {
-		for _, id := range []figureID{figMakespan, figHandoff, figIdleWaiters} {
+		for _, id := range []figureID{figMakespan, figHandoff, figIdleWake, figIdleMem} {
 			h.notMeasured(id, "no `--wait` in this crew")
 		}
 		h.target("peak RSS of a waiting crew", "not measured: no `--wait` yet", "≤ 8 MiB", false)
@@ -112,12 +116,12 @@ func (h queueScenario) queueMakespan(wait string) error {
 	}
 	ideal := 3200 * time.Millisecond
 	med := percentile(spans, 50)
-	met := float64(med) <= 1.10*float64(ideal)
+	met := float64(med) <= 1.05*float64(ideal)
 	h.rep.table([]string{"scenario", "bursts", "makespan median", "÷ ideal 3.2 s", "max concurrency", "first command started", "last command started", "last caller exited after the last command ended", "slot utilization", "longest stretch with a slot free, per burst", "handoff p50 / p90", "callers' CPU ÷ (cores × makespan)", "goal", "result"}, [][]string{{
 		"64 × `crew start " + wait + " q-I -- observe 200ms`, cap 4", fmt.Sprint(reps), ms(med), fmt.Sprintf("%.3f", ratio(med, ideal)),
 		fmt.Sprint(worst), ms(percentile(firsts, 50)) + " after the gate", ms(percentile(lastStarts, 50)) + " after the gate", ms(percentile(tails, 50)),
 		fmt.Sprintf("%.0f%%", 100*medianFloat(utils)), strings.Join(stalls, "; "), ms(percentile(gapsAt4, 50)) + " / " + ms(percentile(gapsAt4, 90)),
-		fmt.Sprintf("%.0f%%", 100*medianFloat(cpuShare)), "≤ 1.10", metStr(met)}})
+		fmt.Sprintf("%.0f%%", 100*medianFloat(cpuShare)), "≤ 1.05", metStr(met)}})
 	h.rep.para("Medians over the bursts. Slot utilization is the commands' total run time over 4 slots × (last end − first start): the share of slot time actually spent running commands once the line moves. The longest stretch with a slot free is measured between the first and the last start, while callers were still waiting (\"at\" is when it began, after the gate). A handoff is the time from a command's end to the start of the next command in a freed slot. The CPU share is the user + system time of all 64 callers (crew and the commands it ran, from wait4) over all cores for the whole makespan: near 100% means the machine was saturated.")
 	h.measured(figMakespan, fmt.Sprintf("%s ÷ 3.2 s = **%.3f×**", ms(med), ratio(med, ideal)),
 		fmt.Sprintf("bursts: %d, min–max %s–%s", reps, ms(slices.Min(spans)), ms(slices.Max(spans))), met)
@@ -150,11 +154,11 @@ func (h queueScenario) queueHandoff(wait string) error {
 		gaps = append(gaps, handoffs(res.observed)...)
 	}
 	p50, p99 := percentile(gaps, 50), percentile(gaps, 99)
-	met := p50 <= 10*time.Millisecond && p99 <= 50*time.Millisecond
+	met := p50 <= 5*time.Millisecond && p99 <= 25*time.Millisecond
 	h.rep.table([]string{"scenario", "handoffs", "p50", "p90", "p99", "max", "goal", "result"}, [][]string{{
 		"cap 1, 33 callers (32 waiters), 50 ms commands", fmt.Sprint(len(gaps)), ms(p50), ms(percentile(gaps, 90)), ms(p99), ms(slices.Max(gaps)),
-		"p50 ≤ 10 ms, p99 ≤ 50 ms", metStr(met)}})
-	h.measured(figHandoff, fmt.Sprintf("p50 **%s**, p99 **%s**", ms(p50), ms(p99)),
+		"p50 ≤ 5 ms, p99 ≤ 25 ms", metStr(met)}})
+	h.measured(figHandoff, fmt.Sprintf("**%s** / **%s**", ms(p50), ms(p99)),
 		fmt.Sprintf("%d handoffs (bursts: %d); p90 %s, max %s", len(gaps), reps, ms(percentile(gaps, 90)), ms(slices.Max(gaps))), met)
 	return nil
 }

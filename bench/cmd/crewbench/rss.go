@@ -65,8 +65,8 @@ func (h rssScenario) rssTools() ([]rssTool, error) {
 		return nil, err
 	}
 	tools := []rssTool{{name: "crew", what: "crew --root R start t -- sleep 1", args: []string{h.crew, "--root", root, "start", "t", "--", "sleep", "1"}, env: h.env}}
-	if _, floor, err := h.buildFloors(); err == nil {
-		tools = append(tools, rssTool{name: "Go + cobra + fork/exec", what: "floor-cobra start t -- sleep 1 (the supervisor floor of the diagnostics: no records, no output capture)", args: []string{floor, "start", "t", "--", "sleep", "1"}, env: h.env})
+	if fl, err := h.buildFloors(); err == nil {
+		tools = append(tools, rssTool{name: "Go + cobra + fork/exec", what: "floor-cobra start t -- sleep 1 (the supervisor floor of the diagnostics: no records, no output capture)", args: []string{fl.cobra, "start", "t", "--", "sleep", "1"}, env: h.env})
 	} else {
 		h.progress("rss: floor programs not built: %v", err)
 	}
