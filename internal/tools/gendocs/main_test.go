@@ -1,0 +1,121 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// repoRoot is the module's root, from this package's directory.
+const repoRoot = "../../.."
+
+// buildCrew builds the local crew (no build tags, as make docs does) into
+// a temporary directory.
+func buildCrew(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "crew")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/crew")
+	cmd.Dir = repoRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build crew: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// The committed command reference and man pages are what gendocs writes
+// from today's commands, file for file.
+func TestGeneratedDocsAreCurrent(t *testing.T) {
+	out := t.TempDir()
+	if err := generate(buildCrew(t), out); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{markdownDir, manDir} {
+		want := readDir(t, filepath.Join(out, dir))
+		got := readDir(t, filepath.Join(repoRoot, "docs", dir))
+		for name, w := range want {
+			g, ok := got[name]
+			switch {
+			case !ok:
+				t.Errorf("docs/%s/%s is missing: run make docs", dir, name)
+			case g != w:
+				t.Errorf("docs/%s/%s is stale: run make docs", dir, name)
+			}
+		}
+		for name := range got {
+			if _, ok := want[name]; !ok {
+				t.Errorf("docs/%s/%s documents no command of crew's: run make docs", dir, name)
+			}
+		}
+	}
+}
+
+// readDir is every file of dir, by name.
+func readDir(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = string(b)
+	}
+	return files
+}
+
+// The reference covers every command crew's help lists, and no hidden
+// one (a detached run's supervisor, the tree's own dump).
+func TestGeneratedDocsCoverTheCommands(t *testing.T) {
+	out := t.TempDir()
+	if err := generate(buildCrew(t), out); err != nil {
+		t.Fatal(err)
+	}
+	var pages []string
+	for name := range readDir(t, filepath.Join(out, manDir)) {
+		pages = append(pages, name)
+	}
+	slices.Sort(pages)
+	for _, want := range []string{"crew.1", "crew-start.1", "crew-status.1", "crew-history.1", "crew-init.1",
+		"crew-recover.1", "crew-wait.1", "crew-logs.1", "crew-stop.1", "crew-prune.1", "crew-completion.1"} {
+		if !slices.Contains(pages, want) {
+			t.Errorf("no man page %s among %v", want, pages)
+		}
+	}
+	for _, p := range pages {
+		if p == "crew-__supervise.1" || p == "crew-__commands.1" {
+			t.Errorf("a hidden command has a man page: %s", p)
+		}
+	}
+}
+
+// make install puts crew and every man page where PREFIX and DESTDIR say.
+func TestMakeInstallInstallsManPages(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	dest := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "crew")
+	cmd := exec.Command("make", "install", "DESTDIR="+dest, "PREFIX=/opt/crew", "BIN="+bin)
+	cmd.Dir = repoRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	if fi, err := os.Stat(filepath.Join(dest, "opt/crew/bin/crew")); err != nil || fi.Mode()&0o111 == 0 {
+		t.Errorf("crew not installed as an executable in DESTDIR/PREFIX/bin: %v", err)
+	}
+	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", manDir, "*.1"))
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no man pages in docs/man: %v", err)
+	}
+	for _, p := range pages {
+		if _, err := os.Stat(filepath.Join(dest, "opt/crew/share/man/man1", filepath.Base(p))); err != nil {
+			t.Errorf("man page not installed: %v", err)
+		}
+	}
+}
