@@ -66,7 +66,8 @@ func newRootCmd(g *globalOptions, s streams) *cobra.Command {
 		Long: `crew runs a command only when one of maximumInProgress slots is free, across
 every crew process on the machine, with no daemon. Every run is recorded in the
 state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew).
-The README is the reference: every command, the state root, the exit codes.`,
+The reference is in docs/ of crew's source (every command, the state root, the
+exit codes) and in the man pages (man crew, man crew-start, ...).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
