@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 )
@@ -102,4 +104,68 @@ func TestReadmeCIRecipe(t *testing.T) {
 	require.Contains(t, out, "crew: tests: attempt 2 of 2 after exit 3", "--retries 1 ran it again")
 	require.Contains(t, out, "ci: tests failed (exit 3)\n")
 	require.Regexp(t, `(?m)^ *[0-9a-f]{8} +failed +3 `, out, "crew history lists the failed run")
+}
+
+// Every relative link of the README and of docs/ names a file that
+// exists and, with #anchor, a heading of it: the reference moved out of
+// the README, and its links with it.
+func TestDocsLinksResolve(t *testing.T) {
+	files, err := filepath.Glob("../docs/*.md")
+	require.NoError(t, err)
+	commands, err := filepath.Glob("../docs/commands/*.md")
+	require.NoError(t, err)
+	files = append(append(files, commands...), "../README.md")
+	fence := regexp.MustCompile("(?s)```.*?```")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range link.FindAllStringSubmatch(fence.ReplaceAllString(string(b), ""), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			to := f
+			if path != "" {
+				to = filepath.Join(filepath.Dir(f), path)
+			}
+			if _, err := os.Stat(to); err != nil {
+				t.Errorf("%s links to %s, which does not exist", f, target)
+				continue
+			}
+			if anchor != "" && !slices.Contains(headingAnchors(t, to), anchor) {
+				t.Errorf("%s links to %s: %s has no heading with that anchor", f, target, to)
+			}
+		}
+	}
+}
+
+// headingAnchors is the anchors GitHub gives the headings of a markdown
+// file: lower case, punctuation dropped, spaces made dashes.
+func headingAnchors(t *testing.T, file string) []string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var out []string
+	inFence := false
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "```") {
+			inFence = !inFence
+		}
+		h, ok := strings.CutPrefix(strings.TrimLeft(l, "#"), " ")
+		if inFence || !ok || !strings.HasPrefix(l, "#") {
+			continue
+		}
+		out = append(out, strings.Map(func(r rune) rune {
+			switch {
+			case r == ' ':
+				return '-'
+			case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+				return unicode.ToLower(r)
+			}
+			return -1
+		}, strings.TrimSpace(h)))
+	}
+	return out
 }

@@ -1,27 +1,74 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"unicode"
+
+	"github.com/spf13/cobra"
 )
 
 // repoRoot is the module's root, from this package's directory.
 const repoRoot = "../../.."
 
-// buildCrew builds the local crew (no build tags, as make docs does) into
-// a temporary directory.
-func buildCrew(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "crew")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/crew")
+// crewBin is the local crew (no build tags, as make docs uses), built
+// once by TestMain.
+var crewBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gendocs-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	crewBin = filepath.Join(dir, "crew")
+	cmd := exec.Command("go", "build", "-o", crewBin, "./cmd/crew")
 	cmd.Dir = repoRoot
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build crew: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "build crew: %v\n%s", err, out)
+		os.Exit(1)
 	}
-	return bin
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func buildCrew(*testing.T) string { return crewBin }
+
+// The commands gendocs puts back together show their flags exactly as
+// crew's own --help does (the same wrapping, types and defaults), so the
+// reference says what the binary says.
+func TestRebuiltFlagsReadAsCrewHelp(t *testing.T) {
+	tree, err := readTree(crewBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		args := append(strings.Fields(c.CommandPath())[1:], "--help")
+		out, err := exec.Command(crewBin, args...).Output()
+		if err != nil {
+			t.Fatalf("crew %s: %v", strings.Join(args, " "), err)
+		}
+		for title, flags := range map[string]interface{ FlagUsagesWrapped(int) string }{
+			"Flags:":        c.LocalFlags(),
+			"Global Flags:": c.InheritedFlags(),
+		} {
+			usage := strings.TrimRightFunc(flags.FlagUsagesWrapped(99), unicode.IsSpace)
+			if usage != "" && !strings.Contains(string(out), title+"\n"+usage+"\n") {
+				t.Errorf("%s: the reference's %s\n%s\nis not crew --help's:\n%s", c.CommandPath(), title, usage, out)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(rebuild(tree))
 }
 
 // The committed command reference and man pages are what gendocs writes
