@@ -65,8 +65,8 @@ func TestReadmeSetUp(t *testing.T) {
 }
 
 // The README's CI recipe, run as written: with crew on PATH and a state
-// root of the test's (CREW_ROOT), in a directory whose ./run-tests.sh
-// passes, then fails.
+// root of the test's (CREW_ROOT) and a CI job's id (CI_JOB_ID), in a
+// directory whose ./run-tests.sh passes, then fails.
 func TestReadmeCIRecipe(t *testing.T) {
 	recipe := readmeBlock(t, "### CI")
 	e := newEnv(t)
@@ -82,7 +82,7 @@ func TestReadmeCIRecipe(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "sh", script)
-		cmd.Dir, cmd.Env = e.dir, e.environ(path)
+		cmd.Dir, cmd.Env = e.dir, e.environ(path, "CI_JOB_ID=4711")
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if err != nil {
@@ -95,13 +95,13 @@ func TestReadmeCIRecipe(t *testing.T) {
 
 	out, code := run("echo all green")
 	require.Equal(t, 0, code, out)
-	require.Contains(t, out, "tests\tall green\n", "--tag tags the suite's lines")
+	require.Contains(t, out, "tests-4711\tall green\n", "--tag tags the suite's lines")
 	require.Contains(t, out, "ci: tests passed\n")
 	require.Regexp(t, `(?m)^ *[0-9a-f]{8} +succeeded +0 `, out, "crew history lists the run")
 
 	out, code = run("echo 1 failure; exit 3")
 	require.Equal(t, 3, code, "the recipe exits with the suite's code\n%s", out)
-	require.Contains(t, out, "crew: tests: attempt 2 of 2 after exit 3", "--retries 1 ran it again")
+	require.Contains(t, out, "crew: tests-4711: attempt 2 of 2 after exit 3", "--retries 1 ran it again")
 	require.Contains(t, out, "ci: tests failed (exit 3)\n")
 	require.Regexp(t, `(?m)^ *[0-9a-f]{8} +failed +3 `, out, "crew history lists the failed run")
 }
