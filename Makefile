@@ -5,7 +5,7 @@ PKGS := ./...
 BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build build-etcd install test test-local test-etcd vet vet-etcd unit e2e soak cross fuzz bench bench-check clean
+.PHONY: all build build-etcd install docs test test-local test-etcd vet vet-etcd unit e2e soak cross fuzz bench bench-check clean
 
 all: build
 
@@ -22,8 +22,22 @@ LDFLAGS = -X main.version=$(VERSION)
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/crew
 
-install:
-	CGO_ENABLED=0 $(GO) install -trimpath -ldflags "$(LDFLAGS)" ./cmd/crew
+# make install [PREFIX=/usr/local] [DESTDIR=]: crew in PREFIX/bin, its man
+# pages in PREFIX/share/man/man1 (both under DESTDIR, for packagers).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+install: build
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(MANDIR)/man1"
+	install -m 0755 $(BIN) "$(DESTDIR)$(BINDIR)/crew"
+	install -m 0644 docs/man/*.1 "$(DESTDIR)$(MANDIR)/man1/"
+
+# The command reference (docs/commands/) and the man pages (docs/man/),
+# generated from the local build's commands by internal/tools/gendocs,
+# which is not linked into crew. They are committed; a test
+# (internal/tools/gendocs) fails when they are stale.
+docs: build
+	$(GO) run ./internal/tools/gendocs -crew $(BIN) -out docs
 
 # crew with the etcd store (README, "Running across machines"): the same
 # commands, plus --store etcd://... The etcd client (gRPC, protobuf) is

@@ -265,7 +265,7 @@ var sharedCases = []struct {
 		wantCode(t, f.run("h2", "status", prefix), "crew status "+prefix, 0)
 	}},
 	// What a store cannot offer, it refuses as a usage error that says why
-	// (README, "What each store offers").
+	// (docs/etcd.md, "The same crew on both stores").
 	{"DocumentedRefusals", func(t *testing.T, f *fleet) {
 		f.initMax(1)
 		if f.kind == "local" {

@@ -190,7 +190,7 @@ func TestMistypedFailpointIsRefused(t *testing.T) {
 }
 
 // TestProductionBinaryIsStatic: the binary `make build` makes (what the
-// README tells users to build, and what the benchmarks measure) is linked
+// docs/development.md tells users to build, and what the benchmarks measure) is linked
 // statically. A dynamically linked crew pays the dynamic loader and libc's
 // start-up on every start (1.2-2.0 ms on these machines); cobra's flag
 // package imports net, which makes a cgo build dynamic, so this breaks

@@ -20,7 +20,7 @@ import (
 )
 
 // A run whose command was never started (not found: 127) has no output:
-// crew logs says so and exits 1, as the README promises; logs -f exits
+// crew logs says so and exits 1, as docs/usage.md promises; logs -f exits
 // like crew wait. A run that started and printed nothing is not such a
 // run: its empty log prints nothing, exit 0.
 func TestLogsOfARunThatNeverStarted(t *testing.T) {

@@ -1,8 +1,8 @@
 //go:build etcd
 
 // Command crew-etcd-dev runs a single-member etcd server on loopback, for
-// trying crew's etcd store on one machine (README, "Running across
-// machines"). It is no production etcd: run a real cluster for that.
+// trying crew's etcd store on one machine (docs/etcd.md). It is no
+// production etcd: run a real cluster for that.
 //
 //	go run -tags etcd ./cmd/crew-etcd-dev            # serves 127.0.0.1:2379 until Ctrl-C
 //	go run -tags etcd ./cmd/crew-etcd-dev -listen 127.0.0.1:23790 -data /tmp/etcd-dev

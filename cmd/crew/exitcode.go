@@ -23,8 +23,8 @@ const (
 	exitNotFound      = vocab.ExitNotFound  // the command was not found
 )
 
-// exitCodeHelp is crew start --help's word on exit codes; the README has
-// the table.
+// exitCodeHelp is crew start --help's word on exit codes; docs/exit-codes.md
+// has the table (a test holds it equal to the codes here).
 const exitCodeHelp = `Exit codes: the command's own (128+N if signal N ended it); 64 usage error;
 75 not admitted, all slots busy; 76 not admitted, the task already runs (both:
 --refused-exit N); 78 a nested start that could only wait for its own parents;

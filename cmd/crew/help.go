@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Help is a short summary, examples and the flags; the reference is the
-// README's. Every line fits helpWidth: flag descriptions are wrapped
+// Help is a short summary, examples and the flags; the reference is in
+// docs/. Every line fits helpWidth: flag descriptions are wrapped
 // (cobra prints each on one line, however long), and the summaries and
 // examples are written to fit.
 

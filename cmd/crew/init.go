@@ -38,7 +38,7 @@ are active. Without any config the cap is %d. --group NAME shares the state root
 with a group (directories 2770, files 0660); --no-group makes it private again.
 --retain N and --retain-for D bound the finished runs kept, --log-max each log.
 
-The README's "crew init" and "Retention and log caps" sections are the reference.`, record.DefaultMaximumInProgress),
+docs/usage.md's "crew init" and "Retention and log caps" sections are the reference.`, record.DefaultMaximumInProgress),
 		Example: `  crew init --max 4
   crew init --retain 1000 --log-max 1MiB     # a cron job's state root stays bounded
   crew init --retain-for 30d --retain 100    # a month, and at least the last 100 runs

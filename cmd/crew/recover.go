@@ -47,7 +47,7 @@ converged, 1 when an item failed.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.dryRun, "dry-run", false, "report what would be done, change nothing")
-	f.BoolVar(&o.json, "json", false, "print JSON (schema version 1, see README)")
+	f.BoolVar(&o.json, "json", false, "print JSON (schema version 1, see docs/usage.md)")
 	f.Var(duration.NewValue(&o.timeout, time.Minute), "timeout", "bound on the whole pass")
 	return cmd
 }

@@ -66,7 +66,8 @@ func newRootCmd(g *globalOptions, s streams) *cobra.Command {
 		Long: `crew runs a command only when one of maximumInProgress slots is free, across
 every crew process on the machine, with no daemon. Every run is recorded in the
 state root (--root, else $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew).
-The README is the reference: every command, the state root, the exit codes.`,
+The reference is in docs/ of crew's source (every command, the state root, the
+exit codes) and in the man pages (man crew, man crew-start, ...).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -79,7 +80,7 @@ The README is the reference: every command, the state root, the exit codes.`,
 	root.Version = versionString()
 	root.SetVersionTemplate("crew version {{.Version}}\n")
 	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newHistoryCmd(g, s), newRecoverCmd(g, s),
-		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g))
+		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g), newCommandsCmd(s))
 	root.SetUsageFunc(usageFunc(s.Out))
 	hideUnsupported(root)
 	return root

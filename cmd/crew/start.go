@@ -42,7 +42,7 @@ func newStartCmd(g *globalOptions, s streams) *cobra.Command {
 and TASK has no active run; otherwise refuse at once, or with --wait wait in line.
 Its output also goes to the run's log; SIGINT, SIGTERM, SIGHUP and SIGQUIT go to
 its process group, and a run SIGINT or SIGQUIT ended (Ctrl-C) ends crew by that
-signal, so that the script that ran crew stops too. See the README's "crew start".
+signal, so that the script that ran crew stops too. See docs/start.md (man crew-start).
 
 ` + exitCodeHelp,
 		Example: `  crew start build -- make -j2

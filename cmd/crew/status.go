@@ -45,7 +45,7 @@ changes a file.`,
 			return o.run(args, s)
 		},
 	}
-	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON (schema version 1, see README)")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON (schema version 1, see docs/json.md)")
 	return cmd
 }
 

@@ -60,7 +60,7 @@ type Point struct {
 	Where string
 }
 
-// Points is every failpoint crew has: the README's table of failpoints is
+// Points is every failpoint crew has: the table of failpoints in docs/failpoints.md is
 // this list (a test holds the two equal).
 var Points = []Point{
 	{AdmissionLock, Guard, "admission without its lock (`skip`)"},

@@ -304,7 +304,7 @@ func (e *LockTimeoutError) Error() string {
 }
 
 // RefusedOnStoreError is a behaviour a store cannot offer, and why (the
-// README lists each): crew refuses it as a usage error.
+// docs/etcd.md lists each): crew refuses it as a usage error.
 type RefusedOnStoreError struct {
 	What  string
 	Where interface{ String() string }

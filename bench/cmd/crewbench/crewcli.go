@@ -7,7 +7,7 @@ import (
 )
 
 // What the harness reads from crew's own output: `crew status --json`
-// (schema version 1, documented in the root README). Only the fields the
+// (schema version 1, documented in docs/json.md). Only the fields the
 // harness uses are declared.
 
 type statusRun struct {

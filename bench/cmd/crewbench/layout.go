@@ -1,7 +1,7 @@
 package main
 
 // Everything the harness knows about where crew keeps things in its state
-// root is in this file. It is the layout the root README documents
+// root is in this file. It is the layout docs/state-root.md documents
 // ("State root"), nothing more:
 //
 //	runs/active/<run-id>.json                active records

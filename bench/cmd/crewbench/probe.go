@@ -182,7 +182,7 @@ func layoutError(root, id, what, want string) error {
 		found = append(found, rel)
 	}
 	rel, _ := filepath.Rel(root, want)
-	return fmt.Errorf("crew's state-root layout changed: the %s of run %s is not at %s (the README documents %s and %s); files of that run in %s: %v. Update %s (and the README) to crew's layout",
+	return fmt.Errorf("crew's state-root layout changed: the %s of run %s is not at %s (docs/state-root.md documents %s and %s); files of that run in %s: %v. Update %s (and docs/state-root.md) to crew's layout",
 		what, id, rel, doneLayoutDoc, activeLayoutDoc, root, found, layoutFile)
 }
 
