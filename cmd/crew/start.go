@@ -28,8 +28,8 @@ type startOptions struct {
 	grace       time.Duration
 	startExtras
 	startTerminal
-	refusedExit int // --refused-exit; -1 when not given
-	quiet       bool
+	refusedExit refusedExit   // --refused-exit
+	quiet       quietFlag     // --quiet[=REASON]
 	leaseTTL    time.Duration // --lease-ttl (etcd store)
 }
 
@@ -52,7 +52,7 @@ signal, so that the script that ran crew stops too. See the README's "crew start
   crew start --task=-nightly -- ./backup.sh      # a task name that begins with -
   crew start --tag lint -- make lint             # each output line starts "lint<TAB>"
   crew start --timeout 30m --retries 2 e2e -- make e2e
-  crew start --quiet --refused-exit 0 sync -- ./sync.sh   # cron: busy is fine`,
+  crew start --refused-exit 76=0 --quiet=76 sync -- ./sync.sh   # cron: only "still running" is fine`,
 		ValidArgsFunction: completeStart(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
@@ -74,10 +74,13 @@ signal, so that the script that ran crew stops too. See the README's "crew start
 	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
 	o.startExtras.flags(cmd)
 	o.startTerminal.flags(cmd)
-	f.IntVar(&o.refusedExit, "refused-exit", -1, "exit with N (0-255) instead of 75 or 76 when not admitted (also when --wait=D gives up)")
+	o.refusedExit = newRefusedExit()
+	f.Var(&o.refusedExit, "refused-exit", "exit N (0-255) instead of 75 or 76 when not admitted (also when --wait=D gives up); 76=N or 75=N: for that reason only")
 	f.Lookup("refused-exit").DefValue = "75 or 76"
 	f.Var(duration.NewValue(&o.leaseTTL, defaultLeaseTTL), "lease-ttl", "etcd store: the run's lease TTL, how long its slot outlives a supervisor that stopped renewing it (default $CREW_LEASE_TTL, else 10s; at least 2s)")
-	f.BoolVar(&o.quiet, "quiet", false, "say nothing when not admitted, and no waiting or admitted lines; crew's own failures still go to stderr")
+	f.Var(&o.quiet, "quiet", "say nothing when not admitted, and no waiting or admitted lines; --quiet=76 (or 75): only about that refusal")
+	f.Lookup("quiet").NoOptDefVal = "true"
+	f.Lookup("quiet").DefValue = "false"
 	return cmd
 }
 
@@ -113,7 +116,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if err != nil {
 		return fmt.Errorf("find the working directory: %w", err)
 	}
-	view := newWaitView(s.Err, args[0], o.quiet)
+	view := newWaitView(s.Err, args[0], o.quiet.all)
 	defer view.close()
 	stdin := s.In
 	if o.detach {
@@ -158,7 +161,7 @@ func (o *startOptions) ended(d *dispatch.Dispatcher, s streams, task string, run
 	received, pending := relay.finish()
 	var refused *vocab.RefusedError
 	if errors.As(err, &refused) {
-		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
+		err = &chosenRefusal{err: err, code: o.refusedExit.codeFor(refused), quiet: o.quiet.about(refused)}
 		d.RecordRefusal(task, refused, exitCodeFor(err))
 	}
 	if o.detach && err == nil {
@@ -187,8 +190,6 @@ func (o *startOptions) checkArgs(cmd *cobra.Command, args []string) ([]string, i
 	switch {
 	case o.json && !o.detach:
 		return nil, 0, &usageError{fmt.Errorf("--json goes with --detach (it prints the detached run's id as JSON); a foreground start's output is its command's own, and its exit code is the command's")}
-	case o.refusedExit > 255 || (o.refusedExit < 0 && cmd.Flags().Changed("refused-exit")):
-		return nil, 0, &usageError{fmt.Errorf("--refused-exit must be an exit code from 0 to 255, not %d", o.refusedExit)}
 	}
 	dash := cmd.ArgsLenAtDash()
 	if cmd.Flags().Changed("task") {
