@@ -52,7 +52,7 @@ signal, so that the script that ran crew stops too. See the README's "crew start
   crew start --task=-nightly -- ./backup.sh      # a task name that begins with -
   crew start --tag lint -- make lint             # each output line starts "lint<TAB>"
   crew start --timeout 30m --retries 2 e2e -- make e2e
-  crew start --refused-exit 76=0 --quiet=76 sync -- ./sync.sh   # cron: only "still running" is fine`,
+  crew start --refused-exit 76=0 --quiet=76 sync -- ./sync.sh  # cron: fine if still running`,
 		ValidArgsFunction: completeStart(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)

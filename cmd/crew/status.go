@@ -34,9 +34,9 @@ finished runs, newest finish first. With TASK, only that task's runs and its
 story; with RUN (a run id, a unique beginning of one, or a short id such as
 3f2a9c0d), that one run with its history.
 
-Text fits the terminal's width (80 columns in a pipe, or $COLUMNS), cut with
-"…"; states are coloured on a terminal unless NO_COLOR is set. --json is
-never cut. status never takes the admission lock and never creates or
+On a terminal, text fits its width (or $COLUMNS), cut with "…"; in a pipe
+or a file it is not cut. States are coloured on a terminal unless NO_COLOR is
+set. --json is never cut. status never takes the admission lock and never creates or
 changes a file.`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeRuns(g),
