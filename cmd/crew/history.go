@@ -26,7 +26,8 @@ func newHistoryCmd(g *globalOptions, s streams) *cobra.Command {
 		Use:   "history [TASK] [--failed] [--since D] [--limit N] [--json]",
 		Short: "List finished runs, newest finish first",
 		Long: `List finished runs, newest finish first: run id, task, state, exit code,
-start, duration and reason. With TASK, only that task's runs.
+start, duration and reason. With TASK, only that task's runs. A list cut
+short by --limit (20 by default) says so under it ("more": true in --json).
 
 history reads the index of finished runs (runs/finished.idx in the state root)
 and the records of the runs it shows, so it stays fast with 100,000 finished
@@ -47,7 +48,7 @@ history never takes the admission lock and never creates or changes a file.`,
 	f.BoolVar(&o.failed, "failed", false, "only runs that did not succeed (failed, stopped, interrupted)")
 	f.Var(duration.NewValue(&o.since, 0), "since", "only runs that finished within this long ago, such as 90m, 24h or 7d")
 	f.IntVar(&o.limit, "limit", 20, "show at most N runs; 0 shows every match")
-	f.BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "problems": [...]} (RUN as in crew status)`)
+	f.BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "limit": N, "more": false, "problems": [...]} (RUN as in crew status)`)
 	return cmd
 }
 
@@ -86,6 +87,9 @@ func (o *historyOptions) run(args []string, s streams) error {
 		fmt.Fprintln(s.Out, "no finished runs")
 	} else {
 		printFinished(s.Out, screenFor(s.Out, o.getenv), h.Runs, now, q.Task == "")
+	}
+	if h.More {
+		fmt.Fprintf(s.Out, "(the newest %d; more match: --limit 0 shows them all)\n", len(h.Runs))
 	}
 	printHistoryProblems(s.Out, h.Problems)
 	return nil

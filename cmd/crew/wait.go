@@ -88,7 +88,8 @@ func (o *waitOptions) run(args []string, s streams) error {
 		if v, err := d.Run(id); err == nil {
 			views = append(views, v)
 		} else {
-			views = append(views, &vocab.RunView{Run: *rec}) // pruned since: what the wait read
+			v := vocab.ViewOf(rec) // pruned since: what the wait read
+			views = append(views, &v)
 		}
 	}
 	if o.json {

@@ -153,7 +153,7 @@ func (d *Dispatcher) Run(id record.RunID) (*vocab.RunView, error) {
 }
 
 func (d *Dispatcher) finishedView(r *record.Run) vocab.RunView {
-	v := vocab.RunView{Run: *r}
+	v := vocab.ViewOf(r)
 	if v.Events == nil {
 		v.Events = []record.Event{}
 	}
