@@ -198,7 +198,7 @@ func TestPlantedIndex(t *testing.T) {
 func TestHistorySaysWhenCutShort(t *testing.T) {
 	e := newEnv(t)
 	for i := range 3 {
-		require.Equal(t, 0, e.run("start", fmt.Sprintf("job-%d", i), "--", "true").Code)
+		require.Equal(t, 0, e.run("start", "--label", "pipeline=4711", fmt.Sprintf("job-%d", i), "--", "true").Code)
 	}
 	r := e.run("history", "--limit", "2")
 	require.Equal(t, 0, r.Code, r.Stderr)
@@ -255,7 +255,7 @@ func TestHistorySaysWhenCutShort(t *testing.T) {
 	}
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
-	recipe := regexp.MustCompile("(?m)^crew history .*\\| jq .*$").FindString(string(readme))
+	recipe := regexp.MustCompile(`(?m)^crew history .*\| jq .*$`).FindString(string(readme))
 	require.NotEmpty(t, recipe, "README.md's jq recipe")
 	cmd := exec.Command("sh", "-c", e.bin+strings.TrimPrefix(recipe, "crew"))
 	cmd.Env = append(e.environ(), "PATH="+filepath.Dir(jq)+":/usr/bin:/bin")

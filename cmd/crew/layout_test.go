@@ -209,7 +209,7 @@ func TestPrintSnapshotFits80Columns(t *testing.T) {
 		},
 	}
 	var buf bytes.Buffer
-	printSnapshot(&buf, screen{width: 80}, snap, "", now)
+	printSnapshot(&buf, screen{width: 80}, snap, selection{}, now)
 	out := buf.String()
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "State root") || strings.HasPrefix(l, "  a1b2c3d4: orphaned") {

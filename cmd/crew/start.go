@@ -31,6 +31,7 @@ type startOptions struct {
 	refusedExit refusedExit   // --refused-exit
 	quiet       quietFlag     // --quiet[=REASON]
 	leaseTTL    time.Duration // --lease-ttl (etcd store)
+	labels      labelsFlag    // --label KEY=VALUE, repeatable
 }
 
 func newStartCmd(g *globalOptions, s streams) *cobra.Command {
@@ -52,6 +53,7 @@ signal, so that the script that ran crew stops too. See the README's "crew start
   crew start --task=-nightly -- ./backup.sh      # a task name that begins with -
   crew start --tag lint -- make lint             # each output line starts "lint<TAB>"
   crew start --timeout 30m --retries 2 e2e -- make e2e
+  crew start --label pipeline=$CI_PIPELINE_ID unit -- make test
   crew start --refused-exit 76=0 --quiet=76 sync -- ./sync.sh  # cron: fine if still running`,
 		ValidArgsFunction: completeStart(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -78,6 +80,7 @@ signal, so that the script that ran crew stops too. See the README's "crew start
 	f.Var(&o.refusedExit, "refused-exit", "exit N (0-255) instead of 75 or 76 when not admitted (also when --wait=D gives up); 76=N or 75=N: for that reason only")
 	f.Lookup("refused-exit").DefValue = "75 or 76"
 	f.Var(duration.NewValue(&o.leaseTTL, defaultLeaseTTL), "lease-ttl", "etcd store: the run's lease TTL, how long its slot outlives a supervisor that stopped renewing it (default $CREW_LEASE_TTL, else 10s; at least 2s)")
+	f.Var(&o.labels, "label", "label the run (repeatable), for crew status, history and wait --label to select it by, as in --label pipeline=$CI_PIPELINE_ID")
 	f.Var(&o.quiet, "quiet", "say nothing when not admitted, and no waiting or admitted lines; --quiet=76 (or 75): only about that refusal")
 	f.Lookup("quiet").NoOptDefVal = "true"
 	f.Lookup("quiet").DefValue = "false"
@@ -138,6 +141,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			Retries:     o.retries,
 			RetryDelay:  o.retryDelay,
 			Parent:      parentRun(),
+			Labels:      o.labels.labels,
 		},
 		Tag:     o.tag,
 		NoPTY:   o.noPTY,

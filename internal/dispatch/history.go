@@ -27,16 +27,9 @@ func (d *Dispatcher) History(q vocab.HistoryQuery) (*vocab.History, error) {
 			fq.Also = append(fq.Also, e.ID) // finished, maybe not indexed yet
 		}
 	}
-	if q.Limit > 0 {
-		fq.Limit = q.Limit + 1 // one more tells whether more match
-	}
-	fin, err := st.FinishedRuns(fq)
+	fin, more, err := d.finishedRuns(fq, q.Labels)
 	if err != nil {
 		return nil, err
-	}
-	more := q.Limit > 0 && len(fin.Runs) > q.Limit
-	if more {
-		fin.Runs = fin.Runs[:q.Limit]
 	}
 	h := &vocab.History{Version: vocab.HistoryVersion, Runs: make([]vocab.RunView, 0, len(fin.Runs)), Problems: []vocab.Problem{}, Unindexed: fin.Unindexed,
 		Limit: q.Limit, More: more}

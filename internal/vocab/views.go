@@ -115,6 +115,8 @@ type QueueView struct {
 	// Host is where the waiting crew start runs (on an etcd store, one
 	// of many), if known.
 	Host string `json:"host,omitempty"`
+	// Labels are the waiting start's --label pairs.
+	Labels record.Labels `json:"labels,omitempty"`
 	// Unreadable: its ticket cannot be read (task and pool unknown), but
 	// its waiter lives, so it keeps its place; Problems says why.
 	Unreadable bool `json:"unreadable,omitempty"`
