@@ -74,6 +74,72 @@ func TestRefusedExitAndQuiet(t *testing.T) {
 	assert.Empty(t, r.Stderr)
 }
 
+// --refused-exit and --quiet per reason (issue 24 item 5): 76=N and 75=N
+// (running=N, busy=N) choose the code of one refusal and leave the other
+// crew's own; --quiet=76 (=75) silences only that one. Values that are
+// none of the forms are usage errors that list them.
+func TestRefusedExitPerReason(t *testing.T) {
+	e := newEnv(t)
+	e.initMax(1)
+	release, holder := e.holdSlot("nightly")
+
+	// The task already runs (76): 76=0 and --quiet=76 apply.
+	r := e.run("start", "--refused-exit", "76=0", "--quiet=76", "nightly", "--", "echo", "never")
+	assert.Equal(t, 0, r.Code, r.Stderr)
+	assert.Empty(t, r.Stdout)
+	assert.Empty(t, r.Stderr, "--quiet=76: not a word about its own run")
+	assert.EqualValues(t, 0, e.lastRefusal("nightly")["exitCode"])
+
+	// The slots are busy (75): neither applies; crew's own code, aloud.
+	r = e.run("start", "--refused-exit", "76=0", "--quiet=76", "backup", "--", "echo", "never")
+	assert.Equal(t, 75, r.Code)
+	assert.Contains(t, r.Stderr, "crew: backup: not admitted: all slots are busy (1/1 in use)")
+	assert.EqualValues(t, 75, e.lastRefusal("backup")["exitCode"])
+
+	// Both reasons, by name, with a comma or the flag twice.
+	for _, args := range [][]string{{"--refused-exit", "running=0,busy=3"}, {"--refused-exit", "running=0", "--refused-exit", "busy=3"}} {
+		r = e.run(append(append([]string{"start"}, args...), "backup", "--", "echo", "never")...)
+		assert.Equal(t, 3, r.Code, "%v", args)
+		assert.Contains(t, r.Stderr, "crew: backup: not admitted: all slots are busy", "%v", args)
+		r = e.run(append(append([]string{"start"}, args...), "nightly", "--", "echo", "never")...)
+		assert.Equal(t, 0, r.Code, "%v", args)
+		assert.Contains(t, r.Stderr, "crew: nightly: not admitted: ", "%v: not quiet", args)
+	}
+
+	// --quiet=75 (=busy) silences the busy refusal only.
+	r = e.run("start", "--quiet=busy", "backup", "--", "echo", "never")
+	assert.Equal(t, 75, r.Code)
+	assert.Empty(t, r.Stderr)
+	r = e.run("start", "--quiet=75", "nightly", "--", "echo", "never")
+	assert.Equal(t, 76, r.Code)
+	assert.Contains(t, r.Stderr, "crew: nightly: not admitted: ")
+
+	// A --wait=D that gives up is refused for its reason too.
+	r = e.run("start", "--wait=200ms", "--refused-exit", "76=0", "--quiet=76", "backup", "--", "echo", "never")
+	assert.Equal(t, 75, r.Code)
+	assert.Contains(t, r.Stderr, "crew: backup: ")
+	r = e.run("start", "--wait=200ms", "--refused-exit", "76=0", "--quiet=76", "nightly", "--", "echo", "never")
+	assert.Equal(t, 0, r.Code)
+	assert.NotContains(t, r.Stderr, "not admitted", "the waiting line, but not the refusal")
+
+	release()
+	require.Equal(t, 0, holder.wait(t, 10*time.Second).Code)
+
+	forms := "give N for every refusal, or 76=N (running=N: the task already runs) or 75=N (busy=N: the slots are busy) for one, N an exit code from 0 to 255; several with commas, as in 76=0,75=3"
+	for _, c := range []struct{ flag, want string }{
+		{"--refused-exit=77=0", `crew: --refused-exit "77=0": "77" is not a reason crew refuses a start for; ` + forms},
+		{"--refused-exit=76=x", `crew: --refused-exit "76=x": ` + forms},
+		{"--refused-exit=76=256", `crew: --refused-exit "76=256": ` + forms},
+		{"--refused-exit=", `crew: --refused-exit "": ` + forms},
+		{"--quiet=slots", `crew: --quiet "slots": give --quiet alone (every refusal and the waiting lines), or --quiet=76 (running: the task already runs) or --quiet=75 (busy: the slots are busy) for one reason, with "="`},
+	} {
+		r = e.run("start", c.flag, "t", "--", "echo", "never")
+		assert.Equal(t, 64, r.Code, c.flag)
+		assert.Contains(t, r.Stderr, c.want, c.flag)
+		assert.Empty(t, r.Stdout, c.flag)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	e := newEnv(t)
 	r := e.run("--version")

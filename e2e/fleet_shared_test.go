@@ -189,6 +189,94 @@ var sharedCases = []struct {
 		assert.Contains(t, lines, "CREW_TASK=told")
 		assert.Contains(t, lines, f.storeEnv())
 	}},
+	// Labels (issue 24 item 7) on both stores: history, status and wait
+	// --label select by the labels in the records (and a waiting start's
+	// ticket); crew wait --label waits for the finished, active and waiting
+	// runs with the label and names those that failed.
+	{"Labels", func(t *testing.T, f *fleet) {
+		f.initMax(2)
+		for _, c := range []struct{ task, label, code string }{
+			{"done-ok", "pipeline=7", "0"}, {"done-fail", "pipeline=7", "2"}, {"elsewhere", "pipeline=8", "5"},
+		} {
+			r := f.run("h1", startArgs(c.task, []string{"sh", "-c", "exit " + c.code}, "--label", c.label, "--label", "stage="+c.task)...)
+			wantCode(t, r, "crew start --label "+c.label, 0, 2, 5)
+		}
+		active, _ := f.victim("h1", "active", nil, "--label", "pipeline=7")
+		other, _ := f.victim("h2", "unlabelled", nil)
+		queued := f.start("h2", nil, startArgs("queued", []string{"sh", "-c", "exit 3"}, "--wait", "--label", "pipeline=7")...)
+		eventually(t, 20*time.Second, "the labelled start to wait in line", func() bool { return len(f.status().Queue) == 1 })
+
+		var h struct {
+			Runs []struct {
+				Task       string            `json:"task"`
+				Labels     map[string]string `json:"labels"`
+				DurationMs *int64            `json:"durationMs"`
+			} `json:"runs"`
+			Limit int  `json:"limit"`
+			More  bool `json:"more"`
+		}
+		r := f.run("h3", "history", "--label", "pipeline=7", "--json")
+		wantCode(t, r, "crew history --label", 0)
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &h), r.Stdout)
+		require.Len(t, h.Runs, 2, r.Stdout)
+		assert.Equal(t, "done-fail", h.Runs[0].Task)
+		assert.Equal(t, map[string]string{"pipeline": "7", "stage": "done-fail"}, h.Runs[0].Labels)
+		assert.Equal(t, "done-ok", h.Runs[1].Task)
+		assert.NotNil(t, h.Runs[1].DurationMs, "a finished run's durationMs")
+		assert.False(t, h.More)
+		r = f.run("h3", "history", "--label", "pipeline=7", "--label", "stage=done-ok", "--limit", "1", "--json")
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &h), r.Stdout)
+		require.Len(t, h.Runs, 1, r.Stdout)
+		assert.Equal(t, "done-ok", h.Runs[0].Task, "both labels")
+		assert.False(t, h.More, "one run has both labels")
+		r = f.run("h3", "history", "--label", "pipeline=7", "--limit", "1", "--json")
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &h), r.Stdout)
+		assert.True(t, h.More, "a second run has the label: %s", r.Stdout)
+
+		var s struct {
+			Active   []struct{ Task string } `json:"active"`
+			Finished []struct{ Task string } `json:"finished"`
+			Queue    []struct {
+				Task   string            `json:"task"`
+				Labels map[string]string `json:"labels"`
+			} `json:"queue"`
+		}
+		r = f.run("h3", "status", "--label", "pipeline=7", "--json")
+		wantCode(t, r, "crew status --label", 0)
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &s), r.Stdout)
+		assert.Equal(t, []struct{ Task string }{{"active"}}, s.Active)
+		assert.Equal(t, []struct{ Task string }{{"done-fail"}, {"done-ok"}}, s.Finished)
+		require.Len(t, s.Queue, 1)
+		assert.Equal(t, "queued", s.Queue[0].Task)
+		assert.Equal(t, map[string]string{"pipeline": "7"}, s.Queue[0].Labels)
+		r = f.run("h3", "status", f.runIDOf("done-ok"))
+		assert.Regexp(t, `(?m)^Labels: +pipeline=7,stage=done-ok$`, r.Stdout)
+
+		// crew wait --label waits (proven at its poll failpoint) for the
+		// active run and the waiting start, then names the two failures.
+		polling, openPoll := f.gate("wait-poll")
+		w := f.start("h3", []string{"CREW_FAILPOINT=wait-poll:wait:" + polling}, "wait", "--label", "pipeline=7")
+		eventually(t, 20*time.Second, "crew wait --label to wait", func() bool {
+			_, err := os.Stat(polling + ".reached")
+			return err == nil
+		})
+		openPoll()
+		_, openActive := f.gate("active")
+		_, openOther := f.gate("unlabelled")
+		openActive()
+		openOther()
+		wantCode(t, active.wait(t, 20*time.Second), "the labelled active run", 0)
+		wantCode(t, other.wait(t, 20*time.Second), "the unlabelled run", 0)
+		wantCode(t, queued.wait(t, 20*time.Second), "the labelled waiting start", 3)
+		r = w.wait(t, 20*time.Second)
+		wantCode(t, r, "crew wait --label: the first failure's code, in creation order", 2)
+		assert.Contains(t, r.Stderr, "crew: 2 of 4 runs with label pipeline=7 did not succeed:\n")
+		assert.Regexp(t, `(?m)^  r-\S+  done-fail  failed, exit 2\n  r-\S+  queued  failed, exit 3\n$`, r.Stderr)
+
+		r = f.run("h3", "wait", "--label", "pipeline=9")
+		wantCode(t, r, "crew wait --label with no such run", 64)
+		assert.Contains(t, r.Stderr, "crew: no run has the label pipeline=9 in ")
+	}},
 	{"HistoryAndPrune", func(t *testing.T, f *fleet) {
 		f.initMax(1)
 		for _, c := range []string{"exit 0", "exit 2", "exit 0"} {

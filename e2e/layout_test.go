@@ -59,7 +59,8 @@ func terminalLines(out string) []string {
 // crew status fits the terminal it runs on: every row of its tables within
 // the terminal's width (80 columns, and 60), long task names and commands
 // cut with an ellipsis, commands quoted as a shell would, coloured states
-// unless NO_COLOR is set; in a pipe, 80 columns and no colour.
+// unless NO_COLOR is set; in a pipe, whole lines (nothing cut, as ps, gh
+// and git write to a pipe; or $COLUMNS if set) and no colour.
 func TestStatusFitsTheTerminal(t *testing.T) {
 	e := newEnv(t)
 	e.initMax(3)
@@ -97,8 +98,12 @@ func TestStatusFitsTheTerminal(t *testing.T) {
 
 	r := e.run("status")
 	require.Equal(t, 0, r.Code, r.Stderr)
-	check("a pipe", r.Stdout, 80)
+	assert.NotContains(t, r.Stdout, "…", "a pipe: nothing is cut")
+	assert.Regexp(t, `\n  [0-9a-f]{8}  `+longTask+` +running`, r.Stdout, "a pipe: the whole task name")
+	assert.Contains(t, r.Stdout, `'while [ ! -e "$1" ]; do sleep 0.01; done # it'\''s a "long" one' wait-gate `, "a pipe: the whole command")
 	assert.NotContains(t, r.Stdout, "\x1b[", "a pipe: no colour")
+	r = e.runEnv([]string{"COLUMNS=80"}, "status")
+	check("a pipe with COLUMNS=80", r.Stdout, 80)
 	r = e.runEnv([]string{"COLUMNS=200"}, "status")
 	assert.Contains(t, r.Stdout, longTask[:9]+"…"+longTask[len(longTask)-14:], "a task is cut at 24 columns even with room, in its middle")
 	assert.Contains(t, r.Stdout, `'while [ ! -e "$1" ]; do sleep 0.01; done # it'\''s a "long" one' wait-gate `, "room: the whole command")

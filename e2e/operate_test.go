@@ -304,7 +304,7 @@ func TestOperateErrors(t *testing.T) {
 	}{
 		{[]string{"wait", unknown}, 64, "crew: no run " + unknown + " in the state root"},
 		{[]string{"wait", "nope"}, 64, `crew: task "nope" has no runs in the state root`},
-		{[]string{"wait"}, 64, "crew: requires at least 1 arg(s), only received 0"},
+		{[]string{"wait"}, 64, "crew: give the runs to wait for: RUN or TASK arguments, or --label KEY=VALUE"},
 		{[]string{"logs", "nope"}, 64, `crew: task "nope" has no runs`},
 		{[]string{"stop", "nope"}, 64, `crew: task "nope" has no runs`},
 		{[]string{"stop", "--signal", "BOGUS", "x"}, 64, `crew: unknown signal "BOGUS"`},

@@ -26,8 +26,9 @@ const (
 // exitCodeHelp is crew start --help's word on exit codes; docs/exit-codes.md
 // has the table (a test holds it equal to the codes here).
 const exitCodeHelp = `Exit codes: the command's own (128+N if signal N ended it); 64 usage error;
-75 not admitted, all slots busy; 76 not admitted, the task already runs (both:
---refused-exit N); 78 a nested start that could only wait for its own parents;
+75 not admitted, all slots busy; 76 not admitted, the task already runs
+(--refused-exit N, or 76=N, 75=N for one); 78 a nested start that could only
+wait for its own parents;
 124 --timeout ran out; 125 crew itself failed; 126 not executable; 127 not found.`
 
 // usageError marks errors in how crew was called.

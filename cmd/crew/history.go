@@ -18,19 +18,23 @@ type historyOptions struct {
 	since  time.Duration
 	limit  int
 	json   bool
+	labels labelsFlag // --label: only runs that carry them
 }
 
 func newHistoryCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &historyOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "history [TASK] [--failed] [--since D] [--limit N] [--json]",
+		Use:   "history [TASK] [--failed] [--since D] [--label KEY=VALUE]... [--limit N] [--json]",
 		Short: "List finished runs, newest finish first",
 		Long: `List finished runs, newest finish first: run id, task, state, exit code,
-start, duration and reason. With TASK, only that task's runs.
+start, duration and reason. With TASK, only that task's runs; with --label
+KEY=VALUE (repeatable), only runs that carry every label given. A list cut
+short by --limit (20 by default) says so under it ("more": true in --json).
 
 history reads the index of finished runs (runs/finished.idx in the state root)
 and the records of the runs it shows, so it stays fast with 100,000 finished
-runs. Where the index is missing (a state root of an older crew), it reads the
+runs (a --label filter reads the records of the runs it passes over too).
+Where the index is missing (a state root of an older crew), it reads the
 records themselves and says so; crew recover builds the index.
 history never takes the admission lock and never creates or changes a file.`,
 		Example: `  crew history                     # the 20 latest finishes
@@ -47,7 +51,8 @@ history never takes the admission lock and never creates or changes a file.`,
 	f.BoolVar(&o.failed, "failed", false, "only runs that did not succeed (failed, stopped, interrupted)")
 	f.Var(duration.NewValue(&o.since, 0), "since", "only runs that finished within this long ago, such as 90m, 24h or 7d")
 	f.IntVar(&o.limit, "limit", 20, "show at most N runs; 0 shows every match")
-	f.BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "problems": [...]} (RUN as in crew status)`)
+	f.Var(&o.labels, "label", "only runs with this label (repeatable: all of them)")
+	f.BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "limit": N, "more": false, "problems": [...]} (RUN as in crew status)`)
 	return cmd
 }
 
@@ -58,7 +63,7 @@ func (o *historyOptions) run(args []string, s streams) error {
 	case o.since < 0:
 		return &usageError{fmt.Errorf("--since must not be negative, not %s", o.since)}
 	}
-	q := vocab.HistoryQuery{Failed: o.failed, Limit: o.limit}
+	q := vocab.HistoryQuery{Failed: o.failed, Limit: o.limit, Labels: o.labels.labels}
 	if len(args) == 1 {
 		q.Task = args[0]
 		if err := record.ValidateTask(q.Task); err != nil {
@@ -86,6 +91,9 @@ func (o *historyOptions) run(args []string, s streams) error {
 		fmt.Fprintln(s.Out, "no finished runs")
 	} else {
 		printFinished(s.Out, screenFor(s.Out, o.getenv), h.Runs, now, q.Task == "")
+	}
+	if h.More {
+		fmt.Fprintf(s.Out, "(the newest %d; more match: --limit 0 shows them all)\n", len(h.Runs))
 	}
 	printHistoryProblems(s.Out, h.Problems)
 	return nil

@@ -15,24 +15,25 @@ import (
 )
 
 // Text output for people: laid out for the terminal's width when stdout is
-// a terminal, else for $COLUMNS, else 80 columns; coloured on a terminal
+// a terminal, else for $COLUMNS, else not cut at all (as ps, gh and git
+// write to a pipe or a file: a CI log or a grep wants whole lines); coloured on a terminal
 // unless TERM is dumb, and anywhere FORCE_COLOR or CLICOLOR_FORCE is set
 // (to anything but 0: a CI log that renders colours), but never where
 // NO_COLOR is set (no-color.org). JSON output is never laid out, cut or
 // coloured.
 
-// defaultWidth is the width text is laid out for when it goes to a pipe or
-// a file.
+// defaultWidth is the width text is laid out for on a terminal whose size
+// cannot be read.
 const defaultWidth = 80
 
 // screen says how text output is laid out.
 type screen struct {
-	width int
+	width int // 0: no limit, nothing is cut
 	color bool
 }
 
 // screenFor lays out for w: its terminal's width and colours if it is a
-// terminal, else $COLUMNS (or 80) and no colour unless forced.
+// terminal, else $COLUMNS (or no limit) and no colour unless forced.
 func screenFor(w io.Writer, getenv func(string) string) screen {
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		width := defaultWidth
@@ -41,7 +42,7 @@ func screenFor(w io.Writer, getenv func(string) string) screen {
 		}
 		return screen{width: width, color: colorWanted(getenv, getenv("TERM") != "dumb")}
 	}
-	sc := screen{width: defaultWidth, color: colorWanted(getenv, false)}
+	sc := screen{color: colorWanted(getenv, false)}
 	if n, err := strconv.Atoi(getenv("COLUMNS")); err == nil && n > 0 {
 		sc.width = n
 	}
@@ -278,7 +279,8 @@ type cell struct {
 // table lays rows out in columns that fit sc.width: each column as wide as
 // its widest cell, then the flexible column, then the others with a
 // minimum, cut (with an ellipsis) until the rows fit. Rows are indented by
-// two spaces, columns two apart, and carry no trailing spaces.
+// two spaces, columns two apart, and carry no trailing spaces. Without a
+// width (a pipe), nothing is cut.
 func (sc screen) table(w io.Writer, cols []column, rows [][]cell) {
 	const indent, gap = 2, 2
 	widths := make([]int, len(cols))
@@ -287,7 +289,7 @@ func (sc screen) table(w io.Writer, cols []column, rows [][]cell) {
 		for _, r := range rows {
 			widths[i] = max(widths[i], cellWidth(r[i].text))
 		}
-		if c.max > 0 {
+		if c.max > 0 && sc.width > 0 {
 			widths[i] = min(widths[i], max(c.max, cellWidth(c.title)))
 		}
 	}
@@ -299,7 +301,7 @@ func (sc screen) table(w io.Writer, cols []column, rows [][]cell) {
 		return t
 	}
 	shrink := func(i, floor int) {
-		if over := total() - sc.width; over > 0 && widths[i] > floor {
+		if over := total() - sc.width; sc.width > 0 && over > 0 && widths[i] > floor {
 			widths[i] = max(floor, widths[i]-over)
 		}
 	}

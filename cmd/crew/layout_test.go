@@ -144,6 +144,10 @@ func TestTableFitsWidth(t *testing.T) {
 	screen{width: 200}.table(&buf, cols, rows)
 	assert.Contains(t, buf.String(), "a-rather-long-task-name…", "TASK is capped at 24 even with room")
 	assert.Contains(t, buf.String(), "DESTDIR=/tmp/some/place/far/away", "room enough: nothing else is cut")
+	buf.Reset()
+	screen{}.table(&buf, cols, rows)
+	assert.NotContains(t, buf.String(), "…", "no width (a pipe): nothing is cut")
+	assert.Contains(t, buf.String(), "  3f2a9c0d  a-rather-long-task-name-that-goes-on-and-on  4712  make -j2 all install DESTDIR=/tmp/some/place/far/away\n")
 }
 
 // Colour only on a colour screen, around the text, not the padding.
@@ -157,26 +161,26 @@ func TestTableColour(t *testing.T) {
 	assert.Contains(t, colour.String(), "  \x1b[31mfailed\x1b[0m  x\n")
 }
 
-// Off a terminal: 80 columns (or $COLUMNS), no colour, whatever NO_COLOR
+// Off a terminal: no limit (or $COLUMNS), no colour, whatever NO_COLOR
 // says; a terminal's width and NO_COLOR are checked through a real
 // pseudo-terminal in e2e.
 func TestScreenFor(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	var buf bytes.Buffer
-	assert.Equal(t, screen{width: 80}, screenFor(&buf, env(nil)))
+	assert.Equal(t, screen{width: 0}, screenFor(&buf, env(nil)))
 	assert.Equal(t, screen{width: 132}, screenFor(&buf, env(map[string]string{"COLUMNS": "132"})))
-	assert.Equal(t, screen{width: 80}, screenFor(&buf, env(map[string]string{"COLUMNS": "wide"})))
+	assert.Equal(t, screen{width: 0}, screenFor(&buf, env(map[string]string{"COLUMNS": "wide"})))
 	f, err := os.CreateTemp(t.TempDir(), "out")
 	require.NoError(t, err)
 	defer f.Close()
-	assert.Equal(t, screen{width: 80}, screenFor(f, env(nil)), "a file is no terminal")
+	assert.Equal(t, screen{width: 0}, screenFor(f, env(nil)), "a file is no terminal")
 	// Colour forced (issue 24, item 9), NO_COLOR first.
 	for kv, color := range map[[2]string]bool{
 		{"FORCE_COLOR", "1"}: true, {"FORCE_COLOR", "3"}: true, {"CLICOLOR_FORCE", "1"}: true,
 		{"FORCE_COLOR", "0"}: false, {"CLICOLOR_FORCE", "0"}: false, {"FORCE_COLOR", ""}: false,
 	} {
-		assert.Equal(t, screen{width: 80, color: color}, screenFor(&buf, env(map[string]string{kv[0]: kv[1]})), "%s=%s", kv[0], kv[1])
-		assert.Equal(t, screen{width: 80}, screenFor(&buf, env(map[string]string{kv[0]: kv[1], "NO_COLOR": "1"})), "%s=%s, NO_COLOR", kv[0], kv[1])
+		assert.Equal(t, screen{color: color}, screenFor(&buf, env(map[string]string{kv[0]: kv[1]})), "%s=%s", kv[0], kv[1])
+		assert.Equal(t, screen{}, screenFor(&buf, env(map[string]string{kv[0]: kv[1], "NO_COLOR": "1"})), "%s=%s, NO_COLOR", kv[0], kv[1])
 	}
 }
 
@@ -205,7 +209,7 @@ func TestPrintSnapshotFits80Columns(t *testing.T) {
 		},
 	}
 	var buf bytes.Buffer
-	printSnapshot(&buf, screen{width: 80}, snap, "", now)
+	printSnapshot(&buf, screen{width: 80}, snap, selection{}, now)
 	out := buf.String()
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "State root") || strings.HasPrefix(l, "  a1b2c3d4: orphaned") {

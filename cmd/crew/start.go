@@ -28,9 +28,10 @@ type startOptions struct {
 	grace       time.Duration
 	startExtras
 	startTerminal
-	refusedExit int // --refused-exit; -1 when not given
-	quiet       bool
+	refusedExit refusedExit   // --refused-exit
+	quiet       quietFlag     // --quiet[=REASON]
 	leaseTTL    time.Duration // --lease-ttl (etcd store)
+	labels      labelsFlag    // --label KEY=VALUE, repeatable
 }
 
 func newStartCmd(g *globalOptions, s streams) *cobra.Command {
@@ -52,7 +53,8 @@ signal, so that the script that ran crew stops too. See docs/start.md (man crew-
   crew start --task=-nightly -- ./backup.sh      # a task name that begins with -
   crew start --tag lint -- make lint             # each output line starts "lint<TAB>"
   crew start --timeout 30m --retries 2 e2e -- make e2e
-  crew start --quiet --refused-exit 0 sync -- ./sync.sh   # cron: busy is fine`,
+  crew start --label pipeline=$CI_PIPELINE_ID unit -- make test
+  crew start --refused-exit 76=0 --quiet=76 sync -- ./sync.sh  # cron: fine if still running`,
 		ValidArgsFunction: completeStart(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
@@ -74,10 +76,14 @@ signal, so that the script that ran crew stops too. See docs/start.md (man crew-
 	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
 	o.startExtras.flags(cmd)
 	o.startTerminal.flags(cmd)
-	f.IntVar(&o.refusedExit, "refused-exit", -1, "exit with N (0-255) instead of 75 or 76 when not admitted (also when --wait=D gives up)")
+	o.refusedExit = newRefusedExit()
+	f.Var(&o.refusedExit, "refused-exit", "exit N (0-255) instead of 75 or 76 when not admitted (also when --wait=D gives up); 76=N or 75=N: for that reason only")
 	f.Lookup("refused-exit").DefValue = "75 or 76"
 	f.Var(duration.NewValue(&o.leaseTTL, defaultLeaseTTL), "lease-ttl", "etcd store: the run's lease TTL, how long its slot outlives a supervisor that stopped renewing it (default $CREW_LEASE_TTL, else 10s; at least 2s)")
-	f.BoolVar(&o.quiet, "quiet", false, "say nothing when not admitted, and no waiting or admitted lines; crew's own failures still go to stderr")
+	f.Var(&o.labels, "label", "label the run (repeatable), for crew status, history and wait --label to select it by, as in --label pipeline=$CI_PIPELINE_ID")
+	f.Var(&o.quiet, "quiet", "say nothing when not admitted, and no waiting or admitted lines; --quiet=76 (or 75): only about that refusal")
+	f.Lookup("quiet").NoOptDefVal = "true"
+	f.Lookup("quiet").DefValue = "false"
 	return cmd
 }
 
@@ -113,7 +119,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if err != nil {
 		return fmt.Errorf("find the working directory: %w", err)
 	}
-	view := newWaitView(s.Err, args[0], o.quiet)
+	view := newWaitView(s.Err, args[0], o.quiet.all)
 	defer view.close()
 	stdin := s.In
 	if o.detach {
@@ -135,6 +141,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			Retries:     o.retries,
 			RetryDelay:  o.retryDelay,
 			Parent:      parentRun(),
+			Labels:      o.labels.labels,
 		},
 		Tag:     o.tag,
 		NoPTY:   o.noPTY,
@@ -158,7 +165,7 @@ func (o *startOptions) ended(d *dispatch.Dispatcher, s streams, task string, run
 	received, pending := relay.finish()
 	var refused *vocab.RefusedError
 	if errors.As(err, &refused) {
-		err = &chosenRefusal{err: err, code: o.refusedExit, quiet: o.quiet}
+		err = &chosenRefusal{err: err, code: o.refusedExit.codeFor(refused), quiet: o.quiet.about(refused)}
 		d.RecordRefusal(task, refused, exitCodeFor(err))
 	}
 	if o.detach && err == nil {
@@ -187,8 +194,6 @@ func (o *startOptions) checkArgs(cmd *cobra.Command, args []string) ([]string, i
 	switch {
 	case o.json && !o.detach:
 		return nil, 0, &usageError{fmt.Errorf("--json goes with --detach (it prints the detached run's id as JSON); a foreground start's output is its command's own, and its exit code is the command's")}
-	case o.refusedExit > 255 || (o.refusedExit < 0 && cmd.Flags().Changed("refused-exit")):
-		return nil, 0, &usageError{fmt.Errorf("--refused-exit must be an exit code from 0 to 255, not %d", o.refusedExit)}
 	}
 	dash := cmd.ArgsLenAtDash()
 	if cmd.Flags().Changed("task") {

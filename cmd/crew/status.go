@@ -20,23 +20,25 @@ import (
 
 type statusOptions struct {
 	*globalOptions
-	json bool
+	json   bool
+	labels labelsFlag // --label: only runs that carry them
 }
 
 func newStatusCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &statusOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "status [TASK|RUN] [--json]",
+		Use:   "status [TASK|RUN] [--label KEY=VALUE]... [--json]",
 		Short: "Show what holds the slots, and the latest finished runs",
 		Long: `Show the slots in use and the cap, every active run (short id, task, state, how
 long it has run, pool, command pid, command), the queue, and the last 10
 finished runs, newest finish first. With TASK, only that task's runs and its
 story; with RUN (a run id, a unique beginning of one, or a short id such as
-3f2a9c0d), that one run with its history.
+3f2a9c0d), that one run with its history. With --label KEY=VALUE
+(repeatable), only the runs that carry every label given.
 
-Text fits the terminal's width (80 columns in a pipe, or $COLUMNS), cut with
-"…"; states are coloured on a terminal unless NO_COLOR is set. --json is
-never cut. status never takes the admission lock and never creates or
+On a terminal, text fits its width (or $COLUMNS), cut with "…"; in a pipe
+or a file it is not cut. States are coloured on a terminal unless NO_COLOR is
+set. --json is never cut. status never takes the admission lock and never creates or
 changes a file.`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeRuns(g),
@@ -45,6 +47,7 @@ changes a file.`,
 			return o.run(args, s)
 		},
 	}
+	cmd.Flags().Var(&o.labels, "label", "only runs with this label (repeatable: all of them)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON (schema version 1, see docs/json.md)")
 	return cmd
 }
@@ -63,18 +66,21 @@ func (o *statusOptions) run(args []string, s streams) error {
 			return err
 		}
 		task = ref.Task
+		if ref.Run != "" && len(o.labels.labels) > 0 {
+			return &usageError{fmt.Errorf("--label selects among runs; it does not go with one run (%s): give a TASK or nothing", args[0])}
+		}
 		if ref.Run != "" {
 			return o.showRun(d, ref.Run, s, sc)
 		}
 	}
-	snap, err := d.Status(task)
+	snap, err := d.StatusOf(vocab.StatusQuery{Task: task, Labels: o.labels.labels})
 	if err != nil {
 		return err
 	}
 	if o.json {
 		return writeJSON(s.Out, snap)
 	}
-	printSnapshot(s.Out, sc, snap, task, time.Now())
+	printSnapshot(s.Out, sc, snap, selection{task: task, labels: o.labels.labels}, time.Now())
 	return nil
 }
 
@@ -103,7 +109,28 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printSnapshot(w io.Writer, sc screen, snap *vocab.Snapshot, task string, now time.Time) {
+// selection is what a status lists: a task's runs, runs with labels, or
+// all ("" and none).
+type selection struct {
+	task   string
+	labels record.Labels
+}
+
+// of is what a title says of the selection: " of TASK", " with label
+// K=V", or nothing.
+func (sel selection) of() string {
+	out := ""
+	if sel.task != "" {
+		out = " of " + quoteTask(sel.task)
+	}
+	if len(sel.labels) > 0 {
+		out += " with label " + termSafe(sel.labels.String())
+	}
+	return out
+}
+
+func printSnapshot(w io.Writer, sc screen, snap *vocab.Snapshot, sel selection, now time.Time) {
+	task := sel.task
 	cfg := "no config, default cap"
 	if snap.ConfigExists {
 		cfg = "config " + termSafe(snap.ConfigPath)
@@ -118,10 +145,7 @@ func printSnapshot(w io.Writer, sc screen, snap *vocab.Snapshot, task string, no
 		fmt.Fprintf(w, "Pool %s: %d/%d in use\n", quoteTask(p.Name), p.InUse, p.MaximumInProgress)
 	}
 	printStorage(w, snap)
-	title := "Active runs"
-	if task != "" {
-		title = fmt.Sprintf("Active runs of %s", quoteTask(task))
-	}
+	title := "Active runs" + sel.of()
 	fmt.Fprintf(w, "\n%s:\n", title)
 	if len(snap.Active) == 0 {
 		fmt.Fprintln(w, "  none")
@@ -164,10 +188,7 @@ func printSnapshot(w io.Writer, sc screen, snap *vocab.Snapshot, task string, no
 			fmt.Fprintf(w, "  %s%s\n", termSafe(p.Error), held)
 		}
 	}
-	title = fmt.Sprintf("Last %d finished runs, newest finish first", vocab.FinishedShown)
-	if task != "" {
-		title = fmt.Sprintf("Last %d finished runs of %s, newest finish first", vocab.FinishedShown, quoteTask(task))
-	}
+	title = fmt.Sprintf("Last %d finished runs%s, newest finish first", vocab.FinishedShown, sel.of())
 	fmt.Fprintf(w, "\n%s:\n", title)
 	if len(snap.Finished) == 0 {
 		fmt.Fprintln(w, "  none")
@@ -297,6 +318,9 @@ func printRun(w io.Writer, sc screen, r *vocab.RunView, now time.Time) {
 	state := stateWord(r.Run)
 	row("State", sc.paint(stateColor(state), state))
 	row("Command", shellQuote(r.Command))
+	if len(r.Labels) > 0 {
+		row("Labels", termSafe(r.Labels.String()))
+	}
 	if r.Pool != "" {
 		row("Pool", quoteTask(r.Pool))
 	}
@@ -489,10 +513,14 @@ func (o *statusOptions) findWaiting(d *dispatch.Dispatcher, id record.RunID) *vo
 // already known, its run record is not written yet.
 func (o *statusOptions) printWaiting(s streams, q *vocab.QueueView) error {
 	if o.json {
-		return writeJSON(s.Out, map[string]any{
+		v := map[string]any{
 			"runId": q.RunID, "task": q.Task, "state": "queued", "createdAt": q.Since,
 			"pool": q.Pool, "position": q.Position, "waitingFor": q.WaitingFor,
-		})
+		}
+		if len(q.Labels) > 0 {
+			v["labels"] = q.Labels
+		}
+		return writeJSON(s.Out, v)
 	}
 	tw := tabwriter.NewWriter(s.Out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Run:\t%s\n", q.RunID)
@@ -501,6 +529,9 @@ func (o *statusOptions) printWaiting(s streams, q *vocab.QueueView) error {
 	fmt.Fprintf(tw, "Since:\t%s (%s)\n", humanTime(q.Since), ago(q.Since))
 	if q.Pool != "" {
 		fmt.Fprintf(tw, "Pool:\t%s\n", quoteTask(q.Pool))
+	}
+	if len(q.Labels) > 0 {
+		fmt.Fprintf(tw, "Labels:\t%s\n", termSafe(q.Labels.String()))
 	}
 	return tw.Flush()
 }

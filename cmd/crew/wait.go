@@ -18,21 +18,27 @@ type waitOptions struct {
 	*globalOptions
 	timeout time.Duration
 	json    bool
+	labels  labelsFlag // --label: every run that carries them
 }
 
 func newWaitCmd(g *globalOptions, s streams) *cobra.Command {
 	o := &waitOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "wait RUN|TASK... [--timeout D]",
+		Use:   "wait RUN|TASK...|--label KEY=VALUE... [--timeout D]",
 		Short: "Wait for runs to finish and exit with their exit code",
 		Long: `Block until every given run has finished, then exit with the run's exit code
 (one run) or the first non-zero one (several, in argument order).
+
+With --label KEY=VALUE (repeatable: runs that carry all of them) instead of
+RUN|TASK, wait for every run with the label when crew wait begins: waiting,
+active and finished (those retention kept). If any did not succeed, list
+them on stderr and exit with the first one's code (in the order the runs
+were created). No run with the label is a usage error (exit 64).
 
 A TASK means its active run, else its waiting start, else its latest run. A run
 that ended interrupted (its exit status is unknown) exits 125 and says why on
 stderr. With --timeout, exit 75 if the runs have not finished in time (124 is
 a run's own exit code when its --timeout ran out).`,
-		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: completeRuns(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			markRan(cmd)
@@ -40,6 +46,7 @@ a run's own exit code when its --timeout ran out).`,
 		},
 	}
 	cmd.Flags().Var(duration.NewValue(&o.timeout, 0), "timeout", "give up after this long (exit 75); 0 waits forever")
+	cmd.Flags().Var(&o.labels, "label", "wait for every run that carries this label (repeatable: all of them), instead of RUN|TASK")
 	cmd.Flags().BoolVar(&o.json, "json", false, `print {"version": 1, "runs": [RUN...], "exitCode": N, "gaveUp": false}`)
 	return cmd
 }
@@ -51,19 +58,22 @@ type waitGaveUpError struct{ msg string }
 func (e *waitGaveUpError) Error() string { return e.msg }
 
 func (o *waitOptions) run(args []string, s streams) error {
-	if o.timeout < 0 {
+	switch {
+	case o.timeout < 0:
 		return &usageError{fmt.Errorf("--timeout must not be negative, not %s", o.timeout)}
+	case len(args) == 0 && len(o.labels.labels) == 0:
+		return &usageError{errors.New("give the runs to wait for: RUN or TASK arguments, or --label KEY=VALUE")}
+	case len(args) > 0 && len(o.labels.labels) > 0:
+		return &usageError{fmt.Errorf("give RUN|TASK arguments or --label, not both (got %q and --label %s)", args, o.labels.String())}
 	}
 	d, err := o.open(openOptions{})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	ids := make([]record.RunID, len(args))
-	for i, a := range args {
-		if ids[i], err = d.Resolve(a); err != nil {
-			return err
-		}
+	ids, err := o.runsToWaitFor(d, args)
+	if err != nil {
+		return err
 	}
 	ctx := context.Background()
 	if o.timeout > 0 {
@@ -72,6 +82,7 @@ func (o *waitOptions) run(args []string, s streams) error {
 		defer cancel()
 	}
 	var views []*vocab.RunView
+	var failed []*record.Run
 	code := 0
 	for i, id := range ids {
 		rec, err := d.WaitRun(ctx, id)
@@ -85,11 +96,18 @@ func (o *waitOptions) run(args []string, s streams) error {
 		if code == 0 {
 			code = c
 		}
+		if c != 0 {
+			failed = append(failed, rec)
+		}
 		if v, err := d.Run(id); err == nil {
 			views = append(views, v)
 		} else {
-			views = append(views, &vocab.RunView{Run: *rec}) // pruned since: what the wait read
+			v := vocab.ViewOf(rec) // pruned since: what the wait read
+			views = append(views, &v)
 		}
+	}
+	if len(o.labels.labels) > 0 && len(failed) > 0 {
+		o.printFailed(s, failed, len(ids))
 	}
 	if o.json {
 		if err := writeJSON(s.Out, map[string]any{"version": 1, "runs": views, "exitCode": code, "gaveUp": false}); err != nil {
@@ -100,6 +118,41 @@ func (o *waitOptions) run(args []string, s streams) error {
 		return &exitStatus{code}
 	}
 	return nil
+}
+
+// runsToWaitFor resolves the RUN|TASK arguments, or lists the runs with
+// the --label labels (none is a usage error: a label mistyped, or a
+// pipeline whose runs have not started, must not pass as success).
+func (o *waitOptions) runsToWaitFor(d *dispatch.Dispatcher, args []string) ([]record.RunID, error) {
+	if len(o.labels.labels) > 0 {
+		ids, err := d.Labelled(o.labels.labels)
+		if err == nil && len(ids) == 0 {
+			err = &usageError{fmt.Errorf("no run has the label %s in %s (waiting, active or finished); crew wait --label waits only for runs started before it",
+				termSafe(o.labels.String()), d.Store.Where())}
+		}
+		return ids, err
+	}
+	ids := make([]record.RunID, len(args))
+	for i, a := range args {
+		var err error
+		if ids[i], err = d.Resolve(a); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// printFailed lists the runs with the labels that did not succeed, as GNU
+// parallel reports its failed jobs: how many of all, then one line each.
+func (o *waitOptions) printFailed(s streams, failed []*record.Run, all int) {
+	fmt.Fprintf(s.Err, "crew: %d of %d runs with label %s did not succeed:\n", len(failed), all, termSafe(o.labels.String()))
+	for _, r := range failed {
+		how := "exit status unknown"
+		if r.ExitCode != nil {
+			how = fmt.Sprintf("exit %d", *r.ExitCode)
+		}
+		fmt.Fprintf(s.Err, "  %s  %s  %s, %s\n", r.RunID, quoteTask(r.Task), stateWord(*r), how)
+	}
 }
 
 // gaveUp ends a wait whose --timeout ran out while pending (the first of

@@ -238,6 +238,7 @@ func (a *admitter) provisioning(id record.RunID, cfg record.Config, u admission.
 		Timeout:           record.Duration(req.Timeout),
 		Retries:           req.Retries,
 		Parent:            req.Parent,
+		Labels:            req.Labels,
 	}
 	if req.Retries > 0 {
 		rec.RetryDelay = record.Duration(req.RetryDelay)

@@ -150,6 +150,9 @@ type line struct {
 	// unreadable are the tickets among them that cannot be read: they keep
 	// their places (admission.Ticket.Unreadable) and are reported.
 	unreadable []ticketProblem
+	// labels are the tickets' --label pairs, for status's and wait's
+	// --label (admission never looks at them).
+	labels map[record.RunID]record.Labels
 }
 
 // ticketProblem is a ticket of a living waiter that cannot be read.
@@ -205,6 +208,12 @@ func (d *Dispatcher) liveQueue(adm backend.Section) (line, error) {
 			continue
 		}
 		l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Task: e.Ticket.Task, Pool: e.Ticket.Pool, Since: e.Ticket.CreatedAt})
+		if len(e.Ticket.Labels) > 0 {
+			if l.labels == nil {
+				l.labels = map[record.RunID]record.Labels{}
+			}
+			l.labels[e.ID] = e.Ticket.Labels
+		}
 	}
 	return l, nil
 }
@@ -220,7 +229,7 @@ func (a *admitter) joinQueue(adm backend.Section, queue []admission.Ticket) (bac
 	}
 	createdAt, _ := id.CreatedAt()
 	return adm.Enqueue(&record.Ticket{Version: record.TicketVersion, RunID: id, Task: req.Task, Pool: req.Pool,
-		Command: req.Command, Host: d.Host, PID: os.Getpid(), CreatedAt: createdAt})
+		Command: req.Command, Host: d.Host, PID: os.Getpid(), CreatedAt: createdAt, Labels: req.Labels})
 }
 
 // admitWaiting is Admit with --wait: attempt, and while not admitted,

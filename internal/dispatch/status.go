@@ -15,7 +15,13 @@ import (
 // starts race. taskFilter, if not empty, keeps only that task's runs. Slot
 // usage is counted exactly as admission counts it.
 func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
-	st := d.parts()
+	return d.StatusOf(vocab.StatusQuery{Task: taskFilter})
+}
+
+// StatusOf is Status of the runs q selects (by task and labels); the
+// slots, pools and problems are the whole store's all the same.
+func (d *Dispatcher) StatusOf(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
+	taskFilter := sq.Task
 	cfg, exists, err := d.Store.LoadConfig()
 	problem, err := configProblem(err)
 	if err != nil {
@@ -25,7 +31,7 @@ func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
 		MaximumInProgress: cfg.MaximumInProgress, Active: []vocab.RunView{}, Finished: []vocab.RunView{},
 		Problems: []vocab.Problem{}, Queue: []vocab.QueueView{}, Pools: []vocab.PoolView{}, ConfigError: problem,
 		Retention: retentionView(cfg), LogMax: cfg.LogMax}
-	if sizes, ok := d.Store.(backend.Sizes); ok && taskFilter == "" {
+	if sizes, ok := d.Store.(backend.Sizes); ok && taskFilter == "" && len(sq.Labels) == 0 {
 		size, err := sizes.Size()
 		if err != nil {
 			return nil, err
@@ -46,7 +52,7 @@ func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
 			o := set.owners[e.ID]
 			alive := e.ID != "" && o.Owner.MayLive()
 			snap.Problems = append(snap.Problems, vocab.Problem{Path: e.Path, Error: e.Err.Error(), OwnerAlive: alive, HoldsSlot: alive})
-		case taskFilter == "" || e.Rec.Task == taskFilter:
+		case sq.Selects(e.Rec.Task, e.Rec.Labels):
 			snap.Active = append(snap.Active, d.liveView(e.Rec, set.owners[e.ID]))
 		}
 	}
@@ -54,7 +60,7 @@ func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
 		snap.Pools = append(snap.Pools, vocab.PoolView{Name: name, MaximumInProgress: cfg.Pools[name], InUse: usage.PoolUse[name]})
 	}
 	var queueProblems []vocab.Problem
-	snap.Queue, queueProblems = d.queueView(cfg, problem != nil, usage, taskFilter)
+	snap.Queue, queueProblems = d.queueView(cfg, problem != nil, usage, sq)
 	snap.Problems = append(snap.Problems, queueProblems...)
 	q := backend.FinishedQuery{Limit: vocab.FinishedShown, Approximate: true}
 	if taskFilter != "" {
@@ -65,14 +71,14 @@ func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
 			q.Also = append(q.Also, e.ID) // finished, maybe not indexed yet
 		}
 	}
-	fin, err := st.FinishedRuns(q)
+	fin, _, err := d.finishedRuns(q, sq.Labels)
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range fin.Runs {
 		snap.Finished = append(snap.Finished, d.finishedView(r))
 	}
-	if refusals, ok := d.Store.(backend.Refusals); ok && taskFilter != "" {
+	if refusals, ok := d.Store.(backend.Refusals); ok && taskFilter != "" && len(sq.Labels) == 0 {
 		if r := refusals.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
 			snap.LastRefusal = r
 		}
@@ -106,7 +112,7 @@ func configProblem(err error) (*vocab.ConfigProblem, error) {
 // waits for, as admission would decide right now; with an unusable
 // config (noConfig), the config is what they all wait for. A queue that
 // cannot be listed, and tickets that cannot be read, are problems.
-func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission.Usage, taskFilter string) ([]vocab.QueueView, []vocab.Problem) {
+func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission.Usage, sq vocab.StatusQuery) ([]vocab.QueueView, []vocab.Problem) {
 	out := []vocab.QueueView{}
 	line, err := d.liveQueue(nil)
 	var qe *vocab.QueueError
@@ -123,7 +129,7 @@ func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission
 		plan = admission.Plan(cfg, usage, queue)
 	}
 	for i, t := range queue {
-		if taskFilter != "" && t.Task != taskFilter {
+		if (sq.Task != "" || len(sq.Labels) > 0) && (t.Unreadable || !sq.Selects(t.Task, line.labels[t.ID])) {
 			continue // an unreadable ticket too: whose it is, nobody can tell
 		}
 		reason := admission.WaitConfig
@@ -133,7 +139,8 @@ func (d *Dispatcher) queueView(cfg record.Config, noConfig bool, usage admission
 				reason = admission.WaitSlot // being handed a free slot right now
 			}
 		}
-		out = append(out, vocab.QueueView{Position: i + 1, Task: t.Task, RunID: t.ID, Since: t.Since, Pool: t.Pool, WaitingFor: reason, Unreadable: t.Unreadable})
+		out = append(out, vocab.QueueView{Position: i + 1, Task: t.Task, RunID: t.ID, Since: t.Since, Pool: t.Pool, WaitingFor: reason,
+			Labels: line.labels[t.ID], Unreadable: t.Unreadable})
 	}
 	return out, problems
 }
@@ -153,7 +160,7 @@ func (d *Dispatcher) Run(id record.RunID) (*vocab.RunView, error) {
 }
 
 func (d *Dispatcher) finishedView(r *record.Run) vocab.RunView {
-	v := vocab.RunView{Run: *r}
+	v := vocab.ViewOf(r)
 	if v.Events == nil {
 		v.Events = []record.Event{}
 	}

@@ -142,6 +142,20 @@ func (w *jsonWriter) strings(k string, v []string) {
 	w.close(']')
 }
 
+// labels is a map's JSON as encoding/json writes it: keys sorted,
+// escaped like any string.
+func (w *jsonWriter) labels(k string, l Labels) {
+	w.key(k)
+	w.open('{')
+	for _, name := range l.Keys() {
+		w.sep()
+		w.b = appendJSONString(w.b, name)
+		w.b = append(w.b, ':', ' ')
+		w.b = appendJSONString(w.b, l[name])
+	}
+	w.close('}')
+}
+
 func (w *jsonWriter) fileID(k string, id FileID) {
 	w.key(k)
 	w.open('{')
@@ -171,6 +185,9 @@ func (r *Run) appendCommand(w *jsonWriter) {
 	w.strings("command", r.Command)
 	if r.Dir != "" {
 		w.str("dir", r.Dir)
+	}
+	if len(r.Labels) > 0 {
+		w.labels("labels", r.Labels)
 	}
 	w.str("host", r.Host)
 	w.time("createdAt", r.CreatedAt)

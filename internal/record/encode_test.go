@@ -60,6 +60,16 @@ func fill(rnd *rand.Rand, v reflect.Value) {
 			fill(rnd, s.Index(i))
 		}
 		v.Set(s)
+	case reflect.Map:
+		n := 1 + rnd.IntN(3)
+		m := reflect.MakeMapWithSize(v.Type(), n)
+		for range n {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			fill(rnd, k)
+			fill(rnd, e)
+			m.SetMapIndex(k, e)
+		}
+		v.Set(m)
 	case reflect.Struct:
 		for i := range v.NumField() {
 			fill(rnd, v.Field(i))

@@ -38,12 +38,14 @@ func (s State) valid() bool {
 // truth for the run's state; whether anyone still works on it is for the
 // run's owner (a lock, a lease) to say.
 type Run struct {
-	Version    int        `json:"version"`
-	RunID      RunID      `json:"runId"`
-	Task       string     `json:"task"`
-	State      State      `json:"state"`
-	Command    []string   `json:"command"`
-	Dir        string     `json:"dir,omitempty"`
+	Version int      `json:"version"`
+	RunID   RunID    `json:"runId"`
+	Task    string   `json:"task"`
+	State   State    `json:"state"`
+	Command []string `json:"command"`
+	Dir     string   `json:"dir,omitempty"`
+	// Labels are crew start's --label KEY=VALUE pairs (labels.go).
+	Labels     Labels     `json:"labels,omitempty"`
 	Host       string     `json:"host"`
 	CreatedAt  time.Time  `json:"createdAt"`
 	StartedAt  *time.Time `json:"startedAt"`
@@ -170,6 +172,9 @@ func DecodeRun(data []byte) (*Run, error) {
 	}
 	if err := ValidateTask(r.Task); err != nil {
 		return nil, fmt.Errorf("bad task: %w", err)
+	}
+	if err := r.Labels.Validate(); err != nil {
+		return nil, fmt.Errorf("bad labels: %w", err)
 	}
 	if !r.State.valid() {
 		return nil, fmt.Errorf("unknown state %q", r.State)

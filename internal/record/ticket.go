@@ -22,6 +22,9 @@ type Ticket struct {
 	Host      string    `json:"host"`
 	PID       int       `json:"pid"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Labels are the waiting start's --label pairs, so that crew status
+	// and crew wait --label find it before its run record exists.
+	Labels Labels `json:"labels,omitempty"`
 }
 
 // Encode renders the ticket as it is stored.
@@ -47,6 +50,9 @@ func DecodeTicket(data []byte) (*Ticket, error) {
 	}
 	if err := ValidateTask(t.Task); err != nil {
 		return nil, fmt.Errorf("bad task: %w", err)
+	}
+	if err := t.Labels.Validate(); err != nil {
+		return nil, fmt.Errorf("bad labels: %w", err)
 	}
 	return &t, nil
 }

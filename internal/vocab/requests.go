@@ -42,6 +42,9 @@ type AdmitRequest struct {
 	// (CREW_RUN_ID), if any: a start that could only wait for its own
 	// ancestors is refused with a *NestedDeadlockError.
 	Parent record.RunID
+	// Labels go into the run's record and its queue ticket (crew start
+	// --label), for status, history and wait to select runs by.
+	Labels record.Labels
 }
 
 // StartRequest is one `crew start`.
@@ -89,6 +92,20 @@ type HistoryQuery struct {
 	Failed bool      // only runs that did not succeed
 	Since  time.Time // only runs that finished at or after it
 	Limit  int       // at most this many (0: all)
+	// Labels keeps only runs that carry every one of them.
+	Labels record.Labels
+}
+
+// StatusQuery selects the runs crew status shows: those of Task ("" for
+// all) that carry every one of Labels.
+type StatusQuery struct {
+	Task   string
+	Labels record.Labels
+}
+
+// Selects reports whether a run of task with these labels is one q shows.
+func (q StatusQuery) Selects(task string, labels record.Labels) bool {
+	return (q.Task == "" || task == q.Task) && labels.Has(q.Labels)
 }
 
 // PoolChange sets a pool's cap; a cap of 0 removes the pool.

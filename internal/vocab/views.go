@@ -36,6 +36,25 @@ type RunView struct {
 	// HoldersUnknown says why HolderPIDs could not be listed (macOS: no
 	// /proc to prove it).
 	HoldersUnknown string `json:"holderPidsUnknown,omitempty"`
+	// DurationMs, for a finished run, is how long it took in
+	// milliseconds: from its start (its admission if the command never
+	// started) to its finish, as the text's TOOK column shows it.
+	DurationMs *int64 `json:"durationMs,omitempty"`
+}
+
+// ViewOf is a run's view with what its record alone tells: for a
+// finished run, its duration.
+func ViewOf(r *record.Run) RunView {
+	v := RunView{Run: *r}
+	if r.FinishedAt != nil && !r.State.Active() {
+		began := r.CreatedAt
+		if r.StartedAt != nil {
+			began = *r.StartedAt
+		}
+		ms := max(r.FinishedAt.Sub(began).Milliseconds(), 0)
+		v.DurationMs = &ms
+	}
+	return v
 }
 
 // Problem is a file in the state root that is not a readable record.
@@ -96,6 +115,8 @@ type QueueView struct {
 	// Host is where the waiting crew start runs (on an etcd store, one
 	// of many), if known.
 	Host string `json:"host,omitempty"`
+	// Labels are the waiting start's --label pairs.
+	Labels record.Labels `json:"labels,omitempty"`
 	// Unreadable: its ticket cannot be read (task and pool unknown), but
 	// its waiter lives, so it keeps its place; Problems says why.
 	Unreadable bool `json:"unreadable,omitempty"`
@@ -135,6 +156,10 @@ type History struct {
 	// Unindexed, if set, says why the runs were found from the records
 	// rather than the index of finished runs (which crew recover builds).
 	Unindexed string `json:"unindexed,omitempty"`
+	// Limit is the --limit the runs were cut to (0: none), and More says
+	// that more runs match than Runs lists (--limit 0 lists them all).
+	Limit int  `json:"limit"`
+	More  bool `json:"more"`
 }
 
 // InitResult says what Init found and wrote.
