@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,13 +127,30 @@ func (h history) FinishedRuns(q backend.FinishedQuery) (*backend.Finished, error
 	return out, nil
 }
 
-// records reads the final records of ids, in order, in one transaction.
+// txnOps bounds the operations of one transaction crew sends: etcd
+// refuses more than --max-txn-ops (128 by default), and nothing crew does
+// may scale with the history in one transaction.
+const txnOps = 64
+
+// records reads the final records of ids, in order, txnOps at a time.
 // A record that is gone (pruned meanwhile) is left out; one that cannot
 // be read is a problem.
 func (f *Fleet) records(ids []record.RunID) ([]*record.Run, []backend.BadRecord, error) {
-	if len(ids) == 0 {
-		return nil, nil, nil
+	out := make([]*record.Run, 0, len(ids))
+	var bad []backend.BadRecord
+	for page := range slices.Chunk(ids, txnOps) {
+		runs, problems, err := f.recordsPage(page)
+		if err != nil {
+			return nil, nil, err
+		}
+		out, bad = append(out, runs...), append(bad, problems...)
 	}
+	return out, bad, nil
+}
+
+// recordsPage reads the final records of ids (at most txnOps) in one
+// transaction.
+func (f *Fleet) recordsPage(ids []record.RunID) ([]*record.Run, []backend.BadRecord, error) {
 	ops := make([]clientv3.Op, len(ids))
 	for i, id := range ids {
 		ops[i] = clientv3.OpGet(f.k.done(id))
@@ -143,7 +161,7 @@ func (f *Fleet) records(ids []record.RunID) ([]*record.Run, []backend.BadRecord,
 	if err != nil {
 		return nil, nil, f.wrap("read the finished runs", err)
 	}
-	out := make([]*record.Run, 0, len(ids))
+	var out []*record.Run
 	var bad []backend.BadRecord
 	for i, r := range resp.Responses {
 		kvs := r.GetResponseRange().Kvs
