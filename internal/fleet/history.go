@@ -44,8 +44,22 @@ func (f *Fleet) parseIndexed(kv []byte, val []byte) indexed {
 	if err == nil {
 		err = json.Unmarshal(val, &x.entry)
 	}
+	if err == nil {
+		err = x.entry.check()
+	}
 	x.at, x.err = at, err
 	return x
+}
+
+// check refuses an entry crew would not have written: every entry is of a
+// finished run of a valid task.
+func (e finishEntry) check() error {
+	switch e.State {
+	case record.Succeeded, record.Failed, record.Stopped, record.Interrupted:
+	default:
+		return fmt.Errorf("not the state of a finished run: %q", e.State)
+	}
+	return record.ValidateTask(e.Task)
 }
 
 // indexPage is the size of one read of the index.

@@ -79,3 +79,5 @@ func TestHistoryBeyondOneTransaction(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, record.Succeeded, rec.State)
 }
+
+func clientv3WithPrefix() []clientv3.OpOption { return []clientv3.OpOption{clientv3.WithPrefix()} }
