@@ -25,8 +25,8 @@ func plantJunk(t *testing.T, f *Fleet, withFirst bool) int {
 	t.Helper()
 	future := "29991231T000000.000000000Z/"
 	junk := map[string]string{
-		f.k.finishedPrefix() + "0-sorts-first":                             `{"task":"x","state":"succeeded"}`,
-		f.k.finishedPrefix() + "zzz-sorts-last":                            `{"task":"x","state":"succeeded"}`,
+		f.k.finishedPrefix() + "0-sorts-first":                              `{"task":"x","state":"succeeded"}`,
+		f.k.finishedPrefix() + "zzz-sorts-last":                             `{"task":"x","state":"succeeded"}`,
 		f.k.finishedPrefix() + future + string(record.NewRunID(time.Now())): `not json`,
 		f.k.finishedPrefix() + future + string(record.NewRunID(time.Now())): `{}`,
 		f.k.finishedPrefix() + future + string(record.NewRunID(time.Now())): `{"task":"t","state":"succeeded","exitCode":0}`,
