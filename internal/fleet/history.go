@@ -153,7 +153,7 @@ func (f *Fleet) records(ids []record.RunID) ([]*record.Run, []backend.BadRecord,
 	out := make([]*record.Run, 0, len(ids))
 	var bad []backend.BadRecord
 	for page := range slices.Chunk(ids, txnOps) {
-		runs, problems, err := f.recordsPage(page)
+		runs, problems, err := history{f}.recordsPage(page)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -164,7 +164,8 @@ func (f *Fleet) records(ids []record.RunID) ([]*record.Run, []backend.BadRecord,
 
 // recordsPage reads the final records of ids (at most txnOps) in one
 // transaction.
-func (f *Fleet) recordsPage(ids []record.RunID) ([]*record.Run, []backend.BadRecord, error) {
+func (h history) recordsPage(ids []record.RunID) ([]*record.Run, []backend.BadRecord, error) {
+	f := h.f
 	ops := make([]clientv3.Op, len(ids))
 	for i, id := range ids {
 		ops[i] = clientv3.OpGet(f.k.done(id))

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
@@ -45,21 +44,20 @@ func (f *Fleet) patiently(what string, patience time.Duration, op func(ctx conte
 }
 
 // starter is one crew start's standing with the store: its lease, and the
-// session and mutex it takes the admission lock with. The lease is the
+// mutex it takes the admission lock with. The lease is the
 // start's until it reserves a run; then it is the run's (its owner key is
 // on it), and outlives Close.
 type starter struct {
 	f     *Fleet
 	lease *lease
-	sess  *concurrency.Session
-	mu    *concurrency.Mutex
+	mu    *admissionMutex
 	// waiter is this start's place in line, once it waits.
 	waiter *waiter
 	// reserved: the lease is a run's now.
 	reserved bool
 }
 
-// Begin grants the start's lease and opens its session, trying for as long
+// Begin grants the start's lease, trying for as long
 // as ctx allows (at most unavailableFor) while etcd does not answer.
 func (f *Fleet) Begin(ctx context.Context) (backend.Starter, error) {
 	patience := unavailableFor
@@ -70,18 +68,12 @@ func (f *Fleet) Begin(ctx context.Context) (backend.Starter, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := concurrency.NewSession(f.cli, concurrency.WithLease(l.id))
-	if err != nil {
-		l.release()
-		return nil, f.wrap("open a session", err)
-	}
-	return &starter{f: f, lease: l, sess: sess, mu: concurrency.NewMutex(sess, f.k.admissionLock())}, nil
+	return &starter{f: f, lease: l, mu: newAdmissionMutex(f.cli, l.id, f.k.admissionLock())}, nil
 }
 
-// Close lets go of the session; the lease goes too (with the ticket and
-// the mutex key on it) unless a run holds its slot by it.
+// Close lets go of the lease (with the ticket and the mutex key on it)
+// unless a run holds its slot by it.
 func (s *starter) Close() {
-	s.sess.Orphan() // the session's keep-alive: ours renews the lease
 	if s.waiter != nil {
 		s.waiter.stop()
 	}

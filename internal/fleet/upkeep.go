@@ -28,7 +28,7 @@ func (h history) ByFinish() ([]retention.Run, []string, error) {
 	var problems []string
 	var page []indexed
 	confirm := func() error {
-		ok, bad, err := f.confirm(page)
+		ok, bad, err := h.confirm(page)
 		for _, x := range ok {
 			runs = append(runs, retention.Run{ID: x.id, Task: x.entry.Task, Finished: x.at, Path: f.k.done(x.id)})
 		}
@@ -56,7 +56,8 @@ func (h history) ByFinish() ([]retention.Run, []string, error) {
 // confirm reads the records of index entries xs (at most txnOps) and
 // returns those whose record says what the entry does, and a problem for
 // each of the others.
-func (f *Fleet) confirm(xs []indexed) ([]indexed, []string, error) {
+func (h history) confirm(xs []indexed) ([]indexed, []string, error) {
+	f := h.f
 	if len(xs) == 0 {
 		return nil, nil, nil
 	}
@@ -64,7 +65,7 @@ func (f *Fleet) confirm(xs []indexed) ([]indexed, []string, error) {
 	for i, x := range xs {
 		ids[i] = x.id
 	}
-	recs, _, err := f.recordsPage(ids)
+	recs, _, err := h.recordsPage(ids)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -199,7 +200,7 @@ func (l *countLine) find() error {
 	seen := 0
 	var page []indexed
 	count := func() error {
-		ok, _, err := l.f.confirm(page)
+		ok, _, err := history{l.f}.confirm(page)
 		for _, x := range ok {
 			if seen++; seen == l.keep {
 				l.key = x.key
@@ -228,7 +229,7 @@ func (l *countLine) find() error {
 func (f *Fleet) Prepare(bool) (bool, error) { return true, nil }
 
 // Quarantine moves an unreadable active record under quarantine/, fenced
-// by its revision and its owner key's absence.
+// by its revision and its owner key's being on no lease.
 func (f *Fleet) Quarantine(e backend.ActiveEntry, _ time.Time, _ string) (backend.ReapOutcome, string, error) {
 	ctx, cancel := f.ctx()
 	defer cancel()
@@ -242,7 +243,7 @@ func (f *Fleet) Quarantine(e backend.ActiveEntry, _ time.Time, _ string) (backen
 	dest := f.k.quarantinePrefix() + strings.TrimPrefix(e.Path, f.k.p+"/")
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(e.Path), "=", get.Kvs[0].ModRevision)}
 	if e.ID != "" {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(f.k.owner(e.ID)), "=", 0))
+		cmps = append(cmps, clientv3.Compare(clientv3.LeaseValue(f.k.owner(e.ID)), "=", 0)) // absent, or foreign
 	}
 	resp, err := f.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(dest, string(get.Kvs[0].Value)), clientv3.OpDelete(e.Path)).Commit()
 	switch {
@@ -256,9 +257,15 @@ func (f *Fleet) Quarantine(e backend.ActiveEntry, _ time.Time, _ string) (backen
 
 // Sweep removes stop requests of runs that are neither active nor waiting
 // any more (their crew stop outlived them), each fenced by the run's
-// absence: nothing else outlives a crash on etcd (what a process holds is
-// on its lease).
+// absence, and the foreign keys (foreign.go): nothing else outlives a
+// crash on etcd (what a process holds is on its lease).
 func (f *Fleet) Sweep(o backend.UpkeepOptions) []vocab.RecoverItem {
+	return append(f.sweepStops(o), foreign{f}.sweep(o)...)
+}
+
+// sweepStops removes the stop requests of runs that are neither active nor
+// waiting.
+func (f *Fleet) sweepStops(o backend.UpkeepOptions) []vocab.RecoverItem {
 	ctx, cancel := f.ctx()
 	defer cancel()
 	resp, err := f.cli.Get(ctx, f.k.stopPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
