@@ -70,7 +70,7 @@ func (f *Fleet) Foreign() ([]vocab.Problem, error) {
 	}
 	out := make([]vocab.Problem, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, vocab.Problem{Path: k.key, Error: foreignWhy + "; crew skips it, and crew recover removes it"})
+		out = append(out, vocab.Problem{Path: k.key, Error: k.key + ": " + foreignWhy + "; crew skips it, and crew recover removes it"})
 	}
 	return out, nil
 }
