@@ -273,8 +273,14 @@ func (q queue) WaiterState(id record.RunID) record.Liveness {
 	return waiterLiveness(resp.Kvs[0].Lease)
 }
 
-// Ring has nothing to do: waiters watch the store.
-func (queue) Ring(record.RunID) {}
+// Ring touches the waiter's ticket, keeping its value and lease: the
+// waiter watches its own ticket (section.go). A ticket that is gone (its
+// waiter admitted, or gone) is not made again: etcd refuses the put.
+func (q queue) Ring(id record.RunID) {
+	ctx, cancel := q.f.ctx()
+	defer cancel()
+	_, _ = q.f.cli.Put(ctx, q.f.k.ticket(id), "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())
+}
 
 func (q queue) QueuePath() string { return q.f.k.queuePrefix() }
 

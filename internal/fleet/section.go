@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -315,6 +316,10 @@ type waiter struct {
 	rung    chan struct{} // its own news: a stop request for it, its lease lost
 	changed chan struct{} // what may let any waiter in
 
+	// changes counts what it was told of (change), for the tests of who
+	// is woken.
+	changes atomic.Int64
+
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -331,7 +336,7 @@ func (w *waiter) ID() record.RunID         { return w.id }
 func (w *waiter) Rung() <-chan struct{}    { return w.rung }
 func (w *waiter) Changed() <-chan struct{} { return w.changed }
 func (w *waiter) ring()                    { sendNonBlocking(w.rung) }
-func (w *waiter) change()                  { sendNonBlocking(w.changed) }
+func (w *waiter) change()                  { w.changes.Add(1); sendNonBlocking(w.changed) }
 func (w *waiter) stop()                    { w.once.Do(func() { w.cancel(); <-w.done }) }
 
 func sendNonBlocking(ch chan struct{}) {
@@ -349,22 +354,21 @@ func (w *waiter) Remove() {
 	_, _ = w.s.f.cli.Delete(ctx, w.s.f.k.ticket(w.id)) // if this fails, it goes with the lease
 }
 
-// watch rings the waiter on every relevant change after revision rev, and
-// when the lease expires; a watch that ends (a leader change, a compacted
-// revision) starts again from now, after one ring, since changes may have
-// been missed.
+// watch rings the waiter when it is told to go: its ticket touched by a
+// ring (queue.Ring: whoever frees capacity rings exactly the waiters it may
+// let in) or gone, a stop request for it, its lease expired. It tells the
+// waiter of what nobody announces: a run's owner key gone while its record
+// stays active (its lease expired), the config written. So a finishing run
+// wakes the waiters its slot can serve, not every waiter (issue 26: the
+// herd). A watch that ends (a leader change, a compacted revision) starts
+// again from now, after one change, since changes may have been missed.
 func (w *waiter) watch(ctx context.Context, rev int64) {
 	defer close(w.done)
-	f := w.s.f
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
-		opts := []clientv3.OpOption{clientv3.WithPrefix()}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev+1))
-		}
-		wch := f.cli.Watch(clientv3.WithRequireLeader(wctx), f.k.p+"/", opts...)
-		rev = w.follow(ctx, wch)
+		w.follow(ctx, w.watches(wctx, rev))
 		cancel()
+		rev = 0
 		w.change()
 		select {
 		case <-ctx.Done():
@@ -373,45 +377,98 @@ func (w *waiter) watch(ctx context.Context, rev int64) {
 	}
 }
 
-// follow reads wch until it ends, ringing on relevant events, and returns
-// the revision to resume after (0: from now).
-func (w *waiter) follow(ctx context.Context, wch clientv3.WatchChan) int64 {
-	var rev int64
+// watched is one answer of one of the waiter's watches; !ok: that watch
+// ended.
+type watched struct {
+	resp clientv3.WatchResponse
+	ok   bool
+}
+
+// watches watches, after revision rev (0: from now), the waiter's own
+// ticket and stop key, the config, and the deletes from owners/ to the
+// active set (owner keys, tickets, records: one range, so in revision
+// order), and merges what they deliver.
+func (w *waiter) watches(ctx context.Context, rev int64) <-chan watched {
+	f := w.s.f
+	at := func(opts ...clientv3.OpOption) []clientv3.OpOption {
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev+1))
+		}
+		return opts
+	}
+	ctx = clientv3.WithRequireLeader(ctx)
+	deletes := at(clientv3.WithRange(clientv3.GetPrefixRangeEnd(f.k.activePrefix())), clientv3.WithFilterPut())
+	chans := []clientv3.WatchChan{
+		f.cli.Watch(ctx, f.k.ticket(w.id), at()...),
+		f.cli.Watch(ctx, f.k.stop(w.id), at(clientv3.WithFilterDelete())...),
+		f.cli.Watch(ctx, f.k.config(), at(clientv3.WithFilterDelete())...),
+		f.cli.Watch(ctx, f.k.ownerPrefix(), deletes...),
+	}
+	out := make(chan watched)
+	for _, ch := range chans {
+		go func() {
+			for resp := range ch {
+				select {
+				case out <- watched{resp: resp, ok: true}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case out <- watched{}:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return out
+}
+
+// follow reads the watches until one ends.
+func (w *waiter) follow(ctx context.Context, in <-chan watched) {
+	ended := map[string]bool{} // runs whose active record was seen deleted
 	for {
 		select {
 		case <-ctx.Done():
-			return rev
+			return
 		case <-w.s.lease.expired:
 			w.ring()
 			<-ctx.Done()
-			return rev
-		case resp, ok := <-wch:
-			if !ok || resp.Canceled || resp.Err() != nil {
-				return 0
+			return
+		case m := <-in:
+			if !m.ok || m.resp.Canceled || m.resp.Err() != nil {
+				return
 			}
-			rev = resp.Header.Revision
-			for _, ev := range resp.Events {
-				switch {
-				case string(ev.Kv.Key) == w.s.f.k.stop(w.id) && ev.Type == clientv3.EventTypePut:
-					w.ring() // crew stop asks it to leave
-				case w.relevant(ev):
-					w.change()
-				}
+			for _, ev := range m.resp.Events {
+				w.event(ev, ended)
 			}
 		}
 	}
 }
 
-// relevant: what may let a waiter in (an owner key, record or ticket
-// going; the config changing).
-func (w *waiter) relevant(ev *clientv3.Event) bool {
+// maxEnded bounds what a waiter remembers of finished runs.
+const maxEnded = 4096
+
+// event rings or tells the waiter of ev. A run's owner key deleted after
+// its active record went is a run that finished (its finisher rings who
+// its slot may let in); deleted while its record stays, it is a lease that
+// expired, which nobody announces: every waiter is told.
+func (w *waiter) event(ev *clientv3.Event, ended map[string]bool) {
 	k, key := w.s.f.k, string(ev.Kv.Key)
 	switch {
+	case key == k.ticket(w.id), key == k.stop(w.id):
+		w.ring() // rung, crew stop asks it to leave, or its place is gone
 	case key == k.config():
-		return ev.Type == clientv3.EventTypePut
-	case ev.Type != clientv3.EventTypeDelete:
-		return false
+		w.change()
+	case strings.HasPrefix(key, k.activePrefix()):
+		if len(ended) >= maxEnded {
+			clear(ended)
+		}
+		ended[strings.TrimPrefix(key, k.activePrefix())] = true
+	case strings.HasPrefix(key, k.ownerPrefix()):
+		id := strings.TrimPrefix(key, k.ownerPrefix())
+		if !ended[id] {
+			w.change()
+		}
+		delete(ended, id)
 	}
-	return strings.HasPrefix(key, k.ownerPrefix()) || strings.HasPrefix(key, k.activePrefix()) ||
-		strings.HasPrefix(key, k.queuePrefix())
 }
