@@ -307,14 +307,14 @@ func (sec *section) SaveConfig(cfg record.Config) error {
 
 func (sec *section) Release() { sec.s.unlock() }
 
-// waiter is this start's place in line. It watches the store for what
-// may let it in (a slot or ticket going, the config changing), for a stop
-// request of its own, and for its lease expiring: each rings it.
+// waiter is this start's place in line. It watches its own ticket (a ring
+// touches it), its stop key and its lease, and what nobody announces (a
+// lease that expired, the config changing): see watch.
 type waiter struct {
 	s       *starter
 	id      record.RunID
-	rung    chan struct{} // its own news: a stop request for it, its lease lost
-	changed chan struct{} // what may let any waiter in
+	rung    chan struct{} // told to go (its ticket touched by a ring), or its own news: a stop request for it, its lease lost
+	changed chan struct{} // what nobody announced that may let any waiter in
 
 	// changes counts what it was told of (change), for the tests of who
 	// is woken.

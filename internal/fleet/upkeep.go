@@ -132,8 +132,9 @@ const lazyPruneMax = 8
 // p lets go, from the index's oldest end. Junk in the index is skipped and
 // never counted: the count of keys under finished/ only says when no run
 // can be removable by count (too few keys); a run is removed by count only
-// once KeepNewest entries that parse are seen to have finished after it,
-// read from the newest end (bounded by KeepNewest, not by the history).
+// once KeepNewest entries as crew writes them (confirmed against their
+// records) are seen to have finished after it, read from the newest end:
+// bounded by KeepNewest, not by the history.
 func (h history) PruneLazily(p retention.Policy, now time.Time) error {
 	f := h.f
 	ctx, cancel := f.ctx()
