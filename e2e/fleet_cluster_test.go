@@ -124,6 +124,9 @@ func (c *etcdCluster) config(m *etcdMember) *embed.Config {
 	// No power is lost in a test: the data survives a member's restart
 	// in the page cache, and fsync would only slow a small disk down.
 	cfg.UnsafeNoFsync = true
+	// etcd's own limits as a stock server has them (--max-txn-ops,
+	// --max-request-bytes): crew must work within them.
+	cfg.MaxTxnOps, cfg.MaxRequestBytes = 128, 1536*1024
 	cfg.InitialClusterToken = c.token
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", m.clientPort)}

@@ -50,6 +50,7 @@ func TestFleet(t *testing.T) {
 		t.Run("OneActiveRunPerTask", func(t *testing.T) { t.Parallel(); fleetOneActivePerTask(t, c) })
 		t.Run("Pools", func(t *testing.T) { t.Parallel(); fleetPools(t, c) })
 		t.Run("StopAndWaitAcrossHosts", func(t *testing.T) { t.Parallel(); fleetStopAndWaitAcrossHosts(t, c) })
+		t.Run("ForeignKeys", func(t *testing.T) { t.Parallel(); fleetForeignKeys(t, c) })
 	})
 	// Timing tests run alone, so that their margins are crew's, not the
 	// machine's.

@@ -326,6 +326,14 @@ type Upkeep interface {
 	Reindex(o UpkeepOptions) []vocab.RecoverItem
 }
 
+// Foreign is a store that can hold keys crew did not write as it writes
+// them (on etcd, a key on no lease where crew writes every key on one),
+// which it skips: crew status shows them, and crew recover removes them
+// (Upkeep.Sweep).
+type Foreign interface {
+	Foreign() ([]vocab.Problem, error)
+}
+
 // UpkeepOptions bound one pass of upkeep.
 type UpkeepOptions struct {
 	DryRun   bool

@@ -62,6 +62,11 @@ func (d *Dispatcher) StatusOf(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
 	var queueProblems []vocab.Problem
 	snap.Queue, queueProblems = d.queueView(cfg, problem != nil, usage, sq)
 	snap.Problems = append(snap.Problems, queueProblems...)
+	foreign, err := foreignProblems(d.Store)
+	if err != nil {
+		return nil, err
+	}
+	snap.Problems = append(snap.Problems, foreign...)
 	q := backend.FinishedQuery{Limit: vocab.FinishedShown, Approximate: true}
 	if taskFilter != "" {
 		q.Match = func(task string, _ record.State, _ *int) bool { return task == taskFilter }
@@ -95,6 +100,15 @@ func refusalIsNews(r *record.Refusal, snap *vocab.Snapshot) bool {
 		}
 	}
 	return true
+}
+
+// foreignProblems are the keys the store skips as not crew's, if it can
+// hold any (backend.Foreign).
+func foreignProblems(s backend.Store) ([]vocab.Problem, error) {
+	if fs, ok := s.(backend.Foreign); ok {
+		return fs.Foreign()
+	}
+	return nil, nil
 }
 
 // configProblem turns an unusable crew.json into what status shows; any

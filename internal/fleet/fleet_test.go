@@ -81,6 +81,10 @@ func startEtcd(dir string) (*embed.Etcd, error) {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	// etcd's own limits, as a stock server has them (crew must work
+	// within them): set here so that no default of the embedded server's
+	// can change what the tests check.
+	cfg.MaxTxnOps, cfg.MaxRequestBytes = etcdMaxTxnOps, etcdMaxRequestBytes
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, err
@@ -94,6 +98,12 @@ func startEtcd(dir string) (*embed.Etcd, error) {
 	endpoint = client
 	return e, nil
 }
+
+// etcd's defaults for --max-txn-ops and --max-request-bytes.
+const (
+	etcdMaxTxnOps       = 128
+	etcdMaxRequestBytes = 1536 * 1024
+)
 
 var prefixes atomic.Int64
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,8 +44,22 @@ func (f *Fleet) parseIndexed(kv []byte, val []byte) indexed {
 	if err == nil {
 		err = json.Unmarshal(val, &x.entry)
 	}
+	if err == nil {
+		err = x.entry.check()
+	}
 	x.at, x.err = at, err
 	return x
+}
+
+// check refuses an entry crew would not have written: every entry is of a
+// finished run of a valid task.
+func (e finishEntry) check() error {
+	switch e.State {
+	case record.Succeeded, record.Failed, record.Stopped, record.Interrupted:
+	default:
+		return fmt.Errorf("not the state of a finished run: %q", e.State)
+	}
+	return record.ValidateTask(e.Task)
 }
 
 // indexPage is the size of one read of the index.
@@ -126,13 +141,31 @@ func (h history) FinishedRuns(q backend.FinishedQuery) (*backend.Finished, error
 	return out, nil
 }
 
-// records reads the final records of ids, in order, in one transaction.
+// txnOps bounds the operations of one transaction crew sends: etcd
+// refuses more than --max-txn-ops (128 by default), and nothing crew does
+// may scale with the history in one transaction.
+const txnOps = 64
+
+// records reads the final records of ids, in order, txnOps at a time.
 // A record that is gone (pruned meanwhile) is left out; one that cannot
 // be read is a problem.
 func (f *Fleet) records(ids []record.RunID) ([]*record.Run, []backend.BadRecord, error) {
-	if len(ids) == 0 {
-		return nil, nil, nil
+	out := make([]*record.Run, 0, len(ids))
+	var bad []backend.BadRecord
+	for page := range slices.Chunk(ids, txnOps) {
+		runs, problems, err := history{f}.recordsPage(page)
+		if err != nil {
+			return nil, nil, err
+		}
+		out, bad = append(out, runs...), append(bad, problems...)
 	}
+	return out, bad, nil
+}
+
+// recordsPage reads the final records of ids (at most txnOps) in one
+// transaction.
+func (h history) recordsPage(ids []record.RunID) ([]*record.Run, []backend.BadRecord, error) {
+	f := h.f
 	ops := make([]clientv3.Op, len(ids))
 	for i, id := range ids {
 		ops[i] = clientv3.OpGet(f.k.done(id))
@@ -143,7 +176,7 @@ func (f *Fleet) records(ids []record.RunID) ([]*record.Run, []backend.BadRecord,
 	if err != nil {
 		return nil, nil, f.wrap("read the finished runs", err)
 	}
-	out := make([]*record.Run, 0, len(ids))
+	var out []*record.Run
 	var bad []backend.BadRecord
 	for i, r := range resp.Responses {
 		kvs := r.GetResponseRange().Kvs

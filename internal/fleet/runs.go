@@ -130,16 +130,17 @@ func (f *Fleet) readActive(id record.RunID) (*record.Run, int64, error) {
 	return rec, resp.Kvs[0].ModRevision, nil
 }
 
-// OwnerState is whether the run's owner key exists: its lease lives.
+// OwnerState is whether the run's owner key exists on a lease: its lease
+// lives. (One on no lease is foreign, and proves nothing.)
 func (r runs) OwnerState(id record.RunID, _ *record.LockIDs) record.Owner {
 	f := r.f
 	ctx, cancel := f.ctx()
 	defer cancel()
-	resp, err := f.cli.Get(ctx, f.k.owner(id), clientv3.WithCountOnly())
+	resp, err := f.cli.Get(ctx, f.k.owner(id))
 	if err != nil {
 		return record.Owner{Owner: record.Unknown, Supervisor: record.Unknown, Err: f.wrap("read the owner of run "+string(id), err)}
 	}
-	return owner(resp.Count > 0)
+	return owner(len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0)
 }
 
 // leaseGone is how an etcd run's owner went (record.Run.EndDead).
@@ -162,8 +163,9 @@ func (r runs) FinalizeStopped(id record.RunID, req *record.StopRequest, now time
 }
 
 // finalize makes the active record of a run whose owner key is gone final
-// with end, fenced by the record's revision and the owner key's absence:
-// never a run whose lease lives, and never one that changed meanwhile.
+// with end, fenced by the record's revision and the owner key's being on
+// no lease (absent, or foreign: it goes in the same transaction): never a
+// run whose lease lives, and never one that changed meanwhile.
 func (f *Fleet) finalize(id record.RunID, end func(*record.Run)) (backend.ReapOutcome, *record.Run, error) {
 	rec, rev, err := f.readActive(id)
 	switch {
@@ -182,8 +184,8 @@ func (f *Fleet) finalize(id record.RunID, end func(*record.Run)) (backend.ReapOu
 	key := f.k.active(id)
 	resp, err := f.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
-		clientv3.Compare(clientv3.CreateRevision(f.k.owner(id)), "=", 0),
-	).Then(append(f.finalOps(rec, b), clientv3.OpDelete(key), clientv3.OpDelete(f.k.stop(id)))...).Commit()
+		clientv3.Compare(clientv3.LeaseValue(f.k.owner(id)), "=", 0),
+	).Then(append(f.finalOps(rec, b), clientv3.OpDelete(key), clientv3.OpDelete(f.k.stop(id)), clientv3.OpDelete(f.k.owner(id)))...).Commit()
 	if err != nil {
 		return 0, nil, f.wrap("finalize run "+string(id), err)
 	}
@@ -271,8 +273,14 @@ func (q queue) WaiterState(id record.RunID) record.Liveness {
 	return waiterLiveness(resp.Kvs[0].Lease)
 }
 
-// Ring has nothing to do: waiters watch the store.
-func (queue) Ring(record.RunID) {}
+// Ring touches the waiter's ticket, keeping its value and lease: the
+// waiter watches its own ticket (section.go). A ticket that is gone (its
+// waiter admitted, or gone) is not made again: etcd refuses the put.
+func (q queue) Ring(id record.RunID) {
+	ctx, cancel := q.f.ctx()
+	defer cancel()
+	_, _ = q.f.cli.Put(ctx, q.f.k.ticket(id), "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())
+}
 
 func (q queue) QueuePath() string { return q.f.k.queuePrefix() }
 
@@ -295,5 +303,6 @@ var (
 	_ backend.Adopter = (*Fleet)(nil)
 	_ backend.Upkeep  = (*Fleet)(nil)
 	_ backend.Leases  = (*Fleet)(nil)
+	_ backend.Foreign = (*Fleet)(nil)
 	_ backend.Lease   = (*lease)(nil)
 )

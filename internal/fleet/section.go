@@ -11,10 +11,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
@@ -45,21 +45,20 @@ func (f *Fleet) patiently(what string, patience time.Duration, op func(ctx conte
 }
 
 // starter is one crew start's standing with the store: its lease, and the
-// session and mutex it takes the admission lock with. The lease is the
+// mutex it takes the admission lock with. The lease is the
 // start's until it reserves a run; then it is the run's (its owner key is
 // on it), and outlives Close.
 type starter struct {
 	f     *Fleet
 	lease *lease
-	sess  *concurrency.Session
-	mu    *concurrency.Mutex
+	mu    *admissionMutex
 	// waiter is this start's place in line, once it waits.
 	waiter *waiter
 	// reserved: the lease is a run's now.
 	reserved bool
 }
 
-// Begin grants the start's lease and opens its session, trying for as long
+// Begin grants the start's lease, trying for as long
 // as ctx allows (at most unavailableFor) while etcd does not answer.
 func (f *Fleet) Begin(ctx context.Context) (backend.Starter, error) {
 	patience := unavailableFor
@@ -70,18 +69,12 @@ func (f *Fleet) Begin(ctx context.Context) (backend.Starter, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := concurrency.NewSession(f.cli, concurrency.WithLease(l.id))
-	if err != nil {
-		l.release()
-		return nil, f.wrap("open a session", err)
-	}
-	return &starter{f: f, lease: l, sess: sess, mu: concurrency.NewMutex(sess, f.k.admissionLock())}, nil
+	return &starter{f: f, lease: l, mu: newAdmissionMutex(f.cli, l.id, f.k.admissionLock())}, nil
 }
 
-// Close lets go of the session; the lease goes too (with the ticket and
-// the mutex key on it) unless a run holds its slot by it.
+// Close lets go of the lease (with the ticket and the mutex key on it)
+// unless a run holds its slot by it.
 func (s *starter) Close() {
-	s.sess.Orphan() // the session's keep-alive: ours renews the lease
 	if s.waiter != nil {
 		s.waiter.stop()
 	}
@@ -314,14 +307,18 @@ func (sec *section) SaveConfig(cfg record.Config) error {
 
 func (sec *section) Release() { sec.s.unlock() }
 
-// waiter is this start's place in line. It watches the store for what
-// may let it in (a slot or ticket going, the config changing), for a stop
-// request of its own, and for its lease expiring: each rings it.
+// waiter is this start's place in line. It watches its own ticket (a ring
+// touches it), its stop key and its lease, and what nobody announces (a
+// lease that expired, the config changing): see watch.
 type waiter struct {
 	s       *starter
 	id      record.RunID
-	rung    chan struct{} // its own news: a stop request for it, its lease lost
-	changed chan struct{} // what may let any waiter in
+	rung    chan struct{} // told to go (its ticket touched by a ring), or its own news: a stop request for it, its lease lost
+	changed chan struct{} // what nobody announced that may let any waiter in
+
+	// changes counts what it was told of (change), for the tests of who
+	// is woken.
+	changes atomic.Int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -339,7 +336,7 @@ func (w *waiter) ID() record.RunID         { return w.id }
 func (w *waiter) Rung() <-chan struct{}    { return w.rung }
 func (w *waiter) Changed() <-chan struct{} { return w.changed }
 func (w *waiter) ring()                    { sendNonBlocking(w.rung) }
-func (w *waiter) change()                  { sendNonBlocking(w.changed) }
+func (w *waiter) change()                  { w.changes.Add(1); sendNonBlocking(w.changed) }
 func (w *waiter) stop()                    { w.once.Do(func() { w.cancel(); <-w.done }) }
 
 func sendNonBlocking(ch chan struct{}) {
@@ -357,22 +354,21 @@ func (w *waiter) Remove() {
 	_, _ = w.s.f.cli.Delete(ctx, w.s.f.k.ticket(w.id)) // if this fails, it goes with the lease
 }
 
-// watch rings the waiter on every relevant change after revision rev, and
-// when the lease expires; a watch that ends (a leader change, a compacted
-// revision) starts again from now, after one ring, since changes may have
-// been missed.
+// watch rings the waiter when it is told to go: its ticket touched by a
+// ring (queue.Ring: whoever frees capacity rings exactly the waiters it may
+// let in) or gone, a stop request for it, its lease expired. It tells the
+// waiter of what nobody announces: a run's owner key gone while its record
+// stays active (its lease expired), the config written. So a finishing run
+// wakes the waiters its slot can serve, not every waiter (issue 26: the
+// herd). A watch that ends (a leader change, a compacted revision) starts
+// again from now, after one change, since changes may have been missed.
 func (w *waiter) watch(ctx context.Context, rev int64) {
 	defer close(w.done)
-	f := w.s.f
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
-		opts := []clientv3.OpOption{clientv3.WithPrefix()}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev+1))
-		}
-		wch := f.cli.Watch(clientv3.WithRequireLeader(wctx), f.k.p+"/", opts...)
-		rev = w.follow(ctx, wch)
+		w.follow(ctx, w.watches(wctx, rev))
 		cancel()
+		rev = 0
 		w.change()
 		select {
 		case <-ctx.Done():
@@ -381,45 +377,98 @@ func (w *waiter) watch(ctx context.Context, rev int64) {
 	}
 }
 
-// follow reads wch until it ends, ringing on relevant events, and returns
-// the revision to resume after (0: from now).
-func (w *waiter) follow(ctx context.Context, wch clientv3.WatchChan) int64 {
-	var rev int64
+// watched is one answer of one of the waiter's watches; !ok: that watch
+// ended.
+type watched struct {
+	resp clientv3.WatchResponse
+	ok   bool
+}
+
+// watches watches, after revision rev (0: from now), the waiter's own
+// ticket and stop key, the config, and the deletes from owners/ to the
+// active set (owner keys, tickets, records: one range, so in revision
+// order), and merges what they deliver.
+func (w *waiter) watches(ctx context.Context, rev int64) <-chan watched {
+	f := w.s.f
+	at := func(opts ...clientv3.OpOption) []clientv3.OpOption {
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev+1))
+		}
+		return opts
+	}
+	ctx = clientv3.WithRequireLeader(ctx)
+	deletes := at(clientv3.WithRange(clientv3.GetPrefixRangeEnd(f.k.activePrefix())), clientv3.WithFilterPut())
+	chans := []clientv3.WatchChan{
+		f.cli.Watch(ctx, f.k.ticket(w.id), at()...),
+		f.cli.Watch(ctx, f.k.stop(w.id), at(clientv3.WithFilterDelete())...),
+		f.cli.Watch(ctx, f.k.config(), at(clientv3.WithFilterDelete())...),
+		f.cli.Watch(ctx, f.k.ownerPrefix(), deletes...),
+	}
+	out := make(chan watched)
+	for _, ch := range chans {
+		go func() {
+			for resp := range ch {
+				select {
+				case out <- watched{resp: resp, ok: true}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case out <- watched{}:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return out
+}
+
+// follow reads the watches until one ends.
+func (w *waiter) follow(ctx context.Context, in <-chan watched) {
+	ended := map[string]bool{} // runs whose active record was seen deleted
 	for {
 		select {
 		case <-ctx.Done():
-			return rev
+			return
 		case <-w.s.lease.expired:
 			w.ring()
 			<-ctx.Done()
-			return rev
-		case resp, ok := <-wch:
-			if !ok || resp.Canceled || resp.Err() != nil {
-				return 0
+			return
+		case m := <-in:
+			if !m.ok || m.resp.Canceled || m.resp.Err() != nil {
+				return
 			}
-			rev = resp.Header.Revision
-			for _, ev := range resp.Events {
-				switch {
-				case string(ev.Kv.Key) == w.s.f.k.stop(w.id) && ev.Type == clientv3.EventTypePut:
-					w.ring() // crew stop asks it to leave
-				case w.relevant(ev):
-					w.change()
-				}
+			for _, ev := range m.resp.Events {
+				w.event(ev, ended)
 			}
 		}
 	}
 }
 
-// relevant: what may let a waiter in (an owner key, record or ticket
-// going; the config changing).
-func (w *waiter) relevant(ev *clientv3.Event) bool {
+// maxEnded bounds what a waiter remembers of finished runs.
+const maxEnded = 4096
+
+// event rings or tells the waiter of ev. A run's owner key deleted after
+// its active record went is a run that finished (its finisher rings who
+// its slot may let in); deleted while its record stays, it is a lease that
+// expired, which nobody announces: every waiter is told.
+func (w *waiter) event(ev *clientv3.Event, ended map[string]bool) {
 	k, key := w.s.f.k, string(ev.Kv.Key)
 	switch {
+	case key == k.ticket(w.id), key == k.stop(w.id):
+		w.ring() // rung, crew stop asks it to leave, or its place is gone
 	case key == k.config():
-		return ev.Type == clientv3.EventTypePut
-	case ev.Type != clientv3.EventTypeDelete:
-		return false
+		w.change()
+	case strings.HasPrefix(key, k.activePrefix()):
+		if len(ended) >= maxEnded {
+			clear(ended)
+		}
+		ended[strings.TrimPrefix(key, k.activePrefix())] = true
+	case strings.HasPrefix(key, k.ownerPrefix()):
+		id := strings.TrimPrefix(key, k.ownerPrefix())
+		if !ended[id] {
+			w.change()
+		}
+		delete(ended, id)
 	}
-	return strings.HasPrefix(key, k.ownerPrefix()) || strings.HasPrefix(key, k.activePrefix()) ||
-		strings.HasPrefix(key, k.queuePrefix())
 }

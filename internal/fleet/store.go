@@ -8,8 +8,9 @@
 //
 // The mapping (shared/DESIGN.md's mechanisms, on etcd's own primitives):
 //
-//   - admission lock: a concurrency.Mutex on PREFIX/locks/dispatch-admission,
-//     held through the start's lease; a dead holder's key goes with its lease.
+//   - admission lock: a mutex on PREFIX/locks/dispatch-admission (etcd's
+//     concurrency.Mutex recipe, mutex.go), held through the start's lease; a
+//     dead holder's key goes with its lease, a key on no lease is foreign.
 //   - persist before release: the reservation is written in a transaction
 //     guarded by the mutex's IsOwner comparison, so a holder that lost its
 //     lease cannot write; etcd commits it to a quorum's WAL before answering.

@@ -3,6 +3,7 @@
 package fleet
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -16,20 +17,72 @@ import (
 )
 
 // ByFinish walks the index of finished runs, newest finish first: the
-// index is written with every final record, so it lists them all.
+// index is written with every final record, so it lists them all. An
+// entry counts only if it is as crew writes it: its key and value parse,
+// and its run's record is there and finished when the key says. Anything
+// else under finished/ is junk, reported and never counted, so that it
+// cannot make crew prune --keep N remove a run it should keep.
 func (h history) ByFinish() ([]retention.Run, []string, error) {
 	f := h.f
 	var runs []retention.Run
 	var problems []string
+	var page []indexed
+	confirm := func() error {
+		ok, bad, err := h.confirm(page)
+		for _, x := range ok {
+			runs = append(runs, retention.Run{ID: x.id, Task: x.entry.Task, Finished: x.at, Path: f.k.done(x.id)})
+		}
+		problems = append(problems, bad...)
+		page = page[:0]
+		return err
+	}
+	var cerr error
 	err := f.walkIndex(false, func(x indexed) bool {
 		if x.err != nil {
-			problems = append(problems, fmt.Sprintf("%s: not an entry of the index of finished runs", x.key))
+			problems = append(problems, fmt.Sprintf("%s: not an entry of the index of finished runs (%v); left alone", x.key, x.err))
 			return true
 		}
-		runs = append(runs, retention.Run{ID: x.id, Task: x.entry.Task, Finished: x.at, Path: f.k.done(x.id)})
-		return true
+		if page = append(page, x); len(page) == txnOps {
+			cerr = confirm()
+		}
+		return cerr == nil
 	})
+	if err == nil {
+		err = cmp.Or(cerr, confirm())
+	}
 	return runs, problems, err
+}
+
+// confirm reads the records of index entries xs (at most txnOps) and
+// returns those whose record says what the entry does, and a problem for
+// each of the others.
+func (h history) confirm(xs []indexed) ([]indexed, []string, error) {
+	f := h.f
+	if len(xs) == 0 {
+		return nil, nil, nil
+	}
+	ids := make([]record.RunID, len(xs))
+	for i, x := range xs {
+		ids[i] = x.id
+	}
+	recs, _, err := h.recordsPage(ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[record.RunID]*record.Run, len(recs))
+	for _, r := range recs {
+		byID[r.RunID] = r
+	}
+	var ok []indexed
+	var bad []string
+	for _, x := range xs {
+		if r := byID[x.id]; r != nil && r.FinishedAt != nil && f.k.finished(r) == x.key {
+			ok = append(ok, x)
+			continue
+		}
+		bad = append(bad, fmt.Sprintf("%s: not an entry of the index of finished runs (no record of run %s that finished then); left alone", x.key, x.id))
+	}
+	return ok, bad, nil
 }
 
 // Remove removes a finished run's record and index entry in one
@@ -76,8 +129,12 @@ func (history) AfterPrune([]record.RunID) {}
 const lazyPruneMax = 8
 
 // PruneLazily removes up to lazyPruneMax of the oldest finished runs that
-// p lets go, from the index's oldest end: two range reads and a
-// transaction per removed run, whatever the history's size.
+// p lets go, from the index's oldest end. Junk in the index is skipped and
+// never counted: the count of keys under finished/ only says when no run
+// can be removable by count (too few keys); a run is removed by count only
+// once KeepNewest entries as crew writes them (confirmed against their
+// records) are seen to have finished after it, read from the newest end:
+// bounded by KeepNewest, not by the history.
 func (h history) PruneLazily(p retention.Policy, now time.Time) error {
 	f := h.f
 	ctx, cancel := f.ctx()
@@ -91,11 +148,19 @@ func (h history) PruneLazily(p retention.Policy, now time.Time) error {
 	if err != nil {
 		return f.wrap("read the finished runs", err)
 	}
+	line := countLine{f: f, keep: p.KeepNewest}
 	for i, kv := range resp.Kvs {
 		x := f.parseIndexed(kv.Key, kv.Value)
-		newer := count.Count - int64(i) - 1 // finished after this one
-		byCount := p.KeepNewest >= 0 && newer >= int64(p.KeepNewest)
-		if x.err != nil || !p.Lets(x.at, byCount, now) {
+		if x.err != nil {
+			continue // junk: neither removed nor counted
+		}
+		byCount := false
+		if p.KeepNewest >= 0 && count.Count-int64(i)-1 >= int64(p.KeepNewest) { // there may be KeepNewest after it
+			if byCount, err = line.before(x.key); err != nil {
+				return err
+			}
+		}
+		if !p.Lets(x.at, byCount, now) {
 			return nil // oldest first: the rest are kept too
 		}
 		if _, err := h.Remove(x.id, false); err != nil {
@@ -105,11 +170,67 @@ func (h history) PruneLazily(p retention.Policy, now time.Time) error {
 	return nil
 }
 
+// countLine is the key of the keep-th newest entry of the index that is
+// as crew writes it (ByFinish's rule): a run whose key sorts before it has
+// keep finishes after it.
+type countLine struct {
+	f    *Fleet
+	keep int
+	read bool
+	key  string // "" if there are fewer than keep entries
+}
+
+// before reports whether key sorts before the line, reading the line from
+// the index's newest end the first time.
+func (l *countLine) before(key string) (bool, error) {
+	if l.keep == 0 {
+		return true, nil
+	}
+	if !l.read {
+		if err := l.find(); err != nil {
+			return false, err
+		}
+		l.read = true
+	}
+	return l.key != "" && key < l.key, nil
+}
+
+// find walks the index from its newest end, confirming entries a page at
+// a time, until the keep-th.
+func (l *countLine) find() error {
+	seen := 0
+	var page []indexed
+	count := func() error {
+		ok, _, err := history{l.f}.confirm(page)
+		for _, x := range ok {
+			if seen++; seen == l.keep {
+				l.key = x.key
+			}
+		}
+		page = page[:0]
+		return err
+	}
+	var cerr error
+	err := l.f.walkIndex(false, func(x indexed) bool {
+		if x.err != nil {
+			return true
+		}
+		if page = append(page, x); len(page) == min(txnOps, l.keep-seen) {
+			cerr = count()
+		}
+		return cerr == nil && seen < l.keep
+	})
+	if err == nil && cerr == nil && seen < l.keep {
+		err = count()
+	}
+	return cmp.Or(err, cerr)
+}
+
 // Prepare has nothing to make: keys need no directories.
 func (f *Fleet) Prepare(bool) (bool, error) { return true, nil }
 
 // Quarantine moves an unreadable active record under quarantine/, fenced
-// by its revision and its owner key's absence.
+// by its revision and its owner key's being on no lease.
 func (f *Fleet) Quarantine(e backend.ActiveEntry, _ time.Time, _ string) (backend.ReapOutcome, string, error) {
 	ctx, cancel := f.ctx()
 	defer cancel()
@@ -123,7 +244,7 @@ func (f *Fleet) Quarantine(e backend.ActiveEntry, _ time.Time, _ string) (backen
 	dest := f.k.quarantinePrefix() + strings.TrimPrefix(e.Path, f.k.p+"/")
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(e.Path), "=", get.Kvs[0].ModRevision)}
 	if e.ID != "" {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(f.k.owner(e.ID)), "=", 0))
+		cmps = append(cmps, clientv3.Compare(clientv3.LeaseValue(f.k.owner(e.ID)), "=", 0)) // absent, or foreign
 	}
 	resp, err := f.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(dest, string(get.Kvs[0].Value)), clientv3.OpDelete(e.Path)).Commit()
 	switch {
@@ -137,9 +258,15 @@ func (f *Fleet) Quarantine(e backend.ActiveEntry, _ time.Time, _ string) (backen
 
 // Sweep removes stop requests of runs that are neither active nor waiting
 // any more (their crew stop outlived them), each fenced by the run's
-// absence: nothing else outlives a crash on etcd (what a process holds is
-// on its lease).
+// absence, and the foreign keys (foreign.go): nothing else outlives a
+// crash on etcd (what a process holds is on its lease).
 func (f *Fleet) Sweep(o backend.UpkeepOptions) []vocab.RecoverItem {
+	return append(f.sweepStops(o), foreign{f}.sweep(o)...)
+}
+
+// sweepStops removes the stop requests of runs that are neither active nor
+// waiting.
+func (f *Fleet) sweepStops(o backend.UpkeepOptions) []vocab.RecoverItem {
 	ctx, cancel := f.ctx()
 	defer cancel()
 	resp, err := f.cli.Get(ctx, f.k.stopPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())

@@ -69,7 +69,9 @@ func (f *Fleet) read(ctx context.Context, writes ...clientv3.Op) (*view, error) 
 	ops := append(writes,
 		clientv3.OpGet(f.k.config()),
 		clientv3.OpGet(f.k.activePrefix(), clientv3.WithPrefix()),
-		clientv3.OpGet(f.k.ownerPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		// Not keys-only: etcd 3.5 and later leave a key's lease out of a
+		// keys-only answer, and an owner key on no lease proves nothing.
+		clientv3.OpGet(f.k.ownerPrefix(), clientv3.WithPrefix()),
 		clientv3.OpGet(f.k.queuePrefix(), clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 	)
@@ -89,7 +91,9 @@ func (f *Fleet) read(ctx context.Context, writes ...clientv3.Op) (*view, error) 
 	}
 	owners := map[string]int64{} // run id: its owner key's lease
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		owners[strings.TrimPrefix(string(kv.Key), f.k.ownerPrefix())] = kv.Lease
+		if kv.Lease != 0 { // one on no lease is foreign (foreign.go)
+			owners[strings.TrimPrefix(string(kv.Key), f.k.ownerPrefix())] = kv.Lease
+		}
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		name := strings.TrimPrefix(string(kv.Key), f.k.activePrefix())
@@ -133,7 +137,7 @@ func decodeRun(b []byte) (*record.Run, error) {
 
 // owner is what an active key's owner key says: etcd deletes the key when
 // its lease ends, so a missing one is proof that the owner is gone, and
-// one that exists, that its lease lives.
+// one that exists on a lease, that its lease lives.
 func owner(owned bool) record.Owner {
 	if owned {
 		return record.Owner{Owner: record.Alive, Supervisor: record.Alive}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"net"
 	"os"
@@ -27,17 +28,11 @@ const (
 func (h etcdScenario) scenarioEtcd() error {
 	r := &h.rep
 	r.heading(2, "The etcd store: its cost, and the local default's")
-	bin := h.path("crew-etcd")
-	if err := h.makeIn("build-etcd", "ETCD_BIN="+bin); err != nil {
+	bin, dev, err := h.etcdBuilds()
+	if err != nil {
 		return err
 	}
-	dev := h.path("crew-etcd-dev")
-	build := exec.Command("go", "build", "-tags", "etcd", "-o", dev, "./cmd/crew-etcd-dev")
-	build.Dir, build.Stdout, build.Stderr = h.crewSrc, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build crew-etcd-dev: %w", err)
-	}
-	endpoint, err := h.devEtcd(dev)
+	endpoint, err := h.devEtcd(dev, 1)
 	if err != nil {
 		return err
 	}
@@ -92,6 +87,43 @@ func (h etcdScenario) scenarioEtcd() error {
 	return nil
 }
 
+// etcdBuilds builds crew with the etcd store (make build-etcd) and crew's
+// development etcd, once per harness run.
+func (h *harness) etcdBuilds() (bin, dev string, err error) {
+	h.etcdOnce.Do(func() {
+		bin, dev = h.path("crew-etcd"), h.path("crew-etcd-dev")
+		if err = (etcdScenario{h}).makeIn("build-etcd", "ETCD_BIN="+bin); err != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-tags", "etcd", "-o", dev, "./cmd/crew-etcd-dev")
+		build.Dir, build.Stdout, build.Stderr = h.crewSrc, os.Stderr, os.Stderr
+		if err = build.Run(); err != nil {
+			err = fmt.Errorf("build crew-etcd-dev: %w", err)
+			return
+		}
+		h.etcdBins = [2]string{bin, dev}
+	})
+	if h.etcdBins[0] == "" {
+		return "", "", cmp.Or(err, fmt.Errorf("the etcd builds failed earlier"))
+	}
+	return h.etcdBins[0], h.etcdBins[1], nil
+}
+
+// freePorts are n distinct loopback addresses that were free a moment ago
+// (held open together until all are chosen, so no two are the same).
+func freePorts(n int) ([]string, error) {
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
 // makeIn runs a make target of crew's source tree.
 func (h etcdScenario) makeIn(target string, vars ...string) error {
 	cmd := exec.Command("make", append([]string{target}, vars...)...)
@@ -103,20 +135,16 @@ func (h etcdScenario) makeIn(target string, vars ...string) error {
 	return nil
 }
 
-// devEtcd starts crew's development etcd on two free loopback ports, data
-// in the work directory, until the harness cleans up; it returns the
-// client endpoint.
-func (h etcdScenario) devEtcd(bin string) (string, error) {
-	ports := make([]string, 2)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		ports[i] = l.Addr().String()
-		l.Close()
+// devEtcd starts crew's development etcd with members members on free
+// loopback ports, data in the work directory, until the harness cleans up;
+// it returns the client endpoints, comma-separated.
+func (h *harness) devEtcd(bin string, members int) (string, error) {
+	ports, err := freePorts(2 * members)
+	if err != nil {
+		return "", err
 	}
-	cmd := exec.Command(bin, "-listen", ports[0], "-peer", ports[1], "-data", h.path("etcd-data"))
+	clients, peers := strings.Join(ports[:members], ","), strings.Join(ports[members:], ",")
+	cmd := exec.Command(bin, "-listen", clients, "-peer", peers, "-data", h.path(fmt.Sprintf("etcd-data-%d", h.seq())))
 	cmd.Env = h.env
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -156,5 +184,5 @@ func (h etcdScenario) devEtcd(bin string) (string, error) {
 	case <-time.After(time.Minute):
 		return "", fmt.Errorf("crew-etcd-dev not serving after a minute")
 	}
-	return ports[0], nil
+	return clients, nil
 }

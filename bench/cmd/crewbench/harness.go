@@ -28,6 +28,10 @@ type harness struct {
 	counter atomic.Int64
 	// what the layout check learned from crew (probe.go).
 	sample *crewSample
+	// crew with the etcd store and crew's development etcd, built once
+	// (etcd.go).
+	etcdOnce sync.Once
+	etcdBins [2]string
 	// the performance issue's figures (figures.go), and other checks,
 	// for the summary tables at the end.
 	figures []figure
@@ -43,6 +47,7 @@ type (
 	correctnessScenario struct{ *harness } // the correctness scenario (correctness.go)
 	diagScenario        struct{ *harness } // the diag scenario (diag.go)
 	etcdScenario        struct{ *harness } // the etcd scenario (etcd.go)
+	fleetScenario       struct{ *harness } // the fleet scenario (fleet.go)
 	historyScenario     struct{ *harness } // the history scenario (history.go)
 	killScenario        struct{ *harness } // the kill scenario (kill.go)
 	queueScenario       struct{ *harness } // the queue scenario (queue.go, idle.go)
@@ -245,6 +250,7 @@ func (h *harness) runAll() (failed bool) {
 		{"kill", killScenario{h}.scenarioKill},
 		{"rss", rssScenario{h}.scenarioRSS},
 		{"etcd", etcdScenario{h}.scenarioEtcd},
+		{"fleet", fleetScenario{h}.scenarioFleet},
 		{"correctness", correctnessScenario{h}.scenarioCorrectness},
 		{"history", historyScenario{h}.scenarioHistory},
 		{"recover", recoverScenario{h}.scenarioRecover},

@@ -35,7 +35,7 @@ import (
 )
 
 // scenarioNames are the values -only accepts, in the order they run.
-var scenarioNames = []string{"uncontended", "diag", "concurrent", "active", "history", "recover", "rss", "etcd", "correctness", "queue", "kill"}
+var scenarioNames = []string{"uncontended", "diag", "concurrent", "active", "history", "recover", "rss", "etcd", "fleet", "correctness", "queue", "kill"}
 
 type config struct {
 	quick   bool
