@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/crew-dev/crew/internal/vocab"
 	"github.com/spf13/cobra"
 )
 
@@ -17,7 +18,7 @@ func completeRuns(g *globalOptions) func(*cobra.Command, []string, string) ([]co
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		defer d.Close()
-		snap, err := d.Status("")
+		snap, err := d.Status(vocab.StatusQuery{})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}

@@ -73,7 +73,7 @@ func (o *statusOptions) run(args []string, s streams) error {
 			return o.showRun(d, ref.Run, s, sc)
 		}
 	}
-	snap, err := d.StatusOf(vocab.StatusQuery{Task: task, Labels: o.labels.labels})
+	snap, err := d.Status(vocab.StatusQuery{Task: task, Labels: o.labels.labels})
 	if err != nil {
 		return err
 	}
@@ -497,7 +497,7 @@ func printRefusal(w io.Writer, sc screen, r *record.Refusal) {
 
 // findWaiting looks for a waiting start (a queue ticket) with this id.
 func (o *statusOptions) findWaiting(d *dispatch.Dispatcher, id record.RunID) *vocab.QueueView {
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	if err != nil {
 		return nil
 	}

@@ -29,7 +29,7 @@ func TestBrokenConfigKeepsTheQueue(t *testing.T) {
 	assert.Equal(t, admission.WaitConfig, p.Reason)
 	assert.Equal(t, 2, p.Position)
 	assert.True(t, strings.HasPrefix(p.ConfigErr, lay(d).config()+":2:24: malformed JSON: "), p.ConfigErr)
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	require.Len(t, snap.Queue, 2)
 	for i, q := range snap.Queue {

@@ -27,14 +27,14 @@ func (d *Dispatcher) History(q vocab.HistoryQuery) (*vocab.History, error) {
 			fq.Also = append(fq.Also, e.ID) // finished, maybe not indexed yet
 		}
 	}
-	fin, more, err := d.finishedRuns(fq, q.Labels)
+	fin, more, err := d.parts().finishedRuns(fq, q.Labels)
 	if err != nil {
 		return nil, err
 	}
 	h := &vocab.History{Version: vocab.HistoryVersion, Runs: make([]vocab.RunView, 0, len(fin.Runs)), Problems: []vocab.Problem{}, Unindexed: fin.Unindexed,
 		Limit: q.Limit, More: more}
 	for _, r := range fin.Runs {
-		h.Runs = append(h.Runs, d.finishedView(r))
+		h.Runs = append(h.Runs, finishedView(d.Store.Logs(), r))
 	}
 	h.Problems = finishedProblems(fin)
 	return h, nil

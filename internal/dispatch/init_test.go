@@ -56,7 +56,7 @@ func TestInitWritesAndKeepsTheCap(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, before, after)
 
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Equal(t, 2, snap.MaximumInProgress)
 	assert.True(t, snap.ConfigExists)

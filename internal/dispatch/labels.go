@@ -14,13 +14,13 @@ import (
 // more runs, four times as many each time, until enough carry the labels
 // or none are left (reading about as many records as it takes to find
 // them, and at most four times that).
-func (d *Dispatcher) finishedRuns(q backend.FinishedQuery, labels record.Labels) (*backend.Finished, bool, error) {
+func (p parts) finishedRuns(q backend.FinishedQuery, labels record.Labels) (*backend.Finished, bool, error) {
 	limit := q.Limit
 	if limit > 0 {
 		q.Limit = limit + 1 // one more tells whether more match
 	}
 	for {
-		fin, err := d.parts().FinishedRuns(q)
+		fin, err := p.FinishedRuns(q)
 		if err != nil {
 			return nil, false, err
 		}
@@ -68,7 +68,7 @@ func (d *Dispatcher) Labelled(labels record.Labels) ([]record.RunID, error) {
 			ids = append(ids, e.ID)
 		}
 	}
-	fin, _, err := d.finishedRuns(q, labels)
+	fin, _, err := d.parts().finishedRuns(q, labels)
 	if err != nil {
 		return nil, err
 	}

@@ -59,10 +59,10 @@ func TestLabelFilters(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, h.More)
 
-	snap, err := d.StatusOf(vocab.StatusQuery{Labels: seven})
+	snap, err := d.Status(vocab.StatusQuery{Labels: seven})
 	require.NoError(t, err)
 	assert.Equal(t, labelled, ids(snap.Finished), "status: the labelled runs, past the 10 newest")
-	snap, err = d.StatusOf(vocab.StatusQuery{Task: "job-10", Labels: seven})
+	snap, err = d.Status(vocab.StatusQuery{Task: "job-10", Labels: seven})
 	require.NoError(t, err)
 	assert.Equal(t, labelled[1:2], ids(snap.Finished))
 

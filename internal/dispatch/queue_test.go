@@ -99,7 +99,7 @@ func (w *waiter) lastProgress() vocab.WaitProgress {
 
 func queueLen(t *testing.T, d *dispatch.Dispatcher) int {
 	t.Helper()
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	return len(snap.Queue)
 }
@@ -121,7 +121,7 @@ func TestQueueIsFIFOAndNewcomersDoNotJump(t *testing.T) {
 	assert.False(t, w1.finished())
 	assert.False(t, w2.finished())
 
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	require.Len(t, snap.Queue, 2)
 	assert.Equal(t, 1, snap.Queue[0].Position)
@@ -224,7 +224,7 @@ func TestQueueDeadWaiterDoesNotBlock(t *testing.T) {
 		Command: []string{"true"}, Host: "h", PID: 1, CreatedAt: time.Now().UTC()}))
 	require.NoError(t, os.WriteFile(lay(d).ticketLock(id), nil, 0o600))
 
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Empty(t, snap.Queue, "status does not list dead waiters")
 	assert.NotEmpty(t, queueFiles(t, d), "and does not remove them")
@@ -285,7 +285,7 @@ func TestQueueHasNoHeadOfLineBlocking(t *testing.T) {
 
 	// A second waiter of "busy" lines up behind the first.
 	taskWaiter2 := startWaiter(t, d, "busy", "", 0)
-	snap, err := d.Status("busy")
+	snap, err := d.Status(vocab.StatusQuery{Task: "busy"})
 	require.NoError(t, err)
 	require.Len(t, snap.Queue, 2)
 	assert.Equal(t, admission.WaitTask, snap.Queue[1].WaitingFor)
@@ -298,7 +298,7 @@ func TestQueueHasNoHeadOfLineBlocking(t *testing.T) {
 	assert.False(t, taskWaiter2.finished(), "the younger waiter of the task waits for the older's run")
 	assert.False(t, poolWaiter.finished(), "the pool is still full")
 
-	snap, err = d.Status("")
+	snap, err = d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	require.Len(t, snap.Pools, 1)
 	assert.Equal(t, vocab.PoolView{Name: "deploy", MaximumInProgress: 1, InUse: 1}, snap.Pools[0])
@@ -348,7 +348,7 @@ func TestPools(t *testing.T) {
 	require.ErrorAs(t, err, &usage)
 	assert.Contains(t, usage.Error(), `unknown pool "nope"; configured pools: deploy, test`)
 
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Equal(t, []vocab.PoolView{{Name: "deploy", MaximumInProgress: 1, InUse: 2}, {Name: "test", MaximumInProgress: 2, InUse: 0}}, snap.Pools)
 

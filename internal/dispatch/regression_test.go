@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/crew-dev/crew/internal/dispatch"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 type failingWriter struct{}
@@ -72,7 +73,7 @@ func TestRegressionTwoActiveRecordsForOneTask(t *testing.T) {
 		releaseAll(r)
 	}
 	admit(t, d, "task-4")
-	snap, err := d.Status("task-4")
+	snap, err := d.Status(vocab.StatusQuery{Task: "task-4"})
 	require.NoError(t, err)
 	assert.Len(t, snap.Active, 1, "one active record per task")
 }

@@ -113,7 +113,7 @@ func TestStartOwnerLockHeldWhileRunning(t *testing.T) {
 	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) })
 	done := startAndWaitRunning(t, d, req, "")
 
-	snap, err := d.Status("holder")
+	snap, err := d.Status(vocab.StatusQuery{Task: "holder"})
 	require.NoError(t, err)
 	require.Len(t, snap.Active, 1)
 	view := snap.Active[0]
@@ -189,7 +189,7 @@ func startAndWaitRunning(t *testing.T, d *dispatch.Dispatcher, req vocab.StartRe
 	// Whatever happens to the test, no command outlives it.
 	t.Cleanup(func() { killActive(d) })
 	waitFor(t, "the command to run", 10*time.Second, func() bool {
-		snap, err := d.Status(req.Task)
+		snap, err := d.Status(vocab.StatusQuery{Task: req.Task})
 		if err != nil || len(snap.Active) != 1 || snap.Active[0].State != record.Running {
 			return false
 		}
@@ -203,7 +203,7 @@ func startAndWaitRunning(t *testing.T, d *dispatch.Dispatcher, req vocab.StartRe
 // this process that has not been reaped yet (so its pid cannot have been
 // reused by anyone else).
 func killActive(d *dispatch.Dispatcher) {
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	if err != nil {
 		return
 	}

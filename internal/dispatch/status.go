@@ -12,15 +12,12 @@ import (
 
 // Status reads the state root without taking the admission lock and
 // without creating or changing any file, so it is safe and accurate while
-// starts race. taskFilter, if not empty, keeps only that task's runs. Slot
+// starts race. Slot
 // usage is counted exactly as admission counts it.
-func (d *Dispatcher) Status(taskFilter string) (*vocab.Snapshot, error) {
-	return d.StatusOf(vocab.StatusQuery{Task: taskFilter})
-}
-
-// StatusOf is Status of the runs q selects (by task and labels); the
-// slots, pools and problems are the whole store's all the same.
-func (d *Dispatcher) StatusOf(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
+//
+// The runs are those sq selects (by task and labels); the slots, pools and
+// problems are the whole store's all the same.
+func (d *Dispatcher) Status(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
 	taskFilter := sq.Task
 	cfg, exists, err := d.Store.LoadConfig()
 	problem, err := configProblem(err)
@@ -76,12 +73,12 @@ func (d *Dispatcher) StatusOf(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
 			q.Also = append(q.Also, e.ID) // finished, maybe not indexed yet
 		}
 	}
-	fin, _, err := d.finishedRuns(q, sq.Labels)
+	fin, _, err := d.parts().finishedRuns(q, sq.Labels)
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range fin.Runs {
-		snap.Finished = append(snap.Finished, d.finishedView(r))
+		snap.Finished = append(snap.Finished, finishedView(d.Store.Logs(), r))
 	}
 	if refusals, ok := d.Store.(backend.Refusals); ok && taskFilter != "" && len(sq.Labels) == 0 {
 		if r := refusals.LastRefusal(taskFilter); r != nil && refusalIsNews(r, snap) {
@@ -166,19 +163,19 @@ func (d *Dispatcher) Run(id record.RunID) (*vocab.RunView, error) {
 		return nil, err
 	}
 	if !rec.State.Active() {
-		v := d.finishedView(rec)
+		v := finishedView(d.Store.Logs(), rec)
 		return &v, nil
 	}
 	v := d.liveView(rec, d.runs().OwnerState(id, rec.Locks))
 	return &v, nil
 }
 
-func (d *Dispatcher) finishedView(r *record.Run) vocab.RunView {
+func finishedView(logs backend.Logs, r *record.Run) vocab.RunView {
 	v := vocab.ViewOf(r)
 	if v.Events == nil {
 		v.Events = []record.Event{}
 	}
-	if logs := d.Store.Logs(); logs.HasLog(r.RunID) {
+	if logs.HasLog(r.RunID) {
 		v.LogPath = logs.LogPath(r.RunID)
 	}
 	return v
@@ -187,7 +184,7 @@ func (d *Dispatcher) finishedView(r *record.Run) vocab.RunView {
 // liveView is an active run's view with its owner's liveness, and an
 // orphan's with the processes that hold its slot.
 func (d *Dispatcher) liveView(r *record.Run, o record.Owner) vocab.RunView {
-	v := d.finishedView(r)
+	v := finishedView(d.Store.Logs(), r)
 	v.Owner = o.Owner.String()
 	v.OwnerAlive = o.Owner.MayLive()
 	v.SupervisorAlive = o.Supervisor == record.Alive

@@ -19,7 +19,7 @@ import (
 
 func TestStatusOnMissingRootCreatesNothing(t *testing.T) {
 	d := newDispatcher(t)
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Equal(t, vocab.StatusVersion, snap.Version)
 	assert.Equal(t, 1, snap.Version)
@@ -51,7 +51,7 @@ func TestStatusActiveRuns(t *testing.T) {
 	releaseAll(dead)
 
 	before := treeSnapshot(t, d.Logs.Root())
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Equal(t, before, treeSnapshot(t, d.Logs.Root()), "status changes nothing")
 
@@ -88,7 +88,7 @@ func TestStatusActiveRuns(t *testing.T) {
 	assert.Contains(t, x.Reason, fmt.Sprintf("owner process %d is gone", os.Getpid()))
 
 	// A task filter keeps that task's runs; the count stays global.
-	snap, err = d.Status("orphan")
+	snap, err = d.Status(vocab.StatusQuery{Task: "orphan"})
 	require.NoError(t, err)
 	require.Len(t, snap.Active, 1)
 	assert.Equal(t, orphan.Rec.RunID, snap.Active[0].RunID)
@@ -119,7 +119,7 @@ func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 		ids = append(ids, id)
 	}
 
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	require.Len(t, snap.Finished, vocab.FinishedShown)
 	for i, v := range snap.Finished {
@@ -134,7 +134,7 @@ func TestStatusFinishedNewestFirstAtMostTen(t *testing.T) {
 	assert.Empty(t, snap.Active)
 	assert.Equal(t, 0, snap.SlotsInUse)
 
-	snap, err = d.Status("even")
+	snap, err = d.Status(vocab.StatusQuery{Task: "even"})
 	require.NoError(t, err)
 	require.Len(t, snap.Finished, (vocab.FinishedShown+2)/2)
 	for _, v := range snap.Finished {
@@ -163,7 +163,7 @@ func TestStatusReportsProblems(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(lay(d).done(doneID), []byte("torn"), 0o600))
 
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Equal(t, 1, snap.SlotsInUse, "only the record whose owner is alive counts")
 	assert.Empty(t, snap.Active)
@@ -197,7 +197,7 @@ func TestStatusCorruptConfig(t *testing.T) {
 	setCap(t, d, 2)
 	res := admit(t, d, "running")
 	require.NoError(t, os.WriteFile(lay(d).config(), []byte("{"), 0o600))
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err, "status shows what it can")
 	p := snap.ConfigError
 	require.NotNil(t, p)
@@ -230,7 +230,7 @@ func TestProbeErrorStatusAgreesWithAdmission(t *testing.T) {
 	require.ErrorAs(t, err, &refused, "admission must count a run it cannot probe")
 	assert.Equal(t, 1, refused.InUse)
 
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Equal(t, refused.InUse, snap.SlotsInUse, "status and admission agree on the slots in use")
 	require.Len(t, snap.Active, 1)

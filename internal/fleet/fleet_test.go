@@ -173,7 +173,7 @@ func TestRecoverFinalizesDeadRunsAndConverges(t *testing.T) {
 	assert.Equal(t, vocab.Finalized, rep.Items[0].Outcome)
 	assert.Contains(t, rep.Items[0].Reason, "owner process 4711 on host h9 lost its lease")
 
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Empty(t, snap.Active)
 	require.Len(t, snap.Finished, 1)
@@ -194,7 +194,7 @@ func TestRecoverDryRunChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Items, 1)
 	assert.Equal(t, vocab.Finalized, rep.Items[0].Outcome)
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Len(t, snap.Active, 1)
 }
@@ -205,7 +205,7 @@ func TestRecoverQuarantinesUnreadableRecords(t *testing.T) {
 	key := f.k.active(record.NewRunID(time.Now()))
 	_, err := f.cli.Put(context.Background(), key, "{not json")
 	require.NoError(t, err)
-	snap, err := d.Status("")
+	snap, err := d.Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	require.Len(t, snap.Problems, 1)
 	assert.False(t, snap.Problems[0].HoldsSlot, "no owner key: holds no slot")
@@ -263,7 +263,7 @@ func TestReserveWithoutTheMutexWritesNothing(t *testing.T) {
 		State: record.Provisioning, Command: []string{"true"}, CreatedAt: now})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no longer holds the admission lock")
-	snap, err := over(f).Status("")
+	snap, err := over(f).Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Empty(t, snap.Active, "nothing was written")
 }
@@ -307,7 +307,7 @@ func TestStartRecordsTheOutcome(t *testing.T) {
 	var exited *vocab.ExitError
 	require.ErrorAs(t, err, &exited)
 	assert.Equal(t, 7, exited.Code)
-	snap, err := d.Status("a")
+	snap, err := d.Status(vocab.StatusQuery{Task: "a"})
 	require.NoError(t, err)
 	require.Len(t, snap.Finished, 1)
 	got := snap.Finished[0]
@@ -337,7 +337,7 @@ func TestStartRefusesAtTheCap(t *testing.T) {
 		done <- err
 	}()
 	require.Eventually(t, func() bool {
-		snap, err := d.Status("")
+		snap, err := d.Status(vocab.StatusQuery{})
 		return err == nil && snap.SlotsInUse == 1
 	}, 10*time.Second, 20*time.Millisecond)
 
@@ -416,7 +416,7 @@ func TestStopFromAnotherHost(t *testing.T) {
 	}()
 	var id record.RunID
 	require.Eventually(t, func() bool {
-		snap, err := d.Status("long")
+		snap, err := d.Status(vocab.StatusQuery{Task: "long"})
 		if err == nil && len(snap.Active) == 1 && snap.Active[0].State == record.Running {
 			id = snap.Active[0].RunID
 			return true

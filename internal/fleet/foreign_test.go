@@ -51,7 +51,7 @@ func TestLeaselessKeysAreForeign(t *testing.T) {
 			require.NoError(t, err)
 			key := tc.plant(t, f)
 
-			snap, err := d.Status("")
+			snap, err := d.Status(vocab.StatusQuery{})
 			require.NoError(t, err)
 			assert.True(t, slices.ContainsFunc(snap.Problems, func(p vocab.Problem) bool {
 				return p.Path == key && strings.Contains(p.Error, "on no lease") && !p.HoldsSlot
@@ -68,7 +68,7 @@ func TestLeaselessKeysAreForeign(t *testing.T) {
 			got, err := f.cli.Get(context.Background(), key)
 			require.NoError(t, err)
 			assert.Empty(t, got.Kvs, "crew recover removed %s: %+v", key, rep.Items)
-			snap, err = d.Status("")
+			snap, err = d.Status(vocab.StatusQuery{})
 			require.NoError(t, err)
 			assert.Empty(t, snap.Problems)
 		})

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/vocab"
 )
 
 // enqueue puts a waiting start of task in line, as crew start --wait does,
@@ -50,7 +51,7 @@ func TestAFinishWakesOnlyTheWaitersItsSlotCanServe(t *testing.T) {
 		done <- err
 	}()
 	require.Eventually(t, func() bool {
-		snap, err := d.Status("")
+		snap, err := d.Status(vocab.StatusQuery{})
 		return err == nil && snap.SlotsInUse == 1
 	}, 10*time.Second, 20*time.Millisecond)
 	var ws []*waiter

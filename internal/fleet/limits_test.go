@@ -57,7 +57,7 @@ func TestHistoryBeyondOneTransaction(t *testing.T) {
 	ids := putFinished(t, f, "many", etcdMaxTxnOps+70)
 	newest := ids[len(ids)-1]
 
-	snap, err := d.Status("many")
+	snap, err := d.Status(vocab.StatusQuery{Task: "many"})
 	require.NoError(t, err)
 	require.NotEmpty(t, snap.Finished)
 	assert.Equal(t, newest, snap.Finished[0].RunID)
