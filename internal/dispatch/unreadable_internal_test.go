@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"errors"
+	"github.com/crew-dev/crew/internal/backend"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,3 +50,8 @@ func (idleWaiter) ID() record.RunID      { return "" }
 func (idleWaiter) Rung() <-chan struct{} { return nil }
 func (idleWaiter) Screen() bool          { return false }
 func (idleWaiter) Remove()               {}
+func (idleWaiter) Release()              {}
+func (idleWaiter) LeaveWith(*record.Run) error {
+	return nil
+}
+func (idleWaiter) HandOver() backend.HandOver { return backend.HandOver{} }

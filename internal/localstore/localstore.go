@@ -107,15 +107,48 @@ func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return waiter{w}, nil
+	return waiter{w, sec.s}, nil
 }
 
 // waiter is a place in a state root's queue: its bell is rung only for
 // the waiters admission would let in (dispatch.RingWaiters), so a ring is
 // worth the admission lock at once.
-type waiter struct{ *queue.Waiter }
+type waiter struct {
+	*queue.Waiter
+	s *runstore.Store
+}
 
 func (waiter) Screen() bool { return false }
+
+// LeaveWith records rec among the finished runs, then leaves the queue:
+// whoever finds the ticket gone finds the record.
+func (w waiter) LeaveWith(rec *record.Run) error {
+	if err := w.s.RecordNeverAdmitted(rec); err != nil {
+		return err
+	}
+	w.Remove()
+	return nil
+}
+
+// HandOver is the state root and the waiter's lock and bell, for a
+// background waiter (AdoptWaiter takes them back).
+func (w waiter) HandOver() backend.HandOver {
+	return backend.HandOver{Store: []string{"--root", w.s.Root()}, Files: w.Files()}
+}
+
+// AdoptWaiter takes over a place in line whose lock and bell a background
+// waiter inherited, as its parent handed them on (waiter.HandOver). Its
+// standing is a state root's, which needs no session.
+func (s *Store) AdoptWaiter(id record.RunID, _ []string, files []*os.File) (backend.Starter, backend.Waiter, error) {
+	if len(files) != 2 {
+		return nil, nil, fmt.Errorf("waiting start %s: %d descriptors handed over, want its lock and its bell", id, len(files))
+	}
+	w, err := s.Store.Queue().AdoptWaiter(id, files[0], files[1])
+	if err != nil {
+		return nil, nil, err
+	}
+	return starter{s.Store}, waiter{w, s.Store}, nil
+}
 
 // Adopt takes over a run whose locks a detached supervisor inherited, as
 // its parent handed them on (runstore.RunLocks.HandOver).
