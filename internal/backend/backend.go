@@ -86,14 +86,16 @@ type Section interface {
 // Waiter is this process's place in the queue.
 type Waiter interface {
 	ID() record.RunID
-	// Rung delivers a value whenever something changed that may let this
-	// waiter in.
+	// Rung delivers a value when this waiter was told to go: admission
+	// would let it in, or it has news of its own (crew stop asked it to
+	// leave, it lost its place).
 	Rung() <-chan struct{}
-	// Screen says whether a ring is worth a look without the admission
-	// lock before taking it: where every change rings every waiter (a
-	// store its waiters watch), rather than only the waiters admission
-	// would let in.
-	Screen() bool
+	// Changed delivers a value when something changed that may let some
+	// waiter in, told to every waiter alike (a slot freed without a word,
+	// a watched store's change): worth a look without the admission lock
+	// before taking it. Nil where the store cannot tell; the waiter then
+	// polls.
+	Changed() <-chan struct{}
 	// Remove takes the ticket out of the queue; removing twice is harmless.
 	Remove()
 	// LeaveWith takes the ticket out of the queue as Remove does, leaving

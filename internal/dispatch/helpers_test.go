@@ -51,6 +51,16 @@ func admit(t *testing.T, d *dispatch.Dispatcher, task string) *dispatch.Reservat
 // as if every process of the run had died. Releasing twice is harmless.
 func releaseAll(res *dispatch.Reservation) { res.Run.Release(); res.Starter.Close() }
 
+// finishQuietly makes a reserved run final as its supervisor does, but
+// rings nobody: its slot is free, and no waiter has been told.
+func finishQuietly(t *testing.T, res *dispatch.Reservation) {
+	t.Helper()
+	code := 0
+	res.Rec.Finish(record.Succeeded, time.Now().UTC(), &code, "")
+	require.NoError(t, res.Run.Finish(res.Rec))
+	res.Starter.Close()
+}
+
 // holdOwner takes the owner lock at path on a file description of its own,
 // as another process would; the lock is released when the test ends.
 func holdOwner(t *testing.T, path string) *lockfs.Lock { return lockAt(t, path) }

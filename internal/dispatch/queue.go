@@ -18,7 +18,14 @@ import (
 // pollInterval is the fallback re-evaluation of a waiter, for changes no
 // one rang about: a run or waiter killed with SIGKILL frees its place
 // without any file changing. Jittered so waiters do not poll in step.
-const pollInterval = 2 * time.Second
+// Where the store tells of such changes (Waiter.Changed: a state root's
+// released locks on Linux, an etcd watch), the poll is only a safety net,
+// for what no event says: a waiting start ahead that died just as it was
+// rung for a free slot.
+const (
+	pollInterval       = 2 * time.Second
+	safetyPollInterval = 30 * time.Second
+)
 
 // attemptResult is a start that was not admitted on this attempt.
 type attemptResult struct {
@@ -296,7 +303,14 @@ var errWaitTimeout = errors.New("wait timed out")
 func (a *admitter) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter, deadline <-chan time.Time, report func(vocab.WaitProgress), configBroken bool) error {
 	req := a.req
 	for {
-		poll := time.NewTimer(pollInterval + rand.N(pollInterval/2))
+		every := pollInterval
+		if w.Changed() != nil && !configBroken {
+			every = safetyPollInterval // the store tells of what polls would find
+		}
+		poll := time.NewTimer(every + rand.N(every/2))
+		if failpoint.Skip(failpoint.QueuePoll) {
+			poll.Stop() // test builds only: prove that what wakes a waiter is not its poll
+		}
 		select {
 		case <-ctx.Done():
 			poll.Stop()
@@ -306,12 +320,16 @@ func (a *admitter) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter, 
 			return errWaitTimeout
 		case <-w.Rung():
 			poll.Stop()
-			if !w.Screen() || a.stopRequestFor(w) != nil {
+			return nil
+		case <-w.Changed():
+			poll.Stop()
+			if a.stopRequestFor(w) != nil {
 				return nil
 			}
-			// Every change rang every waiter: only one that may now be
-			// admitted takes the admission lock.
+			// Every waiter was told: only one that may now be admitted
+			// takes the admission lock.
 			if ar := a.evaluate(w); ar != nil {
+				configBroken = false // evaluate could read it
 				report(ar.progress(req))
 				continue
 			}

@@ -134,9 +134,9 @@ func TestQueueIsFIFOAndNewcomersDoNotJump(t *testing.T) {
 	assert.Equal(t, admission.WaitSlot, w1.lastProgress().Reason)
 	assert.Equal(t, 2, w2.lastProgress().Position)
 
-	// The slot frees (the holder died) but nobody rang yet: a newcomer is
-	// refused because waiters are owed the slot.
-	releaseAll(holder)
+	// The slot frees (the holder finished) but nobody rang yet: a
+	// newcomer is refused because waiters are owed the slot.
+	finishQuietly(t, holder)
 	_, err = d.Admit(context.Background(), admitReq("newcomer"))
 	var refused *vocab.RefusedError
 	require.ErrorAs(t, err, &refused)

@@ -2,12 +2,12 @@ package dispatch
 
 import (
 	"errors"
-	"github.com/crew-dev/crew/internal/backend"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -46,12 +46,10 @@ func TestUnreadableQueueDecidesNothing(t *testing.T) {
 // idleWaiter is a place in line that is never rung.
 type idleWaiter struct{}
 
-func (idleWaiter) ID() record.RunID      { return "" }
-func (idleWaiter) Rung() <-chan struct{} { return nil }
-func (idleWaiter) Screen() bool          { return false }
-func (idleWaiter) Remove()               {}
-func (idleWaiter) Release()              {}
-func (idleWaiter) LeaveWith(*record.Run) error {
-	return nil
-}
-func (idleWaiter) HandOver() backend.HandOver { return backend.HandOver{} }
+func (idleWaiter) ID() record.RunID            { return "" }
+func (idleWaiter) Rung() <-chan struct{}       { return nil }
+func (idleWaiter) Changed() <-chan struct{}    { return nil }
+func (idleWaiter) Remove()                     {}
+func (idleWaiter) Release()                    {}
+func (idleWaiter) LeaveWith(*record.Run) error { return nil }
+func (idleWaiter) HandOver() backend.HandOver  { return backend.HandOver{} }

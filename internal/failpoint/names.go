@@ -37,6 +37,7 @@ var (
 	Admitted           = Name{"admitted"}
 	DetachHandover     = Name{"detach-handover"}
 	Adopted            = Name{"adopted"}
+	QueuePoll          = Name{"queue-poll"}
 	PTYOpen            = Name{"pty-open"}
 	ForkExec           = Name{"fork-exec"}
 	Launched           = Name{"launched"}
@@ -86,6 +87,7 @@ var Points = []Point{
 	{WaiterHandover, Step, "`--detach --wait`: the background waiter took over the place in line; the parent has not let go of it"},
 	{WaitPoll, Step, "`crew wait` (or `crew logs -f`) has looked at its run once and is between two looks"},
 	{Fence, Guard, "finalizing a dead run without taking its locks (`skip`)"},
+	{QueuePoll, Guard, "a waiting start without its fallback poll (`skip`): it wakes only when told"},
 	{RecoverLocked, Step, "a recoverer (or admission) holds a dead run's locks, record not yet re-read"},
 }
 

@@ -318,9 +318,10 @@ func (sec *section) Release() { sec.s.unlock() }
 // may let it in (a slot or ticket going, the config changing), for a stop
 // request of its own, and for its lease expiring: each rings it.
 type waiter struct {
-	s    *starter
-	id   record.RunID
-	rung chan struct{}
+	s       *starter
+	id      record.RunID
+	rung    chan struct{} // its own news: a stop request for it, its lease lost
+	changed chan struct{} // what may let any waiter in
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -329,26 +330,24 @@ type waiter struct {
 
 func newWaiter(s *starter, id record.RunID, rev int64) *waiter {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &waiter{s: s, id: id, rung: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	w := &waiter{s: s, id: id, rung: make(chan struct{}, 1), changed: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	go w.watch(ctx, rev)
 	return w
 }
 
-func (w *waiter) ID() record.RunID      { return w.id }
-func (w *waiter) Rung() <-chan struct{} { return w.rung }
-func (w *waiter) ring()                 { sendNonBlocking(w.rung) }
-func (w *waiter) stop()                 { w.once.Do(func() { w.cancel(); <-w.done }) }
+func (w *waiter) ID() record.RunID         { return w.id }
+func (w *waiter) Rung() <-chan struct{}    { return w.rung }
+func (w *waiter) Changed() <-chan struct{} { return w.changed }
+func (w *waiter) ring()                    { sendNonBlocking(w.rung) }
+func (w *waiter) change()                  { sendNonBlocking(w.changed) }
+func (w *waiter) stop()                    { w.once.Do(func() { w.cancel(); <-w.done }) }
+
 func sendNonBlocking(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
 	}
 }
-
-// Screen: every change rings every waiter, so a ring is worth a look
-// before the admission lock; except the waiter's own news, a lost lease,
-// which the next attempt reports.
-func (w *waiter) Screen() bool { return !w.s.lease.hasExpired() }
 
 // Remove takes the ticket out of the queue.
 func (w *waiter) Remove() {
@@ -374,7 +373,7 @@ func (w *waiter) watch(ctx context.Context, rev int64) {
 		wch := f.cli.Watch(clientv3.WithRequireLeader(wctx), f.k.p+"/", opts...)
 		rev = w.follow(ctx, wch)
 		cancel()
-		w.ring()
+		w.change()
 		select {
 		case <-ctx.Done():
 		case <-time.After(250 * time.Millisecond):
@@ -400,8 +399,11 @@ func (w *waiter) follow(ctx context.Context, wch clientv3.WatchChan) int64 {
 			}
 			rev = resp.Header.Revision
 			for _, ev := range resp.Events {
-				if w.relevant(ev) {
-					w.ring()
+				switch {
+				case string(ev.Kv.Key) == w.s.f.k.stop(w.id) && ev.Type == clientv3.EventTypePut:
+					w.ring() // crew stop asks it to leave
+				case w.relevant(ev):
+					w.change()
 				}
 			}
 		}
@@ -409,11 +411,11 @@ func (w *waiter) follow(ctx context.Context, wch clientv3.WatchChan) int64 {
 }
 
 // relevant: what may let a waiter in (an owner key, record or ticket
-// going; the config changing), or a stop request for it.
+// going; the config changing).
 func (w *waiter) relevant(ev *clientv3.Event) bool {
 	k, key := w.s.f.k, string(ev.Kv.Key)
 	switch {
-	case key == k.config(), key == k.stop(w.id):
+	case key == k.config():
 		return ev.Type == clientv3.EventTypePut
 	case ev.Type != clientv3.EventTypeDelete:
 		return false

@@ -107,22 +107,42 @@ func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return waiter{w, sec.s}, nil
+	return newWaiter(w, sec.s), nil
 }
 
 // waiter is a place in a state root's queue: its bell is rung only for
-// the waiters admission would let in (dispatch.RingWaiters), so a ring is
-// worth the admission lock at once.
+// the waiters admission would let in (dispatch.RingWaiters), and the
+// state root's releases (a run or a waiter that died without a word) are
+// its changes.
 type waiter struct {
 	*queue.Waiter
-	s *runstore.Store
+	s        *runstore.Store
+	releases *runstore.ReleaseWatch
 }
 
-func (waiter) Screen() bool { return false }
+// newWaiter is w watching the state root's releases, in the process that
+// waits in it (a background waiter opens its own watch).
+func newWaiter(w *queue.Waiter, s *runstore.Store) *waiter {
+	releases, _ := s.WatchReleases() // none: the waiter polls
+	return &waiter{Waiter: w, s: s, releases: releases}
+}
+
+func (w *waiter) Changed() <-chan struct{} {
+	if w.releases == nil {
+		return nil
+	}
+	return w.releases.C
+}
+
+// Remove leaves the queue and stops watching.
+func (w *waiter) Remove() {
+	w.releases.Close()
+	w.Waiter.Remove()
+}
 
 // LeaveWith records rec among the finished runs, then leaves the queue:
 // whoever finds the ticket gone finds the record.
-func (w waiter) LeaveWith(rec *record.Run) error {
+func (w *waiter) LeaveWith(rec *record.Run) error {
 	if err := w.s.RecordNeverAdmitted(rec); err != nil {
 		return err
 	}
@@ -130,9 +150,16 @@ func (w waiter) LeaveWith(rec *record.Run) error {
 	return nil
 }
 
+// Release lets go of the place in line without leaving it (a background
+// waiter holds it now), and stops watching.
+func (w *waiter) Release() {
+	w.releases.Close()
+	w.Waiter.Release()
+}
+
 // HandOver is the state root and the waiter's lock and bell, for a
 // background waiter (AdoptWaiter takes them back).
-func (w waiter) HandOver() backend.HandOver {
+func (w *waiter) HandOver() backend.HandOver {
 	return backend.HandOver{Store: []string{"--root", w.s.Root()}, Files: w.Files()}
 }
 
@@ -147,7 +174,7 @@ func (s *Store) AdoptWaiter(id record.RunID, _ []string, files []*os.File) (back
 	if err != nil {
 		return nil, nil, err
 	}
-	return starter{s.Store}, waiter{w, s.Store}, nil
+	return starter{s.Store}, newWaiter(w, s.Store), nil
 }
 
 // Adopt takes over a run whose locks a detached supervisor inherited, as

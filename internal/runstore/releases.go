@@ -1,0 +1,32 @@
+package runstore
+
+// A waiting start must notice at once when a slot, or a place ahead of it
+// in line, is freed without a word: a run or a waiting start killed with
+// SIGKILL leaves no record changed and rings no bell. What does change is
+// in the kernel: the last descriptor of the run's owner lock (held by its
+// supervisor and inherited by its command, opened for writing) is closed
+// when the last of them dies, and inotify tells of that close. A normal
+// end removes the lock file before it lets go of it; a lock file still at
+// its name when its last writer closes it was left by the dead. Probes
+// open the locks read-only, and are not told of.
+
+// ReleaseWatch tells of locks of the state root that lost their last
+// holder while still in place (owners/), and of crew.json replaced (a
+// config fixed by hand), on systems that can tell (Linux); elsewhere the
+// waiters poll.
+type ReleaseWatch struct {
+	// C delivers a value when something was released.
+	C     <-chan struct{}
+	close func()
+}
+
+// Close stops the watch.
+func (w *ReleaseWatch) Close() {
+	if w != nil && w.close != nil {
+		w.close()
+	}
+}
+
+// WatchReleases watches the state root for releases (ReleaseWatch); an
+// error where the system cannot watch (no inotify, or its limits reached).
+func (s *Store) WatchReleases() (*ReleaseWatch, error) { return s.watchReleases() }

@@ -1,0 +1,118 @@
+//go:build linux
+
+package runstore
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// watchReleases is an inotify instance on owners/ (last writers closing a
+// lock file) and on the root (crew.json renamed into place).
+func (s *Store) watchReleases() (*ReleaseWatch, error) {
+	owners, err := s.dir(ownersDir)
+	if err != nil {
+		return nil, err
+	}
+	root, err := s.dir(".")
+	if err != nil {
+		owners.Close()
+		return nil, err
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		owners.Close()
+		root.Close()
+		return nil, fmt.Errorf("watch the state root: %w", err)
+	}
+	r := &releases{f: os.NewFile(uintptr(fd), "inotify"), owners: owners, c: make(chan struct{}, 1)}
+	ownersWD, err := addWatch(fd, owners, unix.IN_CLOSE_WRITE)
+	if err == nil {
+		r.ownersWD = ownersWD
+		_, err = addWatch(fd, root, unix.IN_MOVED_TO)
+	}
+	root.Close()
+	if err != nil {
+		r.f.Close()
+		owners.Close()
+		return nil, fmt.Errorf("watch the state root: %w", err)
+	}
+	go r.listen()
+	return &ReleaseWatch{C: r.c, close: r.close}, nil
+}
+
+// addWatch watches the directory open as dir, through its descriptor:
+// nothing is looked up again by path.
+func addWatch(fd int, dir *os.Root, mask uint32) (int32, error) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	wd, err := unix.InotifyAddWatch(fd, fmt.Sprintf("/proc/self/fd/%d", d.Fd()), mask)
+	return int32(wd), err
+}
+
+type releases struct {
+	f        *os.File
+	owners   *os.Root
+	ownersWD int32
+	c        chan struct{}
+	once     sync.Once
+}
+
+func (r *releases) close() {
+	r.once.Do(func() {
+		_ = r.f.Close() // ends listen
+		r.owners.Close()
+	})
+}
+
+// listen turns the events that matter into wake-ups until the watch is
+// closed.
+func (r *releases) listen() {
+	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	for {
+		n, err := r.f.Read(buf)
+		if err != nil {
+			return
+		}
+		if r.matters(buf[:n]) {
+			select {
+			case r.c <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// matters reports whether a batch of events holds one a waiter must look
+// at: a lock file of owners/ closed by its last writer and still in place,
+// crew.json replaced, or events lost (the queue overflowed).
+func (r *releases) matters(buf []byte) bool {
+	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		nameAt := off + unix.SizeofInotifyEvent
+		off = nameAt + int(ev.Len)
+		if off > len(buf) {
+			return true // a torn batch: look rather than miss one
+		}
+		name := strings.TrimRight(string(buf[nameAt:off]), "\x00")
+		switch {
+		case ev.Mask&unix.IN_Q_OVERFLOW != 0:
+			return true
+		case ev.Wd == r.ownersWD && strings.HasSuffix(name, ".lock"):
+			if _, err := r.owners.Lstat(name); err == nil {
+				return true // its holders died: a normal end removes it first
+			}
+		case ev.Wd != r.ownersWD && name == configName:
+			return true
+		}
+	}
+	return false
+}
