@@ -79,7 +79,7 @@ The README is the reference: every command, the state root, the exit codes.`,
 	root.Version = versionString()
 	root.SetVersionTemplate("crew version {{.Version}}\n")
 	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newHistoryCmd(g, s), newRecoverCmd(g, s),
-		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g))
+		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g), newBackgroundWaitCmd(g))
 	root.SetUsageFunc(usageFunc(s.Out))
 	hideUnsupported(root)
 	return root

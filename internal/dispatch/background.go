@@ -143,7 +143,7 @@ func startBackgroundWaiter(q *queued, req vocab.StartRequest) error {
 	for _, v := range h.Adopt {
 		argv = append(argv, "--adopt", v)
 	}
-	argv = append(argv, string(q.w.ID()))
+	argv = append(append(argv, req.WaiterArgs...), string(q.w.ID()))
 	err = forkDetached(argv, req.Dir, req.Env, append(h.Files, reqR, readyW))
 	reqR.Close()
 	readyW.Close()

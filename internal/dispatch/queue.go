@@ -270,13 +270,14 @@ func (a *admitter) admitWaiting(ctx context.Context, w backend.Waiter) (*Reserva
 		}
 		joined := w == nil
 		w = ar.waiter
-		report(ar.progress(req))
 		if joined && a.handOff {
-			// In line: a background waiter waits in its place from here.
+			// In line: a background waiter waits in its place from here;
+			// where it stands is told once (StartRequest.OnQueued).
 			a.queued = &queued{w: w, progress: ar.progress(req), waited: time.Since(began)}
 			w = nil
 			return nil, nil
 		}
+		report(ar.progress(req))
 		if joined && a.evaluate(w) == nil {
 			// Capacity freed between our decision and our ticket becoming
 			// visible was announced to nobody: whoever freed it looked

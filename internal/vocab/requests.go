@@ -72,6 +72,10 @@ type StartRequest struct {
 	// supervisor does; OnQueued then hears where the start stands in line.
 	Detach   bool
 	OnQueued func(WaitProgress)
+	// WaiterArgs are flags of crew start's own that its background waiter
+	// is started with (--refused-exit: the exit code its record gives a
+	// start whose --wait=D runs out).
+	WaiterArgs []string
 	// Tag prefixes each line of the command's output on Stdout and Stderr
 	// with the task's name and a tab (crew start --tag); the log keeps the
 	// output as it was written.
