@@ -28,13 +28,21 @@ func (e *env) holdOnly() (open func()) {
 	return open
 }
 
+// returns runs crew with args, which must return while the slot is held:
+// a start that waited in the foreground instead fails the test, held by
+// the gate, when the deadline passes.
+func (e *env) returns(args ...string) result {
+	e.t.Helper()
+	return e.start(nil, args...).wait(e.t, time.Minute)
+}
+
 // startInBackground runs crew start --detach --wait with args, which must
 // return at once (the slot is held), and returns the id it printed. The
 // test's cleanup asks a start still in line to leave it: no background
 // waiter outlives the test.
 func (e *env) startInBackground(args ...string) string {
 	e.t.Helper()
-	r := e.run(append([]string{"start", "--detach", "--wait"}, args...)...)
+	r := e.returns(append([]string{"start", "--detach", "--wait"}, args...)...)
 	require.Equal(e.t, 0, r.Code, "crew start --detach --wait %v: %s", args, r.Stderr)
 	id := strings.TrimSpace(r.Stdout)
 	require.True(e.t, strings.HasPrefix(id, "r-") && !strings.ContainsAny(id, " \n"), "stdout is the run id alone: %q", r.Stdout)
@@ -90,7 +98,7 @@ func TestDetachWaitReturnsInLine(t *testing.T) {
 	ids := make([]string, 3)
 	for i := range ids {
 		_, cmd := e.marker(fmt.Sprintf("q%d", i), 10+i)
-		r := e.run(append([]string{"start", "--detach", "--wait", fmt.Sprintf("q%d", i), "--"}, cmd...)...)
+		r := e.returns(append([]string{"start", "--detach", "--wait", fmt.Sprintf("q%d", i), "--"}, cmd...)...)
 		require.Equal(t, 0, r.Code, "start %d: %s", i, r.Stderr)
 		ids[i] = strings.TrimSpace(r.Stdout)
 		t.Cleanup(func() { e.leaveLine(ids[i]) })
@@ -132,7 +140,7 @@ func ordinalOf(n int) string {
 func TestDetachWaitJSON(t *testing.T) {
 	e := newEnv(t)
 	openHolder := e.holdOnly()
-	r := e.run("start", "--detach", "--wait", "--json", "--quiet", "j", "--", "true")
+	r := e.returns("start", "--detach", "--wait", "--json", "--quiet", "j", "--", "true")
 	require.Equal(t, 0, r.Code, r.Stderr)
 	assert.Empty(t, r.Stderr, "--quiet")
 	var out struct {
