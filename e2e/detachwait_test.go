@@ -221,7 +221,7 @@ func TestDetachWaitKilled(t *testing.T) {
 	_, cmd = e.marker("second", 4)
 	second := e.startInBackground(append([]string{"second", "--"}, cmd...)...)
 
-	w := e.proveBackgroundWaiter(first)
+	w := proveBackgroundWaiter(t, first, e.crewIdentity())
 	require.NoError(t, w.signal(syscall.SIGKILL))
 	eventually(t, 20*time.Second, "the killed waiter's place to go", func() bool {
 		line := e.line()
@@ -237,12 +237,13 @@ func TestDetachWaitKilled(t *testing.T) {
 }
 
 // proveBackgroundWaiter finds the background waiter of id (crew __wait
-// ... id) and proves it is this test's own (its state root).
-func (e *env) proveBackgroundWaiter(id string) *ownProc {
-	e.t.Helper()
+// ... id) and proves it is this test's own (it shows ident: the test's
+// own state root or store).
+func proveBackgroundWaiter(t *testing.T, id string, ident identity) *ownProc {
+	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		e.t.Skipf("no /proc to find the background waiter in: %v", err)
+		t.Skipf("no /proc to find the background waiter in: %v", err)
 	}
 	for _, ent := range entries {
 		pid := 0
@@ -254,11 +255,11 @@ func (e *env) proveBackgroundWaiter(id string) *ownProc {
 		if err != nil || len(args) < 3 || args[1] != "__wait" || !strings.Contains(string(argv), "\x00"+id+"\x00") {
 			continue
 		}
-		p, err := proveProc(pid, e.crewIdentity())
-		requireProof(e.t, err, "prove the background waiter of "+id)
-		e.t.Cleanup(p.release)
+		p, err := proveProc(pid, ident)
+		requireProof(t, err, "prove the background waiter of "+id)
+		t.Cleanup(p.release)
 		return p
 	}
-	e.t.Fatalf("no background waiter of %s", id)
+	t.Fatalf("no background waiter of %s", id)
 	return nil
 }
