@@ -67,8 +67,8 @@ signal, so that the script that ran crew stops too. See the README's "crew start
 	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D (with \"=\") gives up after D (exit 75, or 76 if it was the task); --wait=0 does not wait")
 	f.Lookup("wait").NoOptDefVal = "forever"
 	f.StringVar(&o.pool, "pool", "", "also take a slot in this configured pool")
-	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only")
-	f.BoolVar(&o.json, "json", false, "with --detach (only), print {\"version\":1,\"runId\":...} instead of the bare run id")
+	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only; with --wait, once in line (it waits in the background)")
+	f.BoolVar(&o.json, "json", false, "with --detach (only), print {\"version\":1,\"runId\":...} instead of the bare run id (with --wait, also \"queued\" and \"position\" in line)")
 	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
 	f.Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
 	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
