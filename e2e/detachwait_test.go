@@ -263,3 +263,22 @@ func proveBackgroundWaiter(t *testing.T, id string, ident identity) *ownProc {
 	t.Fatalf("no background waiter of %s", id)
 	return nil
 }
+
+// The place in line is never free during the handover: crew start killed
+// (SIGKILL) the moment its background waiter holds the place, before it
+// has let go of it itself, leaves the place held by the background
+// waiter, whose run then runs.
+func TestDetachWaitHandOverHasNoGap(t *testing.T) {
+	e := newEnv(t)
+	openHolder := e.holdOnly()
+	_, cmd := e.marker("h", 6)
+	p := e.start([]string{"CREW_FAILPOINT=waiter-handover:kill"}, append([]string{"start", "--detach", "--wait", "h", "--"}, cmd...)...)
+	r := p.wait(t, time.Minute)
+	require.Equal(t, 137, r.Code, "crew start killed at the handover: %s", r.Stderr)
+	line := e.line()
+	require.Len(t, line, 1, "the background waiter holds the place")
+	t.Cleanup(func() { e.leaveLine(line[0].RunID) })
+	openHolder()
+	r = e.run("wait", line[0].RunID)
+	assert.Equal(t, 6, r.Code, "the run that waited in line: %s", r.Stderr)
+}

@@ -44,7 +44,7 @@ func newBackgroundWaitCmd(g *globalOptions) *cobra.Command {
 				return err
 			}
 			defer d.Close()
-			return d.WaitInBackground(b, sigs)
+			return b.Wait(d, sigs)
 		},
 	}
 	cmd.Flags().StringArrayVar(&adopt, "adopt", nil, "")

@@ -33,7 +33,7 @@ type Reservation struct {
 // critical section: under the admission lock it re-reads the active set and
 // the queue, decides, and makes the reservation durable before letting go.
 func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reservation, error) {
-	res, _, err := d.admit(ctx, req, false)
+	res, _, err := admit(ctx, d, req, false)
 	return res, err
 }
 
@@ -41,7 +41,7 @@ func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reserv
 // admitted at once returns as soon as it is in line: its place, and its
 // standing with the store, are kept (queued) for a background waiter to
 // take over.
-func (d *Dispatcher) admit(ctx context.Context, req vocab.AdmitRequest, handOff bool) (*Reservation, *queued, error) {
+func admit(ctx context.Context, d *Dispatcher, req vocab.AdmitRequest, handOff bool) (*Reservation, *queued, error) {
 	if err := record.ValidateNewTask(req.Task); err != nil {
 		return nil, nil, vocab.Usagef("invalid task name: %w", err)
 	}

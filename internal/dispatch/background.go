@@ -56,13 +56,13 @@ type queued struct {
 // does this process let go of it. A start a stop signal (sig) reached as
 // it joined leaves the queue instead, as a foreground waiter does; so does
 // one whose background waiter could not take over.
-func (d *Dispatcher) toBackground(q *queued, req vocab.StartRequest, sig syscall.Signal) error {
+func (q *queued) toBackground(d *Dispatcher, req vocab.StartRequest, sig syscall.Signal) error {
 	if sig != 0 {
-		d.leaveQueue(q)
+		q.leave(d)
 		return &vocab.SignalledError{Signal: sig}
 	}
 	if err := startBackgroundWaiter(q, req); err != nil {
-		d.leaveQueue(q)
+		q.leave(d)
 		return fmt.Errorf("hand the waiting start %s to a background waiter: %w", q.w.ID(), err)
 	}
 	failpoint.Hit(failpoint.WaiterHandover)
@@ -74,9 +74,8 @@ func (d *Dispatcher) toBackground(q *queued, req vocab.StartRequest, sig syscall
 	return nil
 }
 
-// leaveQueue takes a queued start out of line, and wakes whoever may go
-// now.
-func (d *Dispatcher) leaveQueue(q *queued) {
+// leave takes a queued start out of line, and wakes whoever may go now.
+func (q *queued) leave(d *Dispatcher) {
 	q.w.Remove()
 	q.st.Close()
 	d.RingWaiters()
@@ -252,21 +251,21 @@ func (b *Background) tell(line string) {
 	b.ready = nil
 }
 
-// WaitInBackground is the background waiter (crew __wait): it takes over
+// Wait is the background waiter (crew __wait): it takes over
 // the place in line its parent handed on, waits in it as a foreground
 // start with --wait does (the same loop, the same --wait=D, crew stop by a
 // stop request), and once admitted supervises the run as a detached
 // supervisor does: output to the run's log only, stdin /dev/null. A start
 // that leaves the queue without a run leaves a record that says why, for
 // crew wait: nobody else is there to be told.
-func (d *Dispatcher) WaitInBackground(b *Background, signals <-chan os.Signal) error {
+func (b *Background) Wait(d *Dispatcher, signals <-chan os.Signal) error {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		b.Refuse(err)
 		return err
 	}
 	defer devnull.Close()
-	a, w, grace, err := d.takeOver(b)
+	a, w, grace, err := b.takeOver(d)
 	if err != nil {
 		b.Refuse(err)
 		return err
@@ -275,17 +274,17 @@ func (d *Dispatcher) WaitInBackground(b *Background, signals <-chan os.Signal) e
 	var res *Reservation
 	sig := WatchStopSignals(signals, func(ctx context.Context) { res, err = a.admitWaiting(ctx, w) })
 	if res == nil {
-		return d.leaveUnadmitted(a, w, sig, err, b.ExitCode)
+		return a.leaveUnadmitted(w, sig, err, b.ExitCode)
 	}
 	res.Starter = a.st
 	defer a.st.Close()
 	failpoint.Hit(failpoint.Admitted)
-	return d.superviseAdmitted(res, vocab.StartRequest{AdmitRequest: a.req, Grace: grace, Stdin: devnull,
+	return res.supervise(d, vocab.StartRequest{AdmitRequest: a.req, Grace: grace, Stdin: devnull,
 		Env: os.Environ(), Signals: signals, NoPTY: true}, sig)
 }
 
 // takeOver reads the start's request and adopts its place in line.
-func (d *Dispatcher) takeOver(b *Background) (*admitter, backend.Waiter, time.Duration, error) {
+func (b *Background) takeOver(d *Dispatcher) (*admitter, backend.Waiter, time.Duration, error) {
 	var breq backgroundRequest
 	err := json.NewDecoder(io.LimitReader(b.req, maxRequestBytes)).Decode(&breq)
 	b.req.Close()
@@ -307,7 +306,7 @@ func (d *Dispatcher) takeOver(b *Background) (*admitter, backend.Waiter, time.Du
 // (err; or a stop signal, sig, ended its wait): it leaves the queue with
 // the record of a start that never ran, saying how it ended, with the
 // exit code the start would have exited with in the foreground.
-func (d *Dispatcher) leaveUnadmitted(a *admitter, w backend.Waiter, sig syscall.Signal, err error, code func(error) int) error {
+func (a *admitter) leaveUnadmitted(w backend.Waiter, sig syscall.Signal, err error, code func(error) int) error {
 	if sig != 0 {
 		err = &vocab.SignalledError{Signal: sig}
 	}
@@ -318,7 +317,7 @@ func (d *Dispatcher) leaveUnadmitted(a *admitter, w backend.Waiter, sig syscall.
 		w.Remove() // nowhere to say why: crew wait says it left the queue
 	}
 	a.st.Close()
-	d.RingWaiters()
+	a.d.RingWaiters()
 	return err
 }
 

@@ -26,7 +26,7 @@ func (d *Dispatcher) Start(req vocab.StartRequest) (record.RunID, error) {
 	}
 	res, q, sig, err := d.admitInterruptibly(req)
 	if q != nil {
-		return q.w.ID(), d.toBackground(q, req, sig)
+		return q.w.ID(), q.toBackground(d, req, sig)
 	}
 	var refused *vocab.RefusedError
 	switch {
@@ -47,13 +47,13 @@ func (d *Dispatcher) Start(req vocab.StartRequest) (record.RunID, error) {
 	}
 	defer res.Starter.Close()
 	failpoint.Hit(failpoint.Admitted)
-	return res.Rec.RunID, d.superviseAdmitted(res, req, sig)
+	return res.Rec.RunID, res.supervise(d, req, sig)
 }
 
-// superviseAdmitted launches and supervises an admitted run as req asks:
-// in the foreground, or handed to a detached supervisor (Detach); or
-// records it stopped before launch if a stop signal (sig) came first.
-func (d *Dispatcher) superviseAdmitted(res *Reservation, req vocab.StartRequest, sig syscall.Signal) error {
+// supervise launches and supervises an admitted run as req asks: in the
+// foreground, or handed to a detached supervisor (Detach); or records it
+// stopped before launch if a stop signal (sig) came first.
+func (res *Reservation) supervise(d *Dispatcher, req vocab.StartRequest, sig syscall.Signal) error {
 	sreq := supervise.Request{Run: res.Run, Logs: d.Logs, Rec: res.Rec, Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
 		Note: req.Note, Now: d.Now, Finished: d.RunFinished, NoPTY: req.NoPTY}
@@ -80,7 +80,7 @@ func (d *Dispatcher) admitInterruptibly(req vocab.StartRequest) (*Reservation, *
 	var q *queued
 	var err error
 	sig := WatchStopSignals(req.Signals, func(ctx context.Context) {
-		res, q, err = d.admit(ctx, req.AdmitRequest, req.Detach && req.Wait)
+		res, q, err = admit(ctx, d, req.AdmitRequest, req.Detach && req.Wait)
 	})
 	return res, q, sig, err
 }
