@@ -163,6 +163,60 @@ var sharedCases = []struct {
 		wantCode(t, r, "crew logs on the host that ran it", 0)
 		assert.Equal(t, "from-bg\n", r.Stdout)
 	}},
+	// crew start --detach --wait returns once in line, and a background
+	// waiter waits in its place: crew wait, crew stop and --wait=D work on
+	// its id, and one killed with SIGKILL frees its place (its lock, or
+	// its lease, goes with it).
+	{"DetachWaitInBackground", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		gate, open := f.gate("holder")
+		wantCode(t, f.run("h1", startArgs("holder", waitCmd(gate), "--detach")...), "the holder's crew start --detach", 0)
+		inLine := func(task string, cmd []string, flags ...string) string {
+			t.Helper()
+			args := startArgs(task, cmd, append([]string{"--detach", "--wait"}, flags...)...)
+			r, _, err := f.tryRunFor(60*time.Second, "h2", []string{"CREW_LEASE_TTL=2s"}, args...)
+			require.NoError(t, err, "crew start --detach --wait returns while the slot is held")
+			wantCode(t, r, "crew start --detach --wait", 0)
+			id := strings.TrimSpace(r.Stdout)
+			require.True(t, strings.HasPrefix(id, "r-"), "it prints the run id: %q", r.Stdout)
+			t.Cleanup(func() { _, _, _ = f.tryRunFor(30*time.Second, "h2", nil, "stop", id) })
+			return id
+		}
+		ran := inLine("ran", []string{"sh", "-c", "echo from-line; exit 3"})
+		stopped := inLine("stopped", []string{"true"})
+		gaveUp := inLine("gave-up", []string{"true"}, "--wait=300ms")
+		killed := inLine("killed", []string{"true"})
+
+		wantCode(t, f.run("h1", "stop", stopped), "crew stop of a background waiter", 0)
+		r := f.run("h1", "wait", stopped)
+		wantCode(t, r, "crew wait of a start stopped in line", 143)
+		assert.Contains(t, r.Stderr, "run "+stopped+" never ran: it left the queue stopped: stopped by crew stop")
+		r = f.run("h1", "wait", gaveUp)
+		wantCode(t, r, "crew wait of a start whose --wait=D ran out", 75)
+		assert.Contains(t, r.Stderr, "run "+gaveUp+" never ran: it left the queue failed: not admitted: gave up after waiting 300ms in the queue")
+
+		w := proveBackgroundWaiter(t, killed, identity{env: []string{f.storeEnv()}})
+		require.NoError(t, w.signal(syscall.SIGKILL))
+		eventually(t, 30*time.Second, "the killed waiter's place to go", func() bool {
+			q := f.status().Queue
+			return len(q) == 1 && q[0].RunID == ran
+		})
+		r = f.run("h1", "wait", killed)
+		if f.kind == "local" {
+			wantCode(t, r, "crew wait of a waiter killed in line (its ticket stays)", 125)
+			assert.Contains(t, r.Stderr, "never ran: its waiting start died in line (killed?)")
+		} else {
+			// Nothing of it is left to tell more.
+			wantCode(t, r, "crew wait of a waiter killed in line (its ticket went with its lease)", 64)
+			assert.Contains(t, r.Stderr, "no run "+killed+" in etcd store")
+		}
+
+		open()
+		wantCode(t, f.run("h1", "wait", ran), "crew wait of the run that waited in line", 3)
+		r = f.run("h2", "logs", ran)
+		wantCode(t, r, "crew logs on the host that ran it", 0)
+		assert.Equal(t, "from-line\n", r.Stdout)
+	}},
 	// --tag prefixes crew's copy of each line, not the log's; --retries
 	// runs a failed command again in the same slot.
 	{"TagAndRetries", func(t *testing.T, f *fleet) {

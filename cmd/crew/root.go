@@ -80,7 +80,7 @@ exit codes) and in the man pages (man crew, man crew-start, ...).`,
 	root.Version = versionString()
 	root.SetVersionTemplate("crew version {{.Version}}\n")
 	root.AddCommand(newInitCmd(g, s), newStartCmd(g, s), newStatusCmd(g, s), newHistoryCmd(g, s), newRecoverCmd(g, s),
-		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g), newCommandsCmd(s))
+		newWaitCmd(g, s), newLogsCmd(g, s), newStopCmd(g, s), newPruneCmd(g, s), newSuperviseCmd(g), newBackgroundWaitCmd(g), newCommandsCmd(s))
 	root.SetUsageFunc(usageFunc(s.Out))
 	hideUnsupported(root)
 	return root

@@ -69,8 +69,8 @@ signal, so that the script that ran crew stops too. See docs/start.md (man crew-
 	f.Var(&o.wait, "wait", "wait in line for a slot instead of refusing; --wait=D (with \"=\") gives up after D (exit 75, or 76 if it was the task); --wait=0 does not wait")
 	f.Lookup("wait").NoOptDefVal = "forever"
 	f.StringVar(&o.pool, "pool", "", "also take a slot in this configured pool")
-	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only")
-	f.BoolVar(&o.json, "json", false, "with --detach (only), print {\"version\":1,\"runId\":...} instead of the bare run id")
+	f.BoolVar(&o.detach, "detach", false, "run in the background: print the run id once the command runs, output to the run's log only; with --wait, once in line (it waits in the background)")
+	f.BoolVar(&o.json, "json", false, "with --detach (only), print {\"version\":1,\"runId\":...} instead of the bare run id (with --wait, also \"queued\" and \"position\" in line)")
 	f.BoolVar(&o.force, "force", false, "admit even if all slots are busy (recorded in the run)")
 	f.Var(duration.NewValue(&o.lockTimeout, 30*time.Second), "lock-timeout", "how long to wait for the admission lock")
 	f.Var(duration.NewValue(&o.grace, 10*time.Second), "grace", "time between forwarding a stop signal and SIGKILL")
@@ -125,6 +125,7 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 	if o.detach {
 		stdin = nil
 	}
+	var queued *vocab.WaitProgress // a detached start that waits in the background
 	runID, err := d.Start(vocab.StartRequest{
 		AdmitRequest: vocab.AdmitRequest{
 			Task:        args[0],
@@ -143,25 +144,46 @@ func (o *startOptions) run(cmd *cobra.Command, args []string, s streams) error {
 			Parent:      parentRun(),
 			Labels:      o.labels.labels,
 		},
-		Tag:     o.tag,
-		NoPTY:   o.noPTY,
-		Grace:   o.grace,
-		Stdin:   stdin,
-		Detach:  o.detach,
-		Stdout:  s.Out,
-		Stderr:  s.Err,
-		Env:     os.Environ(),
-		Signals: relay.out,
-		Warn:    func(err error) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termError(err)) },
-		Note:    view.note,
+		Tag:    o.tag,
+		NoPTY:  o.noPTY,
+		Grace:  o.grace,
+		Stdin:  stdin,
+		Detach: o.detach,
+		OnQueued: func(p vocab.WaitProgress) {
+			queued = &p
+		},
+		WaiterArgs: o.waiterArgs(),
+		Stdout:     s.Out,
+		Stderr:     s.Err,
+		Env:        os.Environ(),
+		Signals:    relay.out,
+		Warn:       func(err error) { fmt.Fprintf(s.Err, "crew: %s: warning: %s\n", quoteTask(args[0]), termError(err)) },
+		Note:       view.note,
 	})
-	return o.ended(d, s, args[0], runID, err, relay)
+	return o.ended(d, s, args[0], detached{runID, queued}, err, relay)
+}
+
+// waiterArgs are the flags a background waiter (--detach --wait) is
+// started with: those that decide its exit code.
+func (o *startOptions) waiterArgs() []string {
+	if !o.refusedExit.set {
+		return nil
+	}
+	return []string{"--refused-exit", o.refusedExit.String()}
+}
+
+// detached is what a detached start prints: its run's id, and where it
+// stands in line if it waits in the background (queued).
+type detached struct {
+	id     record.RunID
+	queued *vocab.WaitProgress
 }
 
 // ended says how a start ended: a refusal is logged (with the code crew
 // gives it), a detached run's id printed, and a signal crew took ends
 // crew by that signal.
-func (o *startOptions) ended(d *dispatch.Dispatcher, s streams, task string, runID record.RunID, err error, relay *signalRelay) error {
+func (o *startOptions) ended(d *dispatch.Dispatcher, s streams, task string, run detached, err error, relay *signalRelay) error {
+	runID := run.id
 	received, pending := relay.finish()
 	var refused *vocab.RefusedError
 	if errors.As(err, &refused) {
@@ -169,7 +191,7 @@ func (o *startOptions) ended(d *dispatch.Dispatcher, s streams, task string, run
 		d.RecordRefusal(task, refused, exitCodeFor(err))
 	}
 	if o.detach && err == nil {
-		if err := o.printDetached(s, runID); err != nil {
+		if err := o.printDetached(s, task, run); err != nil {
 			return err
 		}
 		if received == 0 && pending != 0 {
@@ -226,11 +248,20 @@ func (o *startOptions) checkArgs(cmd *cobra.Command, args []string) ([]string, i
 	return args, dash, nil
 }
 
-// printDetached prints a detached run's id: bare, or as JSON.
-func (o *startOptions) printDetached(s streams, runID record.RunID) error {
+// printDetached prints a detached run's id: bare, or as JSON. A start
+// that waits in line in the background also says where it stands: in the
+// JSON, or on stderr (unless --quiet), so that stdout is the id alone.
+func (o *startOptions) printDetached(s streams, task string, run detached) error {
 	if o.json {
-		return writeJSON(s.Out, map[string]any{"version": 1, "runId": runID})
+		out := map[string]any{"version": 1, "runId": run.id}
+		if q := run.queued; q != nil {
+			out["queued"], out["position"] = true, q.Position
+		}
+		return writeJSON(s.Out, out)
 	}
-	fmt.Fprintln(s.Out, runID)
+	fmt.Fprintln(s.Out, run.id)
+	if q := run.queued; q != nil && !o.quiet.all {
+		fmt.Fprintf(s.Err, "crew: %s: run %s waits in line in the background (%s)\n", quoteTask(task), run.id, describeWait(*q))
+	}
 	return nil
 }

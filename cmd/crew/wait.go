@@ -181,6 +181,12 @@ func (o *waitOptions) gaveUp(d *dispatch.Dispatcher, s streams, views []*vocab.R
 // run whose exit status is unknown.
 func runOutcome(s streams, rec *record.Run) error {
 	switch {
+	case rec.NeverAdmitted && rec.ExitCode != nil:
+		// A start that waited in the background and left the line: its
+		// command never ran, and the exit code is the one crew start
+		// would have exited with.
+		fmt.Fprintf(s.Err, "crew: %s: run %s never ran: it left the queue %s: %s\n", quoteTask(rec.Task), rec.RunID, termSafe(string(rec.State)), termSafe(rec.Reason))
+		return &exitStatus{*rec.ExitCode}
 	case rec.ExitCode == nil:
 		fmt.Fprintf(s.Err, "crew: %s: run %s ended %s with no exit status: %s\n", quoteTask(rec.Task), rec.RunID, termSafe(string(rec.State)), termSafe(rec.Reason))
 		return &exitStatus{exitCrewFailure}

@@ -98,6 +98,17 @@ type Waiter interface {
 	Changed() <-chan struct{}
 	// Remove takes the ticket out of the queue; removing twice is harmless.
 	Remove()
+	// LeaveWith takes the ticket out of the queue as Remove does, leaving
+	// rec (final, NeverAdmitted: the start never ran) among the finished
+	// runs in its place, durably before the ticket goes: what a waiter in
+	// the background leaves for crew wait, having no one else to tell.
+	LeaveWith(rec *record.Run) error
+	// HandOver is what a background waiter (crew __wait, started with
+	// it) needs to adopt this place in line (Adopter.AdoptWaiter).
+	HandOver() HandOver
+	// Release lets go of this process's hold on the place in line without
+	// leaving it: a background waiter that adopted it holds it now.
+	Release()
 }
 
 // Run is an admitted run, as the process that reserved it (and then its
@@ -142,20 +153,26 @@ type Run interface {
 	HandOver() HandOver
 }
 
-// HandOver is what a detached supervisor needs to adopt a run: the flags
-// that name the store to crew, the values the store's Adopt takes back,
-// and the descriptors the supervisor inherits (from fd 3 on).
+// HandOver is what a detached supervisor needs to adopt a run (or a
+// background waiter, a place in line): the flags that name the store to
+// crew, the values the store's Adopt takes back, and the descriptors the
+// process inherits (from fd 3 on).
 type HandOver struct {
 	Store []string
 	Adopt []string
 	Files []*os.File
 }
 
-// Adopter is a store whose runs a detached supervisor can adopt.
+// Adopter is a store whose runs a detached supervisor, and whose waiting
+// starts a background waiter, can adopt.
 type Adopter interface {
 	// Adopt takes over run id from the process that reserved it, with the
 	// values (HandOver.Adopt) and descriptors (from fd 3 on) it handed on.
 	Adopt(id record.RunID, values []string, files []*os.File) (Run, error)
+	// AdoptWaiter takes over the place in line of ticket id from the
+	// start that joined the queue, as Adopt does a run (Waiter.HandOver),
+	// with the standing its later admission goes through.
+	AdoptWaiter(id record.RunID, values []string, files []*os.File) (Starter, Waiter, error)
 }
 
 // StopWatch is how a supervisor notices crew stop's requests.

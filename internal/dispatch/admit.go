@@ -33,31 +33,44 @@ type Reservation struct {
 // critical section: under the admission lock it re-reads the active set and
 // the queue, decides, and makes the reservation durable before letting go.
 func (d *Dispatcher) Admit(ctx context.Context, req vocab.AdmitRequest) (*Reservation, error) {
+	res, _, err := admit(ctx, d, req, false)
+	return res, err
+}
+
+// admit is Admit. With handOff (and req.Wait), a start that is not
+// admitted at once returns as soon as it is in line: its place, and its
+// standing with the store, are kept (queued) for a background waiter to
+// take over.
+func admit(ctx context.Context, d *Dispatcher, req vocab.AdmitRequest, handOff bool) (*Reservation, *queued, error) {
 	if err := record.ValidateNewTask(req.Task); err != nil {
-		return nil, vocab.Usagef("invalid task name: %w", err)
+		return nil, nil, vocab.Usagef("invalid task name: %w", err)
 	}
 	if len(req.Command) == 0 {
-		return nil, vocab.Usagef("missing command: give it after --, as in `crew start TASK -- COMMAND [ARGS...]`")
+		return nil, nil, vocab.Usagef("missing command: give it after --, as in `crew start TASK -- COMMAND [ARGS...]`")
 	}
 	bctx, cancel := context.WithTimeout(ctx, req.LockTimeout) // a store that cannot be reached says so in time
 	st, err := d.Store.Begin(bctx)
 	cancel()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a := &admitter{d: d, st: st, req: req}
+	a := &admitter{d: d, st: st, req: req, handOff: handOff}
 	var res *Reservation
 	if req.Wait {
-		res, err = a.admitWaiting(ctx)
+		res, err = a.admitWaiting(ctx, nil)
 	} else {
 		res, _, err = a.attempt(ctx, nil)
 	}
-	if res == nil {
+	switch {
+	case a.queued != nil:
+		a.queued.st = st
+		return nil, a.queued, nil
+	case res == nil:
 		st.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	res.Starter = st
-	return res, err
+	return res, nil, err
 }
 
 // admitter is one crew start's way through admission: its standing with
@@ -66,6 +79,16 @@ type admitter struct {
 	d   *Dispatcher
 	st  backend.Starter
 	req vocab.AdmitRequest
+	// handOff: return as soon as the start is in line (queued), for a
+	// background waiter to wait in its place.
+	handOff bool
+	queued  *queued
+	// keep: the start is a background waiter, which leaves the queue
+	// itself, saying why (a record of the start that never ran), rather
+	// than have admitWaiting remove its ticket; waited is how long it had
+	// waited when it took over, which its --wait=D counts too.
+	keep   bool
+	waited time.Duration
 }
 
 // attempt is one pass through the admission critical section. With a

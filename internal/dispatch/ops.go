@@ -96,7 +96,13 @@ func (w *runWait) holdLog() {
 // missing is a look that found no record: a waiting start, a run between
 // the two (admitted a moment ago), or one that is gone.
 func (w *runWait) missing() (*record.Run, error) {
-	if w.d.queue().HasTicket(w.id) {
+	if q := w.d.queue(); q.HasTicket(w.id) {
+		// A waiter leaves its ticket before it lets go of its lock: a
+		// ticket still there after its lock was found free was left by
+		// a waiter that died (a background waiter killed, say).
+		if q.WaiterState(w.id) == record.Dead && q.HasTicket(w.id) {
+			return nil, fmt.Errorf("run %s never ran: its waiting start died in line (killed?), and its place in line is free", w.id)
+		}
 		return nil, nil
 	}
 	if rec, err := w.d.runs().ReadRun(w.id); err == nil {

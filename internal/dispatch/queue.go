@@ -235,11 +235,14 @@ func (a *admitter) joinQueue(adm backend.Section, queue []admission.Ticket) (bac
 // admitWaiting is Admit with --wait: attempt, and while not admitted,
 // sleep on the bell (rung by whoever frees a slot this waiter may take),
 // with a slow poll as a fallback, until admitted, timed out or cancelled.
-func (a *admitter) admitWaiting(ctx context.Context) (*Reservation, error) {
+// A background waiter (a.keep) starts with the place in line it took
+// over (w), and leaves it itself.
+func (a *admitter) admitWaiting(ctx context.Context, w backend.Waiter) (*Reservation, error) {
 	d, req := a.d, a.req
+	began := time.Now()
 	var deadline <-chan time.Time
 	if req.WaitTimeout > 0 {
-		t := time.NewTimer(req.WaitTimeout)
+		t := time.NewTimer(max(req.WaitTimeout-a.waited, 0))
 		defer t.Stop()
 		deadline = t.C
 	}
@@ -248,9 +251,8 @@ func (a *admitter) admitWaiting(ctx context.Context) (*Reservation, error) {
 			req.OnWait(p)
 		}
 	}
-	var w backend.Waiter
 	defer func() {
-		if w != nil {
+		if w != nil && !a.keep {
 			w.Remove()      // harmless once admitted: the ticket is gone already
 			d.RingWaiters() // whoever may now go first
 		}
@@ -277,6 +279,13 @@ func (a *admitter) admitWaiting(ctx context.Context) (*Reservation, error) {
 		}
 		joined := w == nil
 		w = ar.waiter
+		if joined && a.handOff {
+			// In line: a background waiter waits in its place from here;
+			// where it stands is told once (StartRequest.OnQueued).
+			a.queued = &queued{w: w, progress: ar.progress(req), waited: time.Since(began)}
+			w = nil
+			return nil, nil
+		}
 		report(ar.progress(req))
 		if joined && a.evaluate(w) == nil {
 			// Capacity freed between our decision and our ticket becoming

@@ -24,7 +24,10 @@ func (d *Dispatcher) Start(req vocab.StartRequest) (record.RunID, error) {
 	if req.Warn == nil {
 		req.Warn = func(error) {}
 	}
-	res, sig, err := d.admitInterruptibly(req)
+	res, q, sig, err := d.admitInterruptibly(req)
+	if q != nil {
+		return q.w.ID(), q.toBackground(d, req, sig)
+	}
 	var refused *vocab.RefusedError
 	switch {
 	case res != nil:
@@ -44,32 +47,42 @@ func (d *Dispatcher) Start(req vocab.StartRequest) (record.RunID, error) {
 	}
 	defer res.Starter.Close()
 	failpoint.Hit(failpoint.Admitted)
+	return res.Rec.RunID, res.supervise(d, req, sig)
+}
 
+// supervise launches and supervises an admitted run as req asks: in the
+// foreground, or handed to a detached supervisor (Detach); or records it
+// stopped before launch if a stop signal (sig) came first.
+func (res *Reservation) supervise(d *Dispatcher, req vocab.StartRequest, sig syscall.Signal) error {
 	sreq := supervise.Request{Run: res.Run, Logs: d.Logs, Rec: res.Rec, Grace: req.Grace, Stdin: req.Stdin,
 		Stdout: req.Stdout, Stderr: req.Stderr, Env: req.Env, Signals: req.Signals, Warn: req.Warn,
 		Note: req.Note, Now: d.Now, Finished: d.RunFinished, NoPTY: req.NoPTY}
 	if req.Tag {
 		sreq.Tag = req.Task + "\t"
 	}
-	id := res.Rec.RunID
 	switch {
 	case sig != 0:
-		return id, supervise.StopBeforeLaunch(sreq, sig)
+		return supervise.StopBeforeLaunch(sreq, sig)
 	case req.Detach:
-		return id, supervise.Detach(sreq)
+		return supervise.Detach(sreq)
 	}
-	return id, supervise.Run(sreq)
+	return supervise.Run(sreq)
 }
 
 // admitInterruptibly runs Admit while watching for stop signals: a signal
 // while waiting for the admission lock or in the queue abandons the wait;
 // a signal that arrives once the run is reserved is returned so the run
-// is recorded as stopped instead of launched.
-func (d *Dispatcher) admitInterruptibly(req vocab.StartRequest) (*Reservation, syscall.Signal, error) {
+// is recorded as stopped instead of launched. A detached start with
+// --wait that is not admitted at once comes back in line (queued), for a
+// background waiter to wait in its place.
+func (d *Dispatcher) admitInterruptibly(req vocab.StartRequest) (*Reservation, *queued, syscall.Signal, error) {
 	var res *Reservation
+	var q *queued
 	var err error
-	sig := WatchStopSignals(req.Signals, func(ctx context.Context) { res, err = d.Admit(ctx, req.AdmitRequest) })
-	return res, sig, err
+	sig := WatchStopSignals(req.Signals, func(ctx context.Context) {
+		res, q, err = admit(ctx, d, req.AdmitRequest, req.Detach && req.Wait)
+	})
+	return res, q, sig, err
 }
 
 // WatchStopSignals runs admit with a context that the first stop signal

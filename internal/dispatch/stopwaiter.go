@@ -57,8 +57,8 @@ func waiterGone(st parts, id record.RunID) (left, admitted bool) {
 	if st.HasTicket(id) && st.WaiterState(id) != record.Dead {
 		return false, false
 	}
-	_, err := st.ReadRun(id)
-	return true, err == nil
+	rec, err := st.ReadRun(id)
+	return true, err == nil && !rec.NeverAdmitted // a background waiter leaves a record of the start that never ran
 }
 
 // stoppedWhileWaiting returns the error a waiting start leaves the queue
@@ -69,7 +69,9 @@ func (a *admitter) stoppedWhileWaiting(w backend.Waiter) error {
 	if req == nil {
 		return nil
 	}
-	w.Remove()
+	if !a.keep {
+		w.Remove()
+	}
 	_ = d.runs().RemoveStopRequest(w.ID())
 	return &vocab.SignalledError{Signal: supervise.RequestedSignal(req), By: req.Who()}
 }

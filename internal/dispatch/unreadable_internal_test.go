@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/crew-dev/crew/internal/admission"
+	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -45,7 +46,10 @@ func TestUnreadableQueueDecidesNothing(t *testing.T) {
 // idleWaiter is a place in line that is never rung.
 type idleWaiter struct{}
 
-func (idleWaiter) ID() record.RunID         { return "" }
-func (idleWaiter) Rung() <-chan struct{}    { return nil }
-func (idleWaiter) Changed() <-chan struct{} { return nil }
-func (idleWaiter) Remove()                  {}
+func (idleWaiter) ID() record.RunID            { return "" }
+func (idleWaiter) Rung() <-chan struct{}       { return nil }
+func (idleWaiter) Changed() <-chan struct{}    { return nil }
+func (idleWaiter) Remove()                     {}
+func (idleWaiter) Release()                    {}
+func (idleWaiter) LeaveWith(*record.Run) error { return nil }
+func (idleWaiter) HandOver() backend.HandOver  { return backend.HandOver{} }

@@ -48,6 +48,7 @@ var (
 	LazyPrune          = Name{"lazy-prune"}
 	PruneLogRemoved    = Name{"prune-log-removed"}
 	QueueWoken         = Name{"queue-woken"}
+	WaiterHandover     = Name{"waiter-handover"}
 	WaitPoll           = Name{"wait-poll"}
 	Fence              = Name{"fence"}
 	RecoverLocked      = Name{"recover-locked"}
@@ -83,6 +84,7 @@ var Points = []Point{
 	{LazyPrune, Step, "a finishing run (its record final, its slot free) is about to remove an expired run"},
 	{PruneLogRemoved, Step, "a prune (`crew prune`, or a finishing run's lazy prune) removed a run's log, not yet its record"},
 	{QueueWoken, Step, "a waiting start woke up (bell or poll), about to try admission again"},
+	{WaiterHandover, Step, "`--detach --wait`: the background waiter took over the place in line; the parent has not let go of it"},
 	{WaitPoll, Step, "`crew wait` (or `crew logs -f`) has looked at its run once and is between two looks"},
 	{Fence, Guard, "finalizing a dead run without taking its locks (`skip`)"},
 	{QueuePoll, Guard, "a waiting start without its fallback poll (`skip`): it wakes only when told"},

@@ -107,8 +107,7 @@ func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	releases, _ := sec.s.WatchReleases() // none: the waiter polls
-	return &waiter{Waiter: w, releases: releases}, nil
+	return newWaiter(w, sec.s), nil
 }
 
 // waiter is a place in a state root's queue: its bell is rung only for
@@ -117,7 +116,15 @@ func (sec Section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 // its changes.
 type waiter struct {
 	*queue.Waiter
+	s        *runstore.Store
 	releases *runstore.ReleaseWatch
+}
+
+// newWaiter is w watching the state root's releases, in the process that
+// waits in it (a background waiter opens its own watch).
+func newWaiter(w *queue.Waiter, s *runstore.Store) *waiter {
+	releases, _ := s.WatchReleases() // none: the waiter polls
+	return &waiter{Waiter: w, s: s, releases: releases}
 }
 
 func (w *waiter) Changed() <-chan struct{} {
@@ -131,6 +138,43 @@ func (w *waiter) Changed() <-chan struct{} {
 func (w *waiter) Remove() {
 	w.releases.Close()
 	w.Waiter.Remove()
+}
+
+// LeaveWith records rec among the finished runs, then leaves the queue:
+// whoever finds the ticket gone finds the record.
+func (w *waiter) LeaveWith(rec *record.Run) error {
+	if err := w.s.RecordNeverAdmitted(rec); err != nil {
+		return err
+	}
+	w.Remove()
+	return nil
+}
+
+// Release lets go of the place in line without leaving it (a background
+// waiter holds it now), and stops watching.
+func (w *waiter) Release() {
+	w.releases.Close()
+	w.Waiter.Release()
+}
+
+// HandOver is the state root and the waiter's lock and bell, for a
+// background waiter (AdoptWaiter takes them back).
+func (w *waiter) HandOver() backend.HandOver {
+	return backend.HandOver{Store: []string{"--root", w.s.Root()}, Files: w.Files()}
+}
+
+// AdoptWaiter takes over a place in line whose lock and bell a background
+// waiter inherited, as its parent handed them on (waiter.HandOver). Its
+// standing is a state root's, which needs no session.
+func (s *Store) AdoptWaiter(id record.RunID, _ []string, files []*os.File) (backend.Starter, backend.Waiter, error) {
+	if len(files) != 2 {
+		return nil, nil, fmt.Errorf("waiting start %s: %d descriptors handed over, want its lock and its bell", id, len(files))
+	}
+	w, err := s.Store.Queue().AdoptWaiter(id, files[0], files[1])
+	if err != nil {
+		return nil, nil, err
+	}
+	return starter{s.Store}, newWaiter(w, s.Store), nil
 }
 
 // Adopt takes over a run whose locks a detached supervisor inherited, as

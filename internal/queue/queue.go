@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -143,7 +144,7 @@ func (q *Queue) Enqueue(t *record.Ticket) (*Waiter, error) {
 		return nil, fmt.Errorf("join the queue: %w", err)
 	}
 	defer dir.Close()
-	lock, err := q.dir.PublishLock(dir, LockName(t.RunID))
+	lock, err := q.publishLock(dir, LockName(t.RunID))
 	if err != nil {
 		return nil, fmt.Errorf("join the queue in %s: %w", q.dir.Path(), stateroot.UnwrapPath(err))
 	}
@@ -170,6 +171,27 @@ func (q *Queue) Enqueue(t *record.Ticket) (*Waiter, error) {
 	}
 	go w.listen()
 	return w, nil
+}
+
+// publishLock makes the waiter's lock appear at name already locked, so
+// that nobody can lock it before its waiter does, on a descriptor of its
+// own that a background waiter can inherit (HandOver): it is created and
+// locked under a temporary name, given the state root's file mode (in a
+// root shared with a group every member probes it), then linked at name.
+func (q *Queue) publishLock(dir *os.Root, name string) (*lockfs.Lock, error) {
+	l, err := lockfs.Create(dir, q.dir.TempName(name))
+	if err != nil {
+		return nil, err
+	}
+	if err := l.File().Chmod(q.dir.FilePerm()); err != nil {
+		_ = l.RemoveAndRelease()
+		return nil, fmt.Errorf("set the mode of lock %s: %w", name, err)
+	}
+	if err := l.Publish(name); err != nil {
+		_ = l.RemoveAndRelease()
+		return nil, err
+	}
+	return l, nil
 }
 
 // ID is the ticket's id: the run id the run will have once admitted.
@@ -207,6 +229,69 @@ func (w *Waiter) Remove() {
 	}
 	_ = w.bell.Close()
 	_ = w.lock.RemoveAndRelease()
+}
+
+// Files are the waiter's lock and its bell, for a background waiter to
+// inherit (AdoptWaiter takes them back): the place in line is held by the
+// lock's open file description, which the two processes then share, and
+// the bell's bytes wait in the FIFO for its reader. From now on this
+// process reads the bell no more, so that a ring is the background
+// waiter's: neither the place nor a ring is lost in the handover.
+func (w *Waiter) Files() []*os.File {
+	_ = w.bell.SetReadDeadline(time.Now()) // listen returns; the FIFO keeps what comes
+	return []*os.File{w.lock.File(), w.bell}
+}
+
+// Release lets go of this process's hold on the place in line without
+// leaving it: a background waiter that inherited Files holds it now.
+func (w *Waiter) Release() {
+	if w.done {
+		return
+	}
+	w.done = true
+	_ = w.bell.Close()
+	_ = w.lock.Release()
+}
+
+// AdoptWaiter takes over the place in line of ticket id, whose lock and
+// bell this process inherited (Files): the lock is held already (its open
+// file description is the one its parent locked), and both must still be
+// the files at their names.
+func (q *Queue) AdoptWaiter(id record.RunID, lock, bell *os.File) (*Waiter, error) {
+	dir, err := q.dir.Open()
+	if err != nil {
+		return nil, fmt.Errorf("take over the place in line of %s: %w", id, err)
+	}
+	defer dir.Close()
+	if _, err := dir.Lstat(TicketName(id)); err != nil {
+		return nil, fmt.Errorf("take over the place in line of %s: its ticket: %w", id, stateroot.UnwrapPath(err))
+	}
+	if err := sameFile(dir, BellName(id), bell); err != nil {
+		return nil, fmt.Errorf("take over the place in line of %s: %w", id, err)
+	}
+	l, err := lockfs.Adopt(lock, dir, LockName(id))
+	if err != nil {
+		return nil, fmt.Errorf("take over the place in line of %s: %w", id, err)
+	}
+	w := &Waiter{q: q, id: id, lock: l, bell: bell, rung: make(chan struct{}, 1)}
+	go w.listen()
+	return w, nil
+}
+
+// sameFile checks that f, an inherited descriptor, is the file at name.
+func sameFile(dir *os.Root, name string, f *os.File) error {
+	held, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("inherited descriptor %d: %w", f.Fd(), err)
+	}
+	now, err := dir.Lstat(name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, stateroot.UnwrapPath(err))
+	}
+	if !os.SameFile(held, now) {
+		return fmt.Errorf("inherited descriptor %d is not %s", f.Fd(), name)
+	}
+	return nil
 }
 
 // Ring wakes the waiter of ticket id, without ever blocking: a full bell

@@ -216,6 +216,9 @@ func (r *Run) appendAdmission(w *jsonWriter) {
 		w.str("parentRunId", string(r.Parent))
 	}
 	w.timePtr("queuedAt", r.QueuedAt, true)
+	if r.NeverAdmitted {
+		w.bool("neverAdmitted", true)
+	}
 	if r.Events == nil {
 		w.null("events")
 	} else {

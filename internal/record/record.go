@@ -71,6 +71,11 @@ type Run struct {
 	Parent RunID `json:"parentRunId,omitempty"`
 	// QueuedAt is when the run joined the queue, if it waited (--wait).
 	QueuedAt *time.Time `json:"queuedAt,omitempty"`
+	// NeverAdmitted: the record of a start that waited in line in the
+	// background (crew start --detach --wait) and left it without a run
+	// (its --wait=D ran out, crew stop, a signal): it held no slot, and
+	// its command never ran. Final from the start.
+	NeverAdmitted bool `json:"neverAdmitted,omitempty"`
 	// Events is the run's history, oldest first.
 	Events []Event `json:"events"`
 	// Locks identifies the run's lock files, for liveness probes that

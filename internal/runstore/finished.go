@@ -97,3 +97,21 @@ func (s records) DonePath(id record.RunID) string { return s.display(shardDir(id
 
 // ActivePath is the path of a run's active record, for messages.
 func (s records) ActivePath(id record.RunID) string { return s.display(activeDir, recordName(id)) }
+
+// RecordNeverAdmitted makes rec, the final record of a start that left
+// the queue without a run (record.Run.NeverAdmitted), durable among the
+// finished runs, and indexes it. It never held a slot and has no active
+// file, and its id is its ticket's, which no run but its own waiter's
+// could take: there is nothing to fence. An entry the index could not
+// take is added by crew recover's check of the index, as for any finished
+// record the index lacks; the record itself is read by id meanwhile.
+func (s records) RecordNeverAdmitted(rec *record.Run) error {
+	if !rec.NeverAdmitted || rec.State.Active() {
+		return fmt.Errorf("run %s: not the final record of a start that never ran", rec.RunID)
+	}
+	if err := s.writeDone(rec); err != nil {
+		return err
+	}
+	s.index.Append(rec)
+	return nil
+}

@@ -69,8 +69,16 @@ type StartRequest struct {
 	Warn func(error)
 	Note func(string)
 	// Detach hands the run to a supervisor process of its own and returns
-	// once the command is running.
-	Detach bool
+	// once the command is running. With Wait, a start that is not admitted
+	// at once returns as soon as it is in line: a background waiter of its
+	// own waits in its place, then supervises the run as a detached
+	// supervisor does; OnQueued then hears where the start stands in line.
+	Detach   bool
+	OnQueued func(WaitProgress)
+	// WaiterArgs are flags of crew start's own that its background waiter
+	// is started with (--refused-exit: the exit code its record gives a
+	// start whose --wait=D runs out).
+	WaiterArgs []string
 	// Tag prefixes each line of the command's output on Stdout and Stderr
 	// with the task's name and a tab (crew start --tag); the log keeps the
 	// output as it was written.
