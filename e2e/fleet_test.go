@@ -165,16 +165,24 @@ func fleetContract(t *testing.T, c *etcdCluster) {
 // from CREW_STORE.
 func fleetStoreURLErrors(t *testing.T, c *etcdCluster) {
 	f := newEtcdFleet(t, c)
-	for _, tc := range []struct{ what, url string }{
-		{"NotEtcd", "http://" + c.endpoint(0) + "/x"},
-		{"NoPrefix", "etcd://" + c.endpoint(0) + "/"},
+	for _, tc := range []struct{ what, url, says string }{
+		{"NotEtcd", "http://" + c.endpoint(0) + "/x", "crew knows etcd stores only"},
+		{"NoPrefix", "etcd://" + c.endpoint(0) + "/", "give a key prefix"},
+		// Before, these were dialled for 5-10 s and blamed on the cluster
+		// (125); the ?query and #fragment went into the prefix unseen.
+		{"PortNotANumber", "etcd://127.0.0.1:abc/x", `endpoint "127.0.0.1:abc" is not HOST:PORT: the port "abc" is not a number from 1 to 65535`},
+		{"PortOutOfRange", "etcd://127.0.0.1:99999/x", `the port "99999" is not a number from 1 to 65535`},
+		{"Query", "etcd://" + c.endpoint(0) + "/x?timeout=1s", `takes no ?query or #fragment ("?timeout=1s")`},
+		{"Fragment", "etcd://" + c.endpoint(0) + "/x#y", `takes no ?query or #fragment ("#y")`},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			r := f.run("h1", "--store", tc.url, "status", "--json")
 			assert.Equal(t, 64, r.Code, "crew --store %s status is a usage error: %s", tc.url, r.Stderr)
+			assert.Contains(t, r.Stderr, tc.says)
 			r, _, err := f.tryRunFor(30*time.Second, "h1", []string{"CREW_STORE=" + tc.url}, startArgs("t", []string{"true"})...)
 			require.NoError(t, err)
 			assert.Equal(t, 64, r.Code, "CREW_STORE=%s crew start is a usage error: %s", tc.url, r.Stderr)
+			assert.Contains(t, r.Stderr, tc.says)
 		})
 	}
 	r := f.run("h1", "--root", t.TempDir(), "status", "--json")

@@ -120,6 +120,9 @@ func TestParseURL(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"http://a:1", "http://b:2"}, loc.Endpoints)
 	assert.Equal(t, "/team/ci", loc.Prefix)
+	loc, err = ParseURL("etcd://[::1]:2379,etcd-1.example:65535/x")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"http://[::1]:2379", "http://etcd-1.example:65535"}, loc.Endpoints)
 	for in, want := range map[string]string{
 		"http://a:1/x":    "not an etcd store URL",
 		"etcd://a:1":      "give a key prefix",
@@ -127,6 +130,18 @@ func TestParseURL(t *testing.T) {
 		"etcd://a/x":      `endpoint "a" is not HOST:PORT`,
 		"etcd://a:1/x//y": "empty, . or .. segment",
 		"etcd://a:1/../y": "empty, . or .. segment",
+		// What the etcd client would only fail to dial, again and again.
+		"etcd://127.0.0.1:abc/x":   `endpoint "127.0.0.1:abc" is not HOST:PORT: the port "abc" is not a number from 1 to 65535`,
+		"etcd://127.0.0.1:99999/x": `the port "99999" is not a number from 1 to 65535`,
+		"etcd://127.0.0.1:0/x":     `the port "0" is not a number`,
+		"etcd://a:1,b:+2/x":        `the port "+2" is not a number`,
+		"etcd://:2379/x":           `endpoint ":2379" is not HOST:PORT`,
+		"etcd://a:1,/x":            `endpoint "" is not HOST:PORT`,
+		"etcd://me@a:1/x":          `"me@a" is not a host name or address`,
+		// Neither may end up in the prefix unseen.
+		"etcd://a:1/x?dial-timeout=1s": `takes no ?query or #fragment ("?dial-timeout=1s")`,
+		"etcd://a:1/x#y":               `takes no ?query or #fragment ("#y")`,
+		"etcd://a:1?x/y":               `takes no ?query or #fragment`,
 	} {
 		_, err := ParseURL(in)
 		require.Error(t, err, in)

@@ -30,8 +30,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -74,6 +76,12 @@ func parseURL(u string) (Location, error) {
 	if !ok {
 		return Location{}, fmt.Errorf("store %q: not an etcd store URL (etcd://HOST:PORT[,HOST:PORT...]/PREFIX)", u)
 	}
+	// A ?query or #fragment would otherwise end up in the key prefix,
+	// unseen: a host with "?x" would share no slots with one without.
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		return Location{}, fmt.Errorf("store %q: a store URL takes no ?query or #fragment (%q): "+
+			"write etcd://HOST:PORT[,HOST:PORT...]/PREFIX", u, rest[i:])
+	}
 	hosts, prefix, _ := strings.Cut(rest, "/")
 	prefix = strings.Trim(prefix, "/")
 	if prefix == "" {
@@ -87,12 +95,28 @@ func parseURL(u string) (Location, error) {
 	}
 	loc := Location{URL: u, Prefix: "/" + prefix}
 	for _, h := range strings.Split(hosts, ",") {
-		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
-			return Location{}, fmt.Errorf("store %q: endpoint %q is not HOST:PORT", u, h)
+		if err := checkEndpoint(h); err != nil {
+			return Location{}, fmt.Errorf("store %q: endpoint %q %w", u, h, err)
 		}
 		loc.Endpoints = append(loc.Endpoints, "http://"+h)
 	}
 	return loc, nil
+}
+
+// checkEndpoint refuses an endpoint the etcd client would only fail to
+// dial, request after request, until crew blamed the cluster.
+func checkEndpoint(h string) error {
+	host, port, err := net.SplitHostPort(h)
+	if err != nil || host == "" || port == "" {
+		return errors.New("is not HOST:PORT")
+	}
+	if strings.ContainsAny(host, "@/\\ \t") || strings.ContainsFunc(host, unicode.IsControl) {
+		return fmt.Errorf("is not HOST:PORT: %q is not a host name or address", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '+' {
+		return fmt.Errorf("is not HOST:PORT: the port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 // keys is the layout under the prefix. Task names are never part of a
