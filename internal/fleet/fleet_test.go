@@ -288,6 +288,39 @@ func TestLeaseDeadlineIsBeforeItsExpiry(t *testing.T) {
 	assert.False(t, l.lost())
 }
 
+// TestNoGuardOnAStaleLease: an attempt starts only on a lease certainly
+// valid for longer than its launch takes (half the TTL before the
+// command's deadline): on one that went unrenewed, the guard's deadline
+// could pass while the command is being started.
+func TestNoGuardOnAStaleLease(t *testing.T) {
+	f := open(t)
+	l, err := f.grant(3 * time.Second)
+	require.NoError(t, err)
+	l.releaseOnce.Do(func() { close(l.stop) }) // no renewals from now on: etcd cut off
+	<-l.done
+	defer f.cli.Revoke(context.Background(), l.id)
+
+	require.True(t, l.Fresh(), "a lease just granted is fresh")
+	g, err := l.Guard()
+	require.NoError(t, err)
+	require.NoError(t, g.End())
+
+	// Still valid by the monotonic clock, but its command's deadline is
+	// less than half the TTL away.
+	l.mu.Lock()
+	l.validUntil = leaseguard.Monotonic() + l.ttl/2
+	l.mu.Unlock()
+	assert.False(t, l.hasExpired())
+	assert.False(t, l.Fresh())
+	g, err = l.Guard()
+	if g != nil {
+		_ = g.End()
+	}
+	require.Error(t, err, "a guard started on a lease that could run out during the launch")
+	assert.Contains(t, err.Error(), "the run's lease of 3s was last renewed")
+	assert.Contains(t, err.Error(), "no attempt starts on a lease that could run out while its command is being started")
+}
+
 func TestLeaseNotFoundMarksItLost(t *testing.T) {
 	f := open(t)
 	l, err := f.grant(MinLeaseTTL)

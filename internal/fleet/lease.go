@@ -92,6 +92,23 @@ func (l *lease) margin() time.Duration {
 	return max(300*time.Millisecond, l.ttl/10)
 }
 
+// freshFor is how long before its deadline a lease must still be for an
+// attempt to start on it: half the TTL, twice what the supervisor's
+// monitor leaves a command it stops (a quarter). A lease renewed as it
+// should be (every fifth of the TTL) always is; one that has gone
+// unrenewed for a third of its TTL or more is not, and an attempt waits
+// for the next renewal rather than start on it (a retry after a
+// partition): its guard's deadline could pass while the command is being
+// started, and a command that joins a dead guard's group would run on
+// with nothing to stop it with the lease.
+func (l *lease) freshFor() time.Duration { return l.ttl / 2 }
+
+// Fresh reports whether the lease is certainly valid long enough for an
+// attempt to be started on it.
+func (l *lease) Fresh() bool {
+	return !l.lost() && !l.hasExpired() && l.deadline()-leaseguard.Monotonic() >= l.freshFor()
+}
+
 // deadline is when the command must be dead by (monotonic).
 func (l *lease) deadline() time.Duration {
 	l.mu.Lock()
