@@ -160,6 +160,14 @@ func fleetContract(t *testing.T, c *etcdCluster) {
 	assert.Contains(t, r.Stderr, fmt.Sprintf("127.0.0.1:%d", ports[0]), "the message names the store")
 	assert.Less(t, took, 20*time.Second)
 	t.Logf("unreachable etcd: exit %d after %s: %s", r.Code, took.Round(time.Millisecond), shortErr(r))
+
+	// --lock-timeout bounds a start's wait for an etcd that does not
+	// answer: the limit the user gave, not one request's (5 s).
+	r, took, err = f.tryRunFor(30*time.Second, "h1", nil, "--store", dead, "start", "--lock-timeout", "3s", "unreachable", "--", "true")
+	require.NoError(t, err)
+	wantCode(t, r, "crew start --lock-timeout 3s on an unreachable etcd", 125)
+	assert.Contains(t, r.Stderr, "no answer within 3s", "the message says the user's limit")
+	t.Logf("unreachable etcd, --lock-timeout 3s: exit %d after %s: %s", r.Code, took.Round(time.Millisecond), shortErr(r))
 }
 
 // fleetStoreURLErrors: a store URL crew cannot use is a usage error (64),

@@ -55,15 +55,21 @@ type lease struct {
 
 // grant creates a lease of ttl and starts renewing it.
 func (f *Fleet) grant(ttl time.Duration) (*lease, error) {
+	return f.grantBy(ttl, time.Time{}, f.opTimeout)
+}
+
+// grantBy is grant, asked no later than deadline (zero: none); limit is
+// what an error says etcd had to answer in.
+func (f *Fleet) grantBy(ttl time.Duration, deadline time.Time, limit time.Duration) (*lease, error) {
 	if ttl < MinLeaseTTL {
 		ttl = MinLeaseTTL
 	}
-	ctx, cancel := f.ctx()
+	ctx, cancel := f.ctxBy(deadline)
 	defer cancel()
 	sent := leaseguard.Monotonic()
 	resp, err := f.cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
 	if err != nil {
-		return nil, f.wrap("grant a lease", err)
+		return nil, f.wrapWithin("grant a lease", err, limit)
 	}
 	granted := time.Duration(resp.TTL) * time.Second
 	l := &lease{f: f, id: resp.ID, ttl: granted, validUntil: sent + granted, lastContact: sent,
@@ -73,17 +79,27 @@ func (f *Fleet) grant(ttl time.Duration) (*lease, error) {
 }
 
 // grantPatiently grants a lease, trying again for up to patience while
-// etcd does not answer (a leader change).
+// etcd does not answer (a leader change); no request outlives patience.
 func (f *Fleet) grantPatiently(ttl, patience time.Duration) (*lease, error) {
 	give := time.Now().Add(patience)
 	for {
-		l, err := f.grant(ttl)
+		l, err := f.grantBy(ttl, give, patience)
 		var down *UnavailableError
-		if err == nil || !errors.As(err, &down) || time.Now().After(give) {
+		if err == nil || !errors.As(err, &down) || !pause(give) {
 			return l, err
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// pause waits a moment before etcd is asked again, and reports whether
+// there is time left before give to ask.
+func pause(give time.Time) bool {
+	left := time.Until(give)
+	if left <= 0 {
+		return false
+	}
+	time.Sleep(min(250*time.Millisecond, left))
+	return time.Now().Before(give)
 }
 
 // margin is how long before validUntil the command must be dead: room for

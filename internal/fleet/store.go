@@ -232,6 +232,17 @@ func (f *Fleet) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), f.opTimeout)
 }
 
+// ctxBy is a context for one request that ends by deadline too (if it is
+// not zero): a limit the user gave (--lock-timeout) is honoured, not
+// rounded up to a whole request's timeout.
+func (f *Fleet) ctxBy(deadline time.Time) (context.Context, context.CancelFunc) {
+	end := time.Now().Add(f.opTimeout)
+	if !deadline.IsZero() && deadline.Before(end) {
+		end = deadline
+	}
+	return context.WithDeadline(context.Background(), end)
+}
+
 // UnavailableError is etcd not answering: no member reachable, or no
 // quorum. Nothing was changed by the request that met it.
 type UnavailableError struct {
@@ -246,12 +257,15 @@ func (e *UnavailableError) Error() string {
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // wrap names the store and the step in an etcd error.
-func (f *Fleet) wrap(what string, err error) error {
+func (f *Fleet) wrap(what string, err error) error { return f.wrapWithin(what, err, f.opTimeout) }
+
+// wrapWithin is wrap for a step that had limit to be answered in.
+func (f *Fleet) wrapWithin(what string, err error, limit time.Duration) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
-		return &UnavailableError{URL: f.Loc.URL, What: what, Err: fmt.Errorf("no answer within %s", f.opTimeout)}
+		return &UnavailableError{URL: f.Loc.URL, What: what, Err: fmt.Errorf("no answer within %s", limit.Round(10*time.Millisecond))}
 	}
 	if unavailable(err) {
 		return &UnavailableError{URL: f.Loc.URL, What: what, Err: err}
