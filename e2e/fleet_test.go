@@ -66,6 +66,7 @@ func TestFleet(t *testing.T) {
 	t.Run("AbandonedLaunch", func(t *testing.T) { fleetAbandonedLaunch(t, c) })
 	t.Run("LeaderLoss", func(t *testing.T) { fleetLeaderLoss(t, c) })
 	t.Run("QuorumLoss", func(t *testing.T) { fleetQuorumLoss(t, c) })
+	t.Run("LeaseAcrossElection", func(t *testing.T) { fleetLeaseAcrossElection(t) })
 }
 
 // startArgs is `crew start [flags] TASK -- CMD...`.
