@@ -47,6 +47,7 @@ func TestFleet(t *testing.T) {
 	t.Run("quick", func(t *testing.T) {
 		t.Run("Contract", func(t *testing.T) { t.Parallel(); fleetContract(t, c) })
 		t.Run("StoreURLErrors", func(t *testing.T) { t.Parallel(); fleetStoreURLErrors(t, c) })
+		t.Run("TLSAndAuth", func(t *testing.T) { t.Parallel(); fleetTLSAndAuth(t) })
 		t.Run("Shared", func(t *testing.T) { t.Parallel(); sharedSuite(t, c) })
 		t.Run("OneActiveRunPerTask", func(t *testing.T) { t.Parallel(); fleetOneActivePerTask(t, c) })
 		t.Run("Pools", func(t *testing.T) { t.Parallel(); fleetPools(t, c) })

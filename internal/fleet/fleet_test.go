@@ -137,7 +137,8 @@ func TestParseURL(t *testing.T) {
 		"etcd://a:1,b:+2/x":        `the port "+2" is not a number`,
 		"etcd://:2379/x":           `endpoint ":2379" is not HOST:PORT`,
 		"etcd://a:1,/x":            `endpoint "" is not HOST:PORT`,
-		"etcd://me@a:1/x":          `"me@a" is not a host name or address`,
+		"etcd://me@a:1/x":          `endpoint "me@a:1" carries credentials`,
+		"etcd://a b:1/x":           `"a b" is not a host name or address`,
 		// Neither may end up in the prefix unseen.
 		"etcd://a:1/x?dial-timeout=1s": `takes no ?query or #fragment ("?dial-timeout=1s")`,
 		"etcd://a:1/x#y":               `takes no ?query or #fragment ("#y")`,

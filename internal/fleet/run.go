@@ -182,7 +182,7 @@ func (r *run) Claim() backend.Claim { return leaseClaim{r} }
 // a detached supervisor that renews the same lease: the slot is held
 // without a gap.
 func (r *run) HandOver() backend.HandOver {
-	return backend.HandOver{Store: []string{"--store", r.f.Loc.URL},
+	return backend.HandOver{Store: append([]string{"--store", r.f.Loc.URL}, r.f.creds.args()...),
 		Adopt: []string{strconv.FormatInt(int64(r.lease.id), 16), strconv.FormatInt(r.rev, 10)}}
 }
 

@@ -110,7 +110,11 @@ func checkEndpoint(h string) error {
 	if err != nil || host == "" || port == "" {
 		return errors.New("is not HOST:PORT")
 	}
-	if strings.ContainsAny(host, "@/\\ \t") || strings.ContainsFunc(host, unicode.IsControl) {
+	if strings.Contains(host, "@") {
+		return errors.New("carries credentials: a store URL is shown by crew status and handed to every command; " +
+			"give the user with --etcd-user and the password in $CREW_ETCD_PASSWORD or --etcd-password-file")
+	}
+	if strings.ContainsAny(host, "/\\ \t") || strings.ContainsFunc(host, unicode.IsControl) {
 		return fmt.Errorf("is not HOST:PORT: %q is not a host name or address", host)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '+' {
@@ -164,6 +168,8 @@ type Fleet struct {
 	// opTimeout bounds each request to etcd: a cluster without quorum
 	// answers nothing, and crew must say so rather than hang.
 	opTimeout time.Duration
+	// creds are what a detached supervisor is told to connect with.
+	creds Credentials
 }
 
 // Options configure a connection.
@@ -178,6 +184,8 @@ type Options struct {
 	Logs *runstore.Store
 	// Now is the clock of records (time.Now if nil).
 	Now func() time.Time
+	// Credentials are how crew proves itself to etcd.
+	Credentials Credentials
 }
 
 // DefaultOpTimeout bounds one request to etcd.
@@ -190,8 +198,18 @@ func Open(url string, o Options) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
+	tlsCfg, password, err := o.Credentials.load(url)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		loc.Endpoints = secure(loc.Endpoints)
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   loc.Endpoints,
+		TLS:         tlsCfg,
+		Username:    o.Credentials.User,
+		Password:    password,
 		DialTimeout: DefaultOpTimeout,
 		// Notice a member that stopped answering (crashed, partitioned)
 		// within seconds, so that requests move to another member.
@@ -205,9 +223,14 @@ func Open(url string, o Options) (*Fleet, error) {
 		RejectOldCluster: false,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd store %s: %w", url, err)
+		what := "connect"
+		if o.Credentials.User != "" {
+			what = "connect and authenticate as " + o.Credentials.User // etcd's client does both at once
+		}
+		f := &Fleet{Loc: loc, opTimeout: DefaultOpTimeout}
+		return nil, f.wrap(what, err)
 	}
-	f := &Fleet{Loc: loc, cli: cli, k: keys{loc.Prefix}, host: o.Host, now: o.Now, logs: o.Logs,
+	f := &Fleet{Loc: loc, cli: cli, k: keys{loc.Prefix}, host: o.Host, now: o.Now, logs: o.Logs, creds: o.Credentials,
 		ttl: cmp.Or(o.LeaseTTL, DefaultLeaseTTL), opTimeout: DefaultOpTimeout}
 	if f.host == "" {
 		f.host, _ = os.Hostname()
