@@ -111,10 +111,9 @@ func (l *lease) margin() time.Duration {
 // freshFor is how long before its deadline a lease must still be for an
 // attempt to start on it: half the TTL, twice what the supervisor's
 // monitor leaves a command it stops (a quarter). A lease renewed as it
-// should be (every fifth of the TTL) always is; one that has gone
-// unrenewed for a third of its TTL or more is not, and an attempt waits
-// for the next renewal rather than start on it (a retry after a
-// partition): its guard's deadline could pass while the command is being
+// should be (every fifth of the TTL) is; one unrenewed for longer than
+// half its TTL less the margin (4 s of 10 s) is not, and an attempt waits
+// for a renewal rather than start on it (a retry after a partition): its guard's deadline could pass while the command is being
 // started, and a command that joins a dead guard's group would run on
 // with nothing to stop it with the lease.
 func (l *lease) freshFor() time.Duration { return l.ttl / 2 }

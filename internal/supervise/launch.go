@@ -23,6 +23,9 @@ func (s *supervisor) launch(out *output) error {
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, claim.Env())
 	sys, stdin := &syscall.SysProcAttr{Setpgid: true}, s.Stdin
 	if s.lg.leased() {
+		if err := s.lg.awaitFresh(); err != nil {
+			return err
+		}
 		if err := s.lg.start(sys); err != nil {
 			return err
 		}

@@ -52,6 +52,19 @@ func (lg *guarding) leased() bool { return lg.lease != nil }
 // lease that could run out while the command is being started.
 func (lg *guarding) fresh() bool { return lg.lease == nil || lg.lease.Fresh() }
 
+// awaitFresh waits until the lease is fresh (a renewal missed just before
+// the launch), or fails once it is known gone.
+func (lg *guarding) awaitFresh() error {
+	for !lg.fresh() {
+		select {
+		case <-lg.expired():
+			return &crewFault{errors.New("the run's lease expired before its command could start (etcd did not answer)")}
+		case <-time.After(leasePollInterval):
+		}
+	}
+	return nil
+}
+
 // running reports whether an attempt's guard runs.
 func (lg *guarding) running() bool { return lg.g != nil }
 

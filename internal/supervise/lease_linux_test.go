@@ -50,6 +50,7 @@ type fakeLease struct {
 	mu           sync.Mutex
 	fresh        bool
 	calls, stale int
+	looks        int // calls of Fresh
 	guard        func() backend.Guard
 	expired      chan struct{}
 }
@@ -67,7 +68,14 @@ func (l *fakeLease) Guard() (backend.Guard, error) {
 func (l *fakeLease) Fresh() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.looks++
 	return l.fresh
+}
+
+func (l *fakeLease) looked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.looks
 }
 
 func (l *fakeLease) setFresh(v bool) {
@@ -241,4 +249,42 @@ func TestRetryWaitsForAFreshLease(t *testing.T) {
 	assert.Equal(t, 2, calls)
 	assert.Zero(t, stale, "an attempt started on a lease that was not fresh")
 	assert.Equal(t, 2, lines(t, starts))
+}
+
+// TestFirstAttemptWaitsForAFreshLease: a lease that missed a renewal just
+// before the launch is waited for, not started on; one that expires
+// meanwhile fails the run (125) with no command started.
+func TestFirstAttemptWaitsForAFreshLease(t *testing.T) {
+	alive := func() backend.Guard { return &fakeGuard{pgid: deadLeader(t), confirm: func() error { return nil }} }
+	t.Run("Renewed", func(t *testing.T) {
+		req := reserve(t, "true")
+		l := &fakeLease{expired: make(chan struct{})}
+		l.guard = alive
+		req.Run = leasedRun{req.Run, l}
+		done := supervise(req)
+		for deadline := time.Now().Add(10 * time.Second); l.looked() < 3; time.Sleep(5 * time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "the supervisor never looked at its lease")
+		}
+		calls, stale := l.counts()
+		require.Zero(t, stale, "the attempt started on a lease that was not fresh")
+		require.Zero(t, calls, "the attempt started before the lease was renewed")
+		l.setFresh(true)
+		require.NoError(t, awaitResult(t, done))
+		calls, stale = l.counts()
+		assert.Equal(t, 1, calls)
+		assert.Zero(t, stale)
+	})
+	t.Run("Expired", func(t *testing.T) {
+		req := reserve(t, "true")
+		l := &fakeLease{expired: make(chan struct{})}
+		l.guard = alive
+		req.Run = leasedRun{req.Run, l}
+		close(l.expired)
+		err := awaitResult(t, supervise(req))
+		var ie *vocab.InternalError
+		require.True(t, errors.As(err, &ie), "an internal failure: %v", err)
+		assert.Contains(t, err.Error(), "the run's lease expired before its command could start")
+		calls, _ := l.counts()
+		assert.Zero(t, calls, "a guard was started on an expired lease")
+	})
 }
