@@ -41,6 +41,9 @@ type etcdCluster struct {
 	dir     string
 	token   string
 	members []*etcdMember
+	// tickMs and electionMs are the members' heartbeat interval and
+	// election timeout.
+	tickMs, electionMs uint
 }
 
 var quietGRPC sync.Once
@@ -68,7 +71,14 @@ func freePorts(n int) ([]int, error) {
 
 // startCluster starts an n-member cluster and waits until it has a leader
 // and every member serves.
-func startCluster(n int) (*etcdCluster, error) {
+func startCluster(n int) (*etcdCluster, error) { return startClusterTimed(n, 50, 500) }
+
+// startStockCluster is startCluster with etcd's own heartbeat interval and
+// election timeout (100 ms, 1 s): a leader change takes as long as on a
+// cluster nobody tuned.
+func startStockCluster(n int) (*etcdCluster, error) { return startClusterTimed(n, 100, 1000) }
+
+func startClusterTimed(n int, tickMs, electionMs uint) (*etcdCluster, error) {
 	quietGRPC.Do(func() {
 		// etcd's client and server speak gRPC; its logger would otherwise
 		// print every refused connection of a stopped member.
@@ -83,7 +93,7 @@ func startCluster(n int) (*etcdCluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	c := &etcdCluster{dir: dir, token: filepath.Base(dir)}
+	c := &etcdCluster{dir: dir, token: filepath.Base(dir), tickMs: tickMs, electionMs: electionMs}
 	for i := range n {
 		c.members = append(c.members, &etcdMember{
 			name:       fmt.Sprintf("m%d", i),
@@ -119,8 +129,8 @@ func (c *etcdCluster) config(m *etcdMember) *embed.Config {
 	cfg.Dir = m.dir
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.LogLevel = "error"
-	cfg.TickMs = 50
-	cfg.ElectionMs = 500
+	cfg.TickMs = c.tickMs
+	cfg.ElectionMs = c.electionMs
 	// No power is lost in a test: the data survives a member's restart
 	// in the page cache, and fsync would only slow a small disk down.
 	cfg.UnsafeNoFsync = true

@@ -14,6 +14,7 @@ package e2e
 // Run: go test -race -tags etcd -count=1 -run Fleet ./e2e/
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,6 +47,7 @@ func TestFleet(t *testing.T) {
 	t.Run("quick", func(t *testing.T) {
 		t.Run("Contract", func(t *testing.T) { t.Parallel(); fleetContract(t, c) })
 		t.Run("StoreURLErrors", func(t *testing.T) { t.Parallel(); fleetStoreURLErrors(t, c) })
+		t.Run("TLSAndAuth", func(t *testing.T) { t.Parallel(); fleetTLSAndAuth(t) })
 		t.Run("Shared", func(t *testing.T) { t.Parallel(); sharedSuite(t, c) })
 		t.Run("OneActiveRunPerTask", func(t *testing.T) { t.Parallel(); fleetOneActivePerTask(t, c) })
 		t.Run("Pools", func(t *testing.T) { t.Parallel(); fleetPools(t, c) })
@@ -63,8 +65,10 @@ func TestFleet(t *testing.T) {
 	t.Run("DetachedSupervisorDies", func(t *testing.T) { fleetDetachedSupervisorDies(t, c) })
 	t.Run("ObserverCatchesFrozenGuard", func(t *testing.T) { fleetObserverCatchesFrozenGuard(t, c) })
 	t.Run("Partition", func(t *testing.T) { fleetPartition(t, c) })
+	t.Run("AbandonedLaunch", func(t *testing.T) { fleetAbandonedLaunch(t, c) })
 	t.Run("LeaderLoss", func(t *testing.T) { fleetLeaderLoss(t, c) })
 	t.Run("QuorumLoss", func(t *testing.T) { fleetQuorumLoss(t, c) })
+	t.Run("LeaseAcrossElection", func(t *testing.T) { fleetLeaseAcrossElection(t) })
 }
 
 // startArgs is `crew start [flags] TASK -- CMD...`.
@@ -159,6 +163,14 @@ func fleetContract(t *testing.T, c *etcdCluster) {
 	assert.Contains(t, r.Stderr, fmt.Sprintf("127.0.0.1:%d", ports[0]), "the message names the store")
 	assert.Less(t, took, 20*time.Second)
 	t.Logf("unreachable etcd: exit %d after %s: %s", r.Code, took.Round(time.Millisecond), shortErr(r))
+
+	// --lock-timeout bounds a start's wait for an etcd that does not
+	// answer: the limit the user gave, not one request's (5 s).
+	r, took, err = f.tryRunFor(30*time.Second, "h1", nil, "--store", dead, "start", "--lock-timeout", "3s", "unreachable", "--", "true")
+	require.NoError(t, err)
+	wantCode(t, r, "crew start --lock-timeout 3s on an unreachable etcd", 125)
+	assert.Contains(t, r.Stderr, "no answer within 3s", "the message says the user's limit")
+	t.Logf("unreachable etcd, --lock-timeout 3s: exit %d after %s: %s", r.Code, took.Round(time.Millisecond), shortErr(r))
 }
 
 // fleetStoreURLErrors: a store URL crew cannot use is a usage error (64),
@@ -166,16 +178,24 @@ func fleetContract(t *testing.T, c *etcdCluster) {
 // from CREW_STORE.
 func fleetStoreURLErrors(t *testing.T, c *etcdCluster) {
 	f := newEtcdFleet(t, c)
-	for _, tc := range []struct{ what, url string }{
-		{"NotEtcd", "http://" + c.endpoint(0) + "/x"},
-		{"NoPrefix", "etcd://" + c.endpoint(0) + "/"},
+	for _, tc := range []struct{ what, url, says string }{
+		{"NotEtcd", "http://" + c.endpoint(0) + "/x", "crew knows etcd stores only"},
+		{"NoPrefix", "etcd://" + c.endpoint(0) + "/", "give a key prefix"},
+		// Before, these were dialled for 5-10 s and blamed on the cluster
+		// (125); the ?query and #fragment went into the prefix unseen.
+		{"PortNotANumber", "etcd://127.0.0.1:abc/x", `endpoint "127.0.0.1:abc" is not HOST:PORT: the port "abc" is not a number from 1 to 65535`},
+		{"PortOutOfRange", "etcd://127.0.0.1:99999/x", `the port "99999" is not a number from 1 to 65535`},
+		{"Query", "etcd://" + c.endpoint(0) + "/x?timeout=1s", `takes no ?query or #fragment ("?timeout=1s")`},
+		{"Fragment", "etcd://" + c.endpoint(0) + "/x#y", `takes no ?query or #fragment ("#y")`},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			r := f.run("h1", "--store", tc.url, "status", "--json")
 			assert.Equal(t, 64, r.Code, "crew --store %s status is a usage error: %s", tc.url, r.Stderr)
+			assert.Contains(t, r.Stderr, tc.says)
 			r, _, err := f.tryRunFor(30*time.Second, "h1", []string{"CREW_STORE=" + tc.url}, startArgs("t", []string{"true"})...)
 			require.NoError(t, err)
 			assert.Equal(t, 64, r.Code, "CREW_STORE=%s crew start is a usage error: %s", tc.url, r.Stderr)
+			assert.Contains(t, r.Stderr, tc.says)
 		})
 	}
 	r := f.run("h1", "--root", t.TempDir(), "status", "--json")
@@ -832,6 +852,71 @@ func fleetPartition(t *testing.T, c *etcdCluster) {
 	assert.Contains(t, rec.Reason, "etcd", "the record says it lost contact with etcd")
 	most, when := f.obs.maxConcurrent()
 	assert.Equal(t, 1, most, "over-admitted: %s", when)
+}
+
+// fleetAbandonedLaunch: a launch that outlives its lease (issue 26). h1,
+// cut off from etcd, is starting its command when the guard's deadline
+// passes: the guard kills its (empty) group and exits, and the command
+// joins the dead guard's group before h1 reaps the guard. The guard cannot
+// confirm the group; crew must then end the command's whole group, or what
+// the command started there runs on after the lease expired, while h2
+// holds the slot (cap 1). Failpoints force the interleaving: h1 holds
+// after starting the guard until the guard has exited (and holds the dead
+// guard unreaped), and after the command joined its group until the
+// command's own child runs. The observer sees every process of the
+// command, the child included.
+func fleetAbandonedLaunch(t *testing.T, c *etcdCluster) {
+	f := newEtcdFleet(t, c)
+	f.initMax(1)
+	proxy := startProxy(t, c.endpoint(0))
+	viaProxy := "etcd://" + proxy.addr() + f.store[strings.LastIndex(f.store, "/"):]
+	hold := func(name string) (string, func()) { return f.gate("fp-" + name) }
+	guardUp, started := hold("guard-started")
+	joinedAt, joined := hold("guard-joined")
+	exitedAt, exited := hold("guard-exited")
+	fp := fmt.Sprintf("CREW_FAILPOINT=guard-started:wait:%s,guard-joined:wait:%s,guard-exited:wait:%s", guardUp, joinedAt, exitedAt)
+	childUp := filepath.Join(f.dir, "child-up")
+	gate, _ := f.gate("abandoned")
+	cmd, ob := f.obs.cmd("abandoned", `touch "$1"; while [ ! -e "$2" ]; do sleep 0.02; done`, childUp, gate)
+	p := f.start("h1", []string{"CREW_STORE=" + viaProxy, fp}, startArgs("abandoned", cmd, "--lease-ttl", "2s")...)
+	healed := false
+	defer func() {
+		if !healed {
+			proxy.heal()
+		}
+	}()
+
+	eventually(t, 20*time.Second, "h1 to start the command's lease guard", func() bool { return exists(guardUp + ".reached") })
+	proxy.partition()
+	eventually(t, 20*time.Second, "h1's guard to pass its deadline and exit", func() bool { return exists(exitedAt + ".reached") })
+	started()
+	eventually(t, 20*time.Second, "h1's command to join the dead guard's group", func() bool { return exists(joinedAt + ".reached") })
+	ob.waitStarted(t, 20*time.Second)
+	eventually(t, 20*time.Second, "h1's command to start a child", func() bool { return exists(childUp) })
+	joined()
+	eventually(t, 20*time.Second, "h1 to kill and reap its command", func() bool {
+		_, err := readStat(ob.pid)
+		return errors.Is(err, errGone)
+	})
+
+	// h1's lease expires on the server: h2 is admitted to the one slot.
+	ncmd, nob := f.obs.sleeper("other", 100*time.Millisecond)
+	other := f.start("h2", nil, startArgs("other", ncmd, "--wait=30s")...)
+	nob.waitStarted(t, 30*time.Second)
+	assert.True(t, ob.isDone(), "h1's command left a child running after its launch was abandoned, while h2's command runs: over-admitted")
+	exited()
+	wantCode(t, other.wait(t, 20*time.Second), "h2's start", 0)
+	most, when := f.obs.maxConcurrent()
+	assert.Equal(t, 1, most, "over-admitted: %s", when)
+
+	healed = true
+	proxy.heal()
+	r := p.wait(t, 90*time.Second)
+	wantCode(t, r, "h1's crew start", 125)
+	assert.Contains(t, r.Stderr, "the lease guard did not confirm the command's group")
+	rec := f.finalRecord(ob.runID, 15*time.Second)
+	assert.Equal(t, "failed", rec.State)
+	assert.Contains(t, rec.Reason, "killed the command's group")
 }
 
 // fleetLeaderLoss: guarantee 8. The leader is lost while starts race: no

@@ -67,14 +67,17 @@ func usageFunc(out io.Writer) func(*cobra.Command) error {
 
 func trimRightSpace(s string) string { return strings.TrimRightFunc(s, unicode.IsSpace) }
 
-// hideUnsupported hides the flags this build refuses: --store and
-// --lease-ttl without the etcd backend. They still parse, so that their
+// hideUnsupported hides the flags this build refuses: --store, --etcd-*
+// and --lease-ttl without the etcd backend. They still parse, so that their
 // error says how to get a crew that has it.
 func hideUnsupported(root *cobra.Command) {
 	if openEtcd != nil {
 		return
 	}
 	_ = root.PersistentFlags().MarkHidden("store")
+	for _, name := range etcdFlagNames {
+		_ = root.PersistentFlags().MarkHidden(name)
+	}
 	for _, c := range root.Commands() {
 		if c.Flags().Lookup("lease-ttl") != nil {
 			_ = c.Flags().MarkHidden("lease-ttl")

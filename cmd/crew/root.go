@@ -24,6 +24,8 @@ type globalOptions struct {
 	root string
 	// store is --store: a shared etcd store instead of the state root.
 	store string
+	// etcd is how crew proves itself to an etcd store (--etcd-*).
+	etcd etcdFlags
 	// argv is crew's command line (without the program name), for the
 	// checks flag parsing cannot make (a limit given as --wait 10m).
 	argv []string
@@ -76,6 +78,7 @@ exit codes) and in the man pages (man crew, man crew-start, ...).`,
 	root.SetErr(s.Err)
 	root.PersistentFlags().StringVar(&g.root, "root", "", "state root directory (default $CREW_ROOT, else ${XDG_STATE_HOME:-$HOME/.local/state}/crew)")
 	root.PersistentFlags().StringVar(&g.store, "store", "", "a store shared across machines instead of the state root: etcd://HOST:PORT[,HOST:PORT...]/PREFIX (default $CREW_STORE; needs a crew built with -tags etcd)")
+	g.etcd.register(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{flagError(unknownFlag(cmd, err))} })
 	root.Version = versionString()
 	root.SetVersionTemplate("crew version {{.Version}}\n")

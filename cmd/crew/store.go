@@ -29,6 +29,7 @@ type openOptions struct {
 type etcdOptions struct {
 	host     string
 	leaseTTL time.Duration
+	creds    etcdCreds
 	// logs is this host's state root, where the logs of the runs it
 	// supervises are kept.
 	logs *runstore.Store
@@ -74,7 +75,11 @@ func (g *globalOptions) open(o openOptions) (*dispatch.Dispatcher, error) {
 		return nil, errors.New("this crew was built without the etcd backend; build the one that has it with `make build-etcd` " +
 			"(go build -tags etcd ./cmd/crew), or unset --store/CREW_STORE to use the local state root")
 	}
-	eo := etcdOptions{host: g.host(), leaseTTL: o.leaseTTL}
+	creds, err := g.etcdCreds()
+	if err != nil {
+		return nil, err
+	}
+	eo := etcdOptions{host: g.host(), leaseTTL: o.leaseTTL, creds: creds}
 	if root, err := g.stateRoot(); err == nil {
 		eo.logs = runstore.New(root)
 	}

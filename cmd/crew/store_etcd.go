@@ -17,9 +17,12 @@ func init() {
 
 // openFleet connects to the etcd store at url.
 func openFleet(url string, o etcdOptions) (backend.Store, string, error) {
-	f, err := fleet.Open(url, fleet.Options{Host: o.host, LeaseTTL: o.leaseTTL, Logs: o.logs})
+	c := o.creds
+	f, err := fleet.Open(url, fleet.Options{Host: o.host, LeaseTTL: o.leaseTTL, Logs: o.logs,
+		Credentials: fleet.Credentials{CACert: c.CACert, Cert: c.Cert, Key: c.Key, User: c.User, Password: c.Password, PasswordFile: c.PasswordFile}})
 	var bad *fleet.URLError
-	if errors.As(err, &bad) {
+	var badCreds *fleet.CredentialsError
+	if errors.As(err, &bad) || errors.As(err, &badCreds) {
 		return nil, "", &usageError{err}
 	}
 	if err != nil {

@@ -207,8 +207,13 @@ type Claim interface {
 // kills it in time, even if the supervisor freezes or dies. Losing the
 // lease is one more reason to stop the command, as crew stop is.
 type Lease interface {
-	// Guard starts the guard of one attempt of the command.
+	// Guard starts the guard of one attempt of the command; it refuses
+	// when the lease is not Fresh.
 	Guard() (Guard, error)
+	// Fresh reports whether the lease is certainly valid for longer than
+	// an attempt's launch takes (it was renewed lately): no attempt may
+	// start on a lease that could run out while its command is started.
+	Fresh() bool
 	// Expired is closed once the lease is known gone (between attempts,
 	// when there is no command to stop).
 	Expired() <-chan struct{}

@@ -39,6 +39,9 @@ var (
 	Adopted            = Name{"adopted"}
 	QueuePoll          = Name{"queue-poll"}
 	PTYOpen            = Name{"pty-open"}
+	GuardStarted       = Name{"guard-started"}
+	GuardJoined        = Name{"guard-joined"}
+	GuardExited        = Name{"guard-exited"}
 	ForkExec           = Name{"fork-exec"}
 	Launched           = Name{"launched"}
 	Exited             = Name{"exited"}
@@ -75,7 +78,10 @@ var Points = []Point{
 	{DetachHandover, Step, "`--detach`: the background supervisor started and holds the locks; the parent has not exited"},
 	{Adopted, Step, "`--detach`: the background supervisor took the run over from its parent; the command has not started"},
 	{PTYOpen, Fault, "the command's pseudo-terminal is opened (`error:` makes it fail)"},
+	{GuardStarted, Step, "on etcd: the attempt's lease guard runs; the command not yet started into its group"},
 	{ForkExec, Fault, "about to start the command (`error:` makes the start fail as fork/exec would)"},
+	{GuardJoined, Step, "on etcd: the command started into its lease guard's group; the guard not yet asked to confirm"},
+	{GuardExited, Step, "on etcd: a lease guard exited; its supervisor has not reaped it yet (the group's id is still pinned)"},
 	{Launched, Step, "command started, record not yet `running`"},
 	{Exited, Step, "command exited, final record not yet written"},
 	{FinishWrite, Fault, "about to write a run's final record (`error:ENOSPC` is a full disk)"},

@@ -130,6 +130,9 @@ func TestParseURL(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"http://a:1", "http://b:2"}, loc.Endpoints)
 	assert.Equal(t, "/team/ci", loc.Prefix)
+	loc, err = ParseURL("etcd://[::1]:2379,etcd-1.example:65535/x")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"http://[::1]:2379", "http://etcd-1.example:65535"}, loc.Endpoints)
 	for in, want := range map[string]string{
 		"http://a:1/x":    "not an etcd store URL",
 		"etcd://a:1":      "give a key prefix",
@@ -137,6 +140,19 @@ func TestParseURL(t *testing.T) {
 		"etcd://a/x":      `endpoint "a" is not HOST:PORT`,
 		"etcd://a:1/x//y": "empty, . or .. segment",
 		"etcd://a:1/../y": "empty, . or .. segment",
+		// What the etcd client would only fail to dial, again and again.
+		"etcd://127.0.0.1:abc/x":   `endpoint "127.0.0.1:abc" is not HOST:PORT: the port "abc" is not a number from 1 to 65535`,
+		"etcd://127.0.0.1:99999/x": `the port "99999" is not a number from 1 to 65535`,
+		"etcd://127.0.0.1:0/x":     `the port "0" is not a number`,
+		"etcd://a:1,b:+2/x":        `the port "+2" is not a number`,
+		"etcd://:2379/x":           `endpoint ":2379" is not HOST:PORT`,
+		"etcd://a:1,/x":            `endpoint "" is not HOST:PORT`,
+		"etcd://me@a:1/x":          `endpoint "me@a:1" carries credentials`,
+		"etcd://a b:1/x":           `"a b" is not a host name or address`,
+		// Neither may end up in the prefix unseen.
+		"etcd://a:1/x?dial-timeout=1s": `takes no ?query or #fragment ("?dial-timeout=1s")`,
+		"etcd://a:1/x#y":               `takes no ?query or #fragment ("#y")`,
+		"etcd://a:1?x/y":               `takes no ?query or #fragment`,
 	} {
 		_, err := ParseURL(in)
 		require.Error(t, err, in)
@@ -271,7 +287,7 @@ func TestReserveWithoutTheMutexWritesNothing(t *testing.T) {
 func TestLeaseDeadlineIsBeforeItsExpiry(t *testing.T) {
 	f := open(t)
 	before := leaseguard.Monotonic()
-	l, err := f.grant(3 * time.Second)
+	l, err := f.grantBy(3*time.Second, time.Time{}, f.opTimeout)
 	require.NoError(t, err)
 	defer l.release()
 	d := l.deadline()
@@ -283,9 +299,42 @@ func TestLeaseDeadlineIsBeforeItsExpiry(t *testing.T) {
 	assert.False(t, l.lost())
 }
 
+// TestNoGuardOnAStaleLease: an attempt starts only on a lease certainly
+// valid for longer than its launch takes (half the TTL before the
+// command's deadline): on one that went unrenewed, the guard's deadline
+// could pass while the command is being started.
+func TestNoGuardOnAStaleLease(t *testing.T) {
+	f := open(t)
+	l, err := f.grantBy(3*time.Second, time.Time{}, f.opTimeout)
+	require.NoError(t, err)
+	l.releaseOnce.Do(func() { close(l.stop) }) // no renewals from now on: etcd cut off
+	<-l.done
+	defer f.cli.Revoke(context.Background(), l.id)
+
+	require.True(t, l.Fresh(), "a lease just granted is fresh")
+	g, err := l.Guard()
+	require.NoError(t, err)
+	require.NoError(t, g.End())
+
+	// Still valid by the monotonic clock, but its command's deadline is
+	// less than half the TTL away.
+	l.mu.Lock()
+	l.validUntil = leaseguard.Monotonic() + l.ttl/2
+	l.mu.Unlock()
+	assert.False(t, l.hasExpired())
+	assert.False(t, l.Fresh())
+	g, err = l.Guard()
+	if g != nil {
+		_ = g.End()
+	}
+	require.Error(t, err, "a guard started on a lease that could run out during the launch")
+	assert.Contains(t, err.Error(), "the run's lease of 3s was last renewed")
+	assert.Contains(t, err.Error(), "no attempt starts on a lease that could run out while its command is being started")
+}
+
 func TestLeaseNotFoundMarksItLost(t *testing.T) {
 	f := open(t)
-	l, err := f.grant(MinLeaseTTL)
+	l, err := f.grantBy(MinLeaseTTL, time.Time{}, f.opTimeout)
 	require.NoError(t, err)
 	_, err = f.cli.Revoke(context.Background(), l.id)
 	require.NoError(t, err)

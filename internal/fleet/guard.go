@@ -23,8 +23,14 @@ const GuardArg = "__lease-guard"
 // a guard of its own, which the lease tells of every renewal (Extend), and
 // whose monitor tells the supervisor when the lease is running out.
 
-// Guard starts an attempt's guard with the lease's current deadline.
+// Guard starts an attempt's guard with the lease's current deadline, if
+// the lease is fresh.
 func (l *lease) Guard() (backend.Guard, error) {
+	if !l.Fresh() {
+		return nil, fmt.Errorf("the run's lease of %s was last renewed %s ago (etcd does not answer): "+
+			"no attempt starts on a lease that could run out while its command is being started",
+			l.ttl, l.sinceContact().Round(100*time.Millisecond))
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find crew's own executable for the lease guard: %w", err)

@@ -53,17 +53,19 @@ type lease struct {
 	releaseOnce sync.Once
 }
 
-// grant creates a lease of ttl and starts renewing it.
-func (f *Fleet) grant(ttl time.Duration) (*lease, error) {
+// grantBy creates a lease of ttl and starts renewing it, asked no later
+// than deadline (zero: none); limit is what an error says etcd had to
+// answer in.
+func (f *Fleet) grantBy(ttl time.Duration, deadline time.Time, limit time.Duration) (*lease, error) {
 	if ttl < MinLeaseTTL {
 		ttl = MinLeaseTTL
 	}
-	ctx, cancel := f.ctx()
+	ctx, cancel := f.ctxBy(deadline)
 	defer cancel()
 	sent := leaseguard.Monotonic()
 	resp, err := f.cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
 	if err != nil {
-		return nil, f.wrap("grant a lease", err)
+		return nil, f.wrapWithin("grant a lease", err, limit)
 	}
 	granted := time.Duration(resp.TTL) * time.Second
 	l := &lease{f: f, id: resp.ID, ttl: granted, validUntil: sent + granted, lastContact: sent,
@@ -73,23 +75,49 @@ func (f *Fleet) grant(ttl time.Duration) (*lease, error) {
 }
 
 // grantPatiently grants a lease, trying again for up to patience while
-// etcd does not answer (a leader change).
+// etcd does not answer (a leader change); no request outlives patience.
 func (f *Fleet) grantPatiently(ttl, patience time.Duration) (*lease, error) {
 	give := time.Now().Add(patience)
 	for {
-		l, err := f.grant(ttl)
+		l, err := f.grantBy(ttl, give, patience)
 		var down *UnavailableError
-		if err == nil || !errors.As(err, &down) || time.Now().After(give) {
+		if err == nil || !errors.As(err, &down) || !pause(give) {
 			return l, err
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// pause waits a moment before etcd is asked again, and reports whether
+// there is time left before give to ask.
+func pause(give time.Time) bool {
+	left := time.Until(give)
+	if left <= 0 {
+		return false
+	}
+	time.Sleep(min(250*time.Millisecond, left))
+	return time.Now().Before(give)
 }
 
 // margin is how long before validUntil the command must be dead: room for
 // the kill to take effect and for the two clocks' rates to differ.
 func (l *lease) margin() time.Duration {
 	return max(300*time.Millisecond, l.ttl/10)
+}
+
+// freshFor is how long before its deadline a lease must still be for an
+// attempt to start on it: half the TTL, twice what the supervisor's
+// monitor leaves a command it stops (a quarter). A lease renewed as it
+// should be (every fifth of the TTL) is; one unrenewed for longer than
+// half its TTL less the margin (4 s of 10 s) is not, and an attempt waits
+// for a renewal rather than start on it (a retry after a partition): its guard's deadline could pass while the command is being
+// started, and a command that joins a dead guard's group would run on
+// with nothing to stop it with the lease.
+func (l *lease) freshFor() time.Duration { return l.ttl / 2 }
+
+// Fresh reports whether the lease is certainly valid long enough for an
+// attempt to be started on it.
+func (l *lease) Fresh() bool {
+	return !l.lost() && !l.hasExpired() && l.deadline()-leaseguard.Monotonic() >= l.freshFor()
 }
 
 // deadline is when the command must be dead by (monotonic).

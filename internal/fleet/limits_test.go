@@ -39,7 +39,7 @@ func putFinished(t *testing.T, f *Fleet, task string, n int) []record.RunID {
 		if len(ops)+2 > etcdMaxTxnOps {
 			flush()
 		}
-		ops = append(ops, f.finalOps(r, b)...)
+		ops = append(ops, f.k.finalOps(r, b)...)
 		ids = append(ids, r.RunID)
 	}
 	flush()

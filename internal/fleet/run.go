@@ -101,7 +101,7 @@ func (r *run) moveToDone(rec *record.Run) error {
 	defer cancel()
 	key := f.k.active(r.id)
 	resp, err := f.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", r.rev)).
-		Then(append(f.finalOps(rec, b), clientv3.OpDelete(key), clientv3.OpDelete(f.k.stop(r.id)))...).Commit()
+		Then(append(f.k.finalOps(rec, b), clientv3.OpDelete(key), clientv3.OpDelete(f.k.stop(r.id)))...).Commit()
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func (r *run) replaceInterrupted(rec *record.Run) error {
 	if err != nil {
 		return err
 	}
-	ops := f.finalOps(&mine, b)
+	ops := f.k.finalOps(&mine, b)
 	if old := f.k.finished(theirs); old != f.k.finished(&mine) {
 		ops = append(ops, clientv3.OpDelete(old))
 	}
@@ -182,7 +182,7 @@ func (r *run) Claim() backend.Claim { return leaseClaim{r} }
 // a detached supervisor that renews the same lease: the slot is held
 // without a gap.
 func (r *run) HandOver() backend.HandOver {
-	return backend.HandOver{Store: []string{"--store", r.f.Loc.URL},
+	return backend.HandOver{Store: append([]string{"--store", r.f.Loc.URL}, r.f.creds.args()...),
 		Adopt: []string{strconv.FormatInt(int64(r.lease.id), 16), strconv.FormatInt(r.rev, 10)}}
 }
 

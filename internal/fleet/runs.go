@@ -185,7 +185,7 @@ func (f *Fleet) finalize(id record.RunID, end func(*record.Run)) (backend.ReapOu
 	resp, err := f.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
 		clientv3.Compare(clientv3.LeaseValue(f.k.owner(id)), "=", 0),
-	).Then(append(f.finalOps(rec, b), clientv3.OpDelete(key), clientv3.OpDelete(f.k.stop(id)), clientv3.OpDelete(f.k.owner(id)))...).Commit()
+	).Then(append(f.k.finalOps(rec, b), clientv3.OpDelete(key), clientv3.OpDelete(f.k.stop(id)), clientv3.OpDelete(f.k.owner(id)))...).Commit()
 	if err != nil {
 		return 0, nil, f.wrap("finalize run "+string(id), err)
 	}

@@ -30,17 +30,17 @@ const unavailableFor = 10 * time.Second
 // not answering, or patience runs out: a leader change or a member going
 // away is over within an election or two. op must be safe to repeat (a
 // transaction fenced so that a repeat of one that went in changes nothing).
+// No request outlives patience.
 func (f *Fleet) patiently(what string, patience time.Duration, op func(ctx context.Context) error) error {
 	give := time.Now().Add(patience)
 	for {
-		ctx, cancel := f.ctx()
-		err := f.wrap(what, op(ctx))
+		ctx, cancel := f.ctxBy(give)
+		err := f.wrapWithin(what, op(ctx), patience)
 		cancel()
 		var down *UnavailableError
-		if err == nil || !errors.As(err, &down) || time.Now().After(give) {
+		if err == nil || !errors.As(err, &down) || !pause(give) {
 			return err
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
 }
 
@@ -105,8 +105,9 @@ func (s *starter) LockAdmission(ctx context.Context, timeout time.Duration) (bac
 			"(no contact with etcd for longer than its TTL of %s)", s.f.Loc.URL, s.lease.ttl)
 	}
 	var sec *section
+	deadline := time.Now().Add(timeout)
 	err := s.f.patiently("take the admission lock", min(timeout, unavailableFor), func(context.Context) error {
-		if err := s.lock(ctx, timeout); err != nil {
+		if err := s.lock(ctx, deadline, timeout); err != nil {
 			return err
 		}
 		rctx, cancel := s.f.ctx()
@@ -122,9 +123,9 @@ func (s *starter) LockAdmission(ctx context.Context, timeout time.Duration) (bac
 	return sec, err
 }
 
-// lock takes the admission mutex within timeout.
-func (s *starter) lock(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+// lock takes the admission mutex by deadline, timeout after the first try.
+func (s *starter) lock(ctx context.Context, deadline time.Time, timeout time.Duration) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	err := s.mu.Lock(ctx)
 	switch {
@@ -143,9 +144,14 @@ func (s *starter) unlock() {
 	_ = s.mu.Unlock(ctx) // if this fails, the key goes with the lease
 }
 
+// holderPatience bounds the read of who holds the admission lock once a
+// start timed out waiting for it: a moment past the user's --lock-timeout,
+// not a whole request's timeout when etcd does not answer.
+const holderPatience = time.Second
+
 // lockHolder is who holds the admission lock, for a timeout.
 func (f *Fleet) lockHolder() (vocab.Holder, error) {
-	ctx, cancel := f.ctx()
+	ctx, cancel := context.WithTimeout(context.Background(), min(f.opTimeout, holderPatience))
 	defer cancel()
 	resp, err := f.cli.Get(ctx, f.k.admissionHolder())
 	if err != nil {

@@ -31,8 +31,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -75,6 +77,12 @@ func parseURL(u string) (Location, error) {
 	if !ok {
 		return Location{}, fmt.Errorf("store %q: not an etcd store URL (etcd://HOST:PORT[,HOST:PORT...]/PREFIX)", u)
 	}
+	// A ?query or #fragment would otherwise end up in the key prefix,
+	// unseen: a host with "?x" would share no slots with one without.
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		return Location{}, fmt.Errorf("store %q: a store URL takes no ?query or #fragment (%q): "+
+			"write etcd://HOST:PORT[,HOST:PORT...]/PREFIX", u, rest[i:])
+	}
 	hosts, prefix, _ := strings.Cut(rest, "/")
 	prefix = strings.Trim(prefix, "/")
 	if prefix == "" {
@@ -88,12 +96,32 @@ func parseURL(u string) (Location, error) {
 	}
 	loc := Location{URL: u, Prefix: "/" + prefix}
 	for _, h := range strings.Split(hosts, ",") {
-		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
-			return Location{}, fmt.Errorf("store %q: endpoint %q is not HOST:PORT", u, h)
+		if err := checkEndpoint(h); err != nil {
+			return Location{}, fmt.Errorf("store %q: endpoint %q %w", u, h, err)
 		}
 		loc.Endpoints = append(loc.Endpoints, "http://"+h)
 	}
 	return loc, nil
+}
+
+// checkEndpoint refuses an endpoint the etcd client would only fail to
+// dial, request after request, until crew blamed the cluster.
+func checkEndpoint(h string) error {
+	host, port, err := net.SplitHostPort(h)
+	if err != nil || host == "" || port == "" {
+		return errors.New("is not HOST:PORT")
+	}
+	if strings.Contains(host, "@") {
+		return errors.New("carries credentials: a store URL is shown by crew status and handed to every command; " +
+			"give the user with --etcd-user and the password in $CREW_ETCD_PASSWORD or --etcd-password-file")
+	}
+	if strings.ContainsAny(host, "/\\ \t") || strings.ContainsFunc(host, unicode.IsControl) {
+		return fmt.Errorf("is not HOST:PORT: %q is not a host name or address", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '+' {
+		return fmt.Errorf("is not HOST:PORT: the port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 // keys is the layout under the prefix. Task names are never part of a
@@ -141,6 +169,8 @@ type Fleet struct {
 	// opTimeout bounds each request to etcd: a cluster without quorum
 	// answers nothing, and crew must say so rather than hang.
 	opTimeout time.Duration
+	// creds are what a detached supervisor is told to connect with.
+	creds Credentials
 }
 
 // Options configure a connection.
@@ -155,6 +185,8 @@ type Options struct {
 	Logs *runstore.Store
 	// Now is the clock of records (time.Now if nil).
 	Now func() time.Time
+	// Credentials are how crew proves itself to etcd.
+	Credentials Credentials
 }
 
 // DefaultOpTimeout bounds one request to etcd.
@@ -167,8 +199,18 @@ func Open(url string, o Options) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
+	tlsCfg, password, err := o.Credentials.load(url)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		loc.Endpoints = secure(loc.Endpoints)
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   loc.Endpoints,
+		TLS:         tlsCfg,
+		Username:    o.Credentials.User,
+		Password:    password,
 		DialTimeout: DefaultOpTimeout,
 		// Notice a member that stopped answering (crashed, partitioned)
 		// within seconds, so that requests move to another member.
@@ -182,9 +224,14 @@ func Open(url string, o Options) (*Fleet, error) {
 		RejectOldCluster: false,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd store %s: %w", url, err)
+		what := "connect"
+		if o.Credentials.User != "" {
+			what = "connect and authenticate as " + o.Credentials.User // etcd's client does both at once
+		}
+		f := &Fleet{Loc: loc, opTimeout: DefaultOpTimeout}
+		return nil, f.wrap(what, err)
 	}
-	f := &Fleet{Loc: loc, cli: cli, k: keys{loc.Prefix}, host: o.Host, now: o.Now, logs: o.Logs,
+	f := &Fleet{Loc: loc, cli: cli, k: keys{loc.Prefix}, host: o.Host, now: o.Now, logs: o.Logs, creds: o.Credentials,
 		ttl: cmp.Or(o.LeaseTTL, DefaultLeaseTTL), opTimeout: DefaultOpTimeout}
 	if f.host == "" {
 		f.host, _ = os.Hostname()
@@ -209,6 +256,17 @@ func (f *Fleet) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), f.opTimeout)
 }
 
+// ctxBy is a context for one request that ends by deadline too (if it is
+// not zero): a limit the user gave (--lock-timeout) is honoured, not
+// rounded up to a whole request's timeout.
+func (f *Fleet) ctxBy(deadline time.Time) (context.Context, context.CancelFunc) {
+	end := time.Now().Add(f.opTimeout)
+	if !deadline.IsZero() && deadline.Before(end) {
+		end = deadline
+	}
+	return context.WithDeadline(context.Background(), end)
+}
+
 // UnavailableError is etcd not answering: no member reachable, or no
 // quorum. Nothing was changed by the request that met it.
 type UnavailableError struct {
@@ -223,12 +281,15 @@ func (e *UnavailableError) Error() string {
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // wrap names the store and the step in an etcd error.
-func (f *Fleet) wrap(what string, err error) error {
+func (f *Fleet) wrap(what string, err error) error { return f.wrapWithin(what, err, f.opTimeout) }
+
+// wrapWithin is wrap for a step that had limit to be answered in.
+func (f *Fleet) wrapWithin(what string, err error, limit time.Duration) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
-		return &UnavailableError{URL: f.Loc.URL, What: what, Err: fmt.Errorf("no answer within %s", f.opTimeout)}
+		return &UnavailableError{URL: f.Loc.URL, What: what, Err: fmt.Errorf("no answer within %s", limit.Round(10*time.Millisecond))}
 	}
 	if unavailable(err) {
 		return &UnavailableError{URL: f.Loc.URL, What: what, Err: err}

@@ -199,9 +199,9 @@ type finishEntry struct {
 }
 
 // finalOps write final record r (encoded as b) and its index entry.
-func (f *Fleet) finalOps(r *record.Run, b []byte) []clientv3.Op {
+func (k keys) finalOps(r *record.Run, b []byte) []clientv3.Op {
 	e, _ := json.Marshal(finishEntry{Task: r.Task, State: r.State, ExitCode: r.ExitCode, Host: r.Host})
-	return []clientv3.Op{clientv3.OpPut(f.k.done(r.RunID), string(b)), clientv3.OpPut(f.k.finished(r), string(e))}
+	return []clientv3.Op{clientv3.OpPut(k.done(r.RunID), string(b)), clientv3.OpPut(k.finished(r), string(e))}
 }
 
 // removeLog removes the local log of a finished run that this host ran;

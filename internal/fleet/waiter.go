@@ -49,7 +49,7 @@ func (w *waiter) LeaveWith(rec *record.Run) error {
 		return err
 	}
 	key := f.k.ticket(w.id)
-	ops := append(f.finalOps(rec, b), clientv3.OpDelete(key))
+	ops := append(f.k.finalOps(rec, b), clientv3.OpDelete(key))
 	return f.patiently("record the start "+string(w.id)+" that never ran", finishPatience, func(ctx context.Context) error {
 		resp, err := f.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", int64(w.s.lease.id))).
 			Then(ops...).Else(clientv3.OpGet(f.k.done(w.id))).Commit()

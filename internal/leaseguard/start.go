@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/crew-dev/crew/internal/failpoint"
 )
 
 // ErrGone: the guard has exited, so it no longer enforces anything, and its
@@ -178,6 +180,7 @@ func (g *Guard) reap() {
 	g.exited = true
 	g.mu.Unlock()
 	g.out.Close()
+	failpoint.Hit(failpoint.GuardExited)
 	g.state, g.waitErr = g.proc.Wait()
 	close(g.done)
 }

@@ -23,9 +23,13 @@ func (s *supervisor) launch(out *output) error {
 		"CREW_RUN_ID="+string(rec.RunID), "CREW_TASK="+rec.Task, claim.Env())
 	sys, stdin := &syscall.SysProcAttr{Setpgid: true}, s.Stdin
 	if s.lg.leased() {
+		if err := s.lg.awaitFresh(); err != nil {
+			return err
+		}
 		if err := s.lg.start(sys); err != nil {
 			return err
 		}
+		failpoint.Hit(failpoint.GuardStarted)
 	} else if s.pty != nil {
 		sys, stdin = s.pty.childSys(), s.pty.slave
 	} else if fd, ok := foregroundTTY(s.Stdin); ok {
@@ -42,6 +46,10 @@ func (s *supervisor) launch(out *output) error {
 	}
 	c, err := startChild(rec.Command, rec.Dir, env, stdin, out.child[0], out.child[1], claim.Files(), sys)
 	if err != nil {
+		if s.lg.running() && errors.Is(err, syscall.EPERM) {
+			// setpgid: the guard's group is gone, the guard with it.
+			err = &crewFault{fmt.Errorf("the lease guard exited before the command could join its group: %w", err)}
+		}
 		s.lg.stop(s.Warn, rec.RunID)
 		return err
 	}
@@ -49,6 +57,7 @@ func (s *supervisor) launch(out *output) error {
 	s.pgid = c.pid
 	if s.lg.running() {
 		s.pgid = s.lg.g.Pgid()
+		failpoint.Hit(failpoint.GuardJoined)
 		return s.lg.confirm()
 	}
 	if s.pty != nil {

@@ -48,6 +48,23 @@ func guardingOf(run backend.Run) guarding {
 // leased reports whether the run's slot can run out.
 func (lg *guarding) leased() bool { return lg.lease != nil }
 
+// fresh reports whether an attempt may start: always, unless the slot is a
+// lease that could run out while the command is being started.
+func (lg *guarding) fresh() bool { return lg.lease == nil || lg.lease.Fresh() }
+
+// awaitFresh waits until the lease is fresh (a renewal missed just before
+// the launch), or fails once it is known gone.
+func (lg *guarding) awaitFresh() error {
+	for !lg.fresh() {
+		select {
+		case <-lg.expired():
+			return &crewFault{errors.New("the run's lease expired before its command could start (etcd did not answer)")}
+		case <-time.After(leasePollInterval):
+		}
+	}
+	return nil
+}
+
 // running reports whether an attempt's guard runs.
 func (lg *guarding) running() bool { return lg.g != nil }
 
@@ -68,7 +85,7 @@ func (lg *guarding) start(sys *syscall.SysProcAttr) error {
 // the lease.
 func (lg *guarding) confirm() error {
 	if err := lg.g.Confirm(); err != nil {
-		return &crewFault{fmt.Errorf("the lease guard did not confirm the command's group (%v); killed the command", err)}
+		return &crewFault{fmt.Errorf("the lease guard did not confirm the command's group (%v); killed the command's group", err)}
 	}
 	return nil
 }

@@ -88,7 +88,9 @@ func (e ending) short(timeout time.Duration) string {
 // crew stop request, which it acknowledges (crew stop then need not act
 // itself; there is no command to signal). It returns the stop's signal,
 // 0 if there was none, and crew stop's request if it was one; or that the
-// run's lease expired meanwhile (a store of leases).
+// run's lease expired meanwhile (a store of leases). On a lease, it also
+// waits, after d, until the lease is fresh: an attempt started on a lease
+// that went unrenewed (etcd cut off during the delay) could outlive it.
 func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRequest, bool) {
 	w, err := s.Run.WatchStops()
 	if err != nil {
@@ -103,6 +105,7 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	expired := s.lg.expired()
+	var renewal <-chan time.Time // d is over: looking for a fresh lease
 	for req := pending(); ; req = pending() {
 		if req != nil && s.mayAct(req) {
 			ack := record.StopAck{At: s.now(), SupervisorPID: os.Getpid(), RequesterUID: s.requesterOf(req)}
@@ -117,7 +120,17 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 		case <-expired:
 			return 0, nil, true
 		case <-timer.C:
-			return 0, nil, false
+			if s.lg.fresh() {
+				return 0, nil, false
+			}
+			s.Note("the run's lease was not renewed lately (etcd does not answer): the next attempt waits for a renewal")
+			t := time.NewTicker(leasePollInterval)
+			defer t.Stop()
+			renewal = t.C
+		case <-renewal:
+			if s.lg.fresh() {
+				return 0, nil, false
+			}
 		case <-poll.C:
 		case <-w.Changed():
 		case <-notifyAt:
@@ -126,3 +139,8 @@ func (s *supervisor) awaitRetry(d time.Duration) (syscall.Signal, *record.StopRe
 		}
 	}
 }
+
+// leasePollInterval is how often an attempt due on a lease that is not
+// fresh looks again: a renewal comes every fifth of the TTL (at least
+// 400 ms).
+const leasePollInterval = 50 * time.Millisecond

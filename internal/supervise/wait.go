@@ -237,9 +237,9 @@ func (l *waitLoop) awaitGroup() {
 func (s *supervisor) signalGroup(sig syscall.Signal) {
 	if s.lg.running() {
 		// Through the guard, which vouches that the group is the run's;
-		// if the guard is gone, the command itself, crew's unreaped child.
+		// if the guard is gone, through the command, crew's unreaped child.
 		if err := s.lg.g.Signal(sig); err != nil && s.cmd != nil && !s.cmd.reaped {
-			_ = unix.Kill(s.cmd.pid, sig)
+			s.signalUnguarded(sig)
 		}
 		return
 	}
@@ -247,6 +247,22 @@ func (s *supervisor) signalGroup(sig syscall.Signal) {
 		return
 	}
 	_ = unix.Kill(-s.pgid, sig)
+}
+
+// signalUnguarded signals a command whose lease guard is gone (it died
+// before the command joined its group, or someone killed it): sig to the
+// command; SIGKILL to its whole group, for the command may have started
+// processes there that nothing else would stop. Once the command, crew's
+// unreaped child, has SIGKILL pending, it never runs again and no one but
+// crew could move it: the group it is in stays its, and its id pinned by
+// it, until crew reaps it.
+func (s *supervisor) signalUnguarded(sig syscall.Signal) {
+	if err := unix.Kill(s.cmd.pid, sig); err != nil || sig != syscall.SIGKILL {
+		return
+	}
+	if pgid, err := unix.Getpgid(s.cmd.pid); err == nil && pgid > 1 && pgid != unix.Getpgrp() {
+		_ = unix.Kill(-pgid, syscall.SIGKILL)
+	}
 }
 
 func asSignal(sig os.Signal) syscall.Signal {
