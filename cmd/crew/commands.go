@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 
+	"github.com/crew-dev/crew/internal/cmddoc"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -14,30 +15,6 @@ import (
 // reference shows the flags of the build it was made from (the local
 // build hides the etcd store's).
 const commandsCmd = "__commands"
-
-// commandDoc is one command of the tree, as far as its documentation
-// goes: what gendocs needs to put the command back together for
-// cobra/doc.
-type commandDoc struct {
-	Use             string       `json:"use"`
-	Short           string       `json:"short"`
-	Long            string       `json:"long,omitempty"`
-	Example         string       `json:"example,omitempty"`
-	Runnable        bool         `json:"runnable"`
-	Flags           []flagDoc    `json:"flags,omitempty"`
-	PersistentFlags []flagDoc    `json:"persistentFlags,omitempty"`
-	Commands        []commandDoc `json:"commands,omitempty"`
-}
-
-// flagDoc is one flag: its pflag type and its default as pflag shows them.
-type flagDoc struct {
-	Name         string `json:"name"`
-	Shorthand    string `json:"shorthand,omitempty"`
-	Usage        string `json:"usage"`
-	Type         string `json:"type"`
-	Default      string `json:"default"`
-	NoOptDefault string `json:"noOptDefault,omitempty"`
-}
 
 func newCommandsCmd(s streams) *cobra.Command {
 	return &cobra.Command{
@@ -60,9 +37,9 @@ func newCommandsCmd(s streams) *cobra.Command {
 }
 
 // describeCommand is c and the commands under it that --help lists.
-func describeCommand(c *cobra.Command) commandDoc {
+func describeCommand(c *cobra.Command) cmddoc.Command {
 	c.InitDefaultHelpFlag()
-	d := commandDoc{
+	d := cmddoc.Command{
 		Use: c.Use, Short: c.Short, Long: c.Long, Example: c.Example, Runnable: c.Runnable(),
 		Flags:           describeFlags(c.LocalNonPersistentFlags()),
 		PersistentFlags: describeFlags(c.PersistentFlags()),
@@ -76,13 +53,13 @@ func describeCommand(c *cobra.Command) commandDoc {
 }
 
 // describeFlags is the flags of fs that --help shows, in its order.
-func describeFlags(fs *pflag.FlagSet) []flagDoc {
-	var out []flagDoc
+func describeFlags(fs *pflag.FlagSet) []cmddoc.Flag {
+	var out []cmddoc.Flag
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Hidden || f.Deprecated != "" {
 			return
 		}
-		out = append(out, flagDoc{
+		out = append(out, cmddoc.Flag{
 			Name: f.Name, Shorthand: f.Shorthand, Usage: f.Usage,
 			Type: f.Value.Type(), Default: f.DefValue, NoOptDefault: f.NoOptDefVal,
 		})

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crew-dev/crew/internal/cmddoc"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
@@ -74,16 +75,16 @@ func generate(crew, out string) error {
 }
 
 // readTree asks crew for its command tree.
-func readTree(crew string) (commandDoc, error) {
+func readTree(crew string) (cmddoc.Command, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(crew, "__commands")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return commandDoc{}, fmt.Errorf("%s __commands: %w: %s", crew, err, strings.TrimSpace(stderr.String()))
+		return cmddoc.Command{}, fmt.Errorf("%s __commands: %w: %s", crew, err, strings.TrimSpace(stderr.String()))
 	}
-	var tree commandDoc
+	var tree cmddoc.Command
 	if err := json.Unmarshal(stdout.Bytes(), &tree); err != nil {
-		return commandDoc{}, fmt.Errorf("%s __commands printed no command tree: %w", crew, err)
+		return cmddoc.Command{}, fmt.Errorf("%s __commands printed no command tree: %w", crew, err)
 	}
 	return tree, nil
 }
@@ -106,32 +107,10 @@ func resetDir(dir, ext string) error {
 	return nil
 }
 
-// commandDoc and flagDoc are what `crew __commands` prints (cmd/crew,
-// commands.go).
-type commandDoc struct {
-	Use             string       `json:"use"`
-	Short           string       `json:"short"`
-	Long            string       `json:"long"`
-	Example         string       `json:"example"`
-	Runnable        bool         `json:"runnable"`
-	Flags           []flagDoc    `json:"flags"`
-	PersistentFlags []flagDoc    `json:"persistentFlags"`
-	Commands        []commandDoc `json:"commands"`
-}
-
-type flagDoc struct {
-	Name         string `json:"name"`
-	Shorthand    string `json:"shorthand"`
-	Usage        string `json:"usage"`
-	Type         string `json:"type"`
-	Default      string `json:"default"`
-	NoOptDefault string `json:"noOptDefault"`
-}
-
 // rebuild puts the command tree back together as cobra commands that
 // cobra/doc can document: the same names, texts and flags, with no code
 // behind them.
-func rebuild(d commandDoc) *cobra.Command {
+func rebuild(d cmddoc.Command) *cobra.Command {
 	c := &cobra.Command{Use: d.Use, Short: d.Short, Long: d.Long, Example: d.Example, DisableAutoGenTag: true}
 	if d.Runnable {
 		c.Run = func(*cobra.Command, []string) {}
@@ -148,7 +127,7 @@ func rebuild(d commandDoc) *cobra.Command {
 // them, because pflag decides by a flag's Go type whether its default is
 // worth showing; crew's own types (durations, sizes) are shown as pflag
 // shows any other type.
-func addFlags(fs *pflag.FlagSet, flags []flagDoc) {
+func addFlags(fs *pflag.FlagSet, flags []cmddoc.Flag) {
 	for _, d := range flags {
 		switch d.Type {
 		case "bool":
