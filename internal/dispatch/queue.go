@@ -413,7 +413,9 @@ func (a *admitter) capacityLeft() bool {
 // capacity calls it (a finishing run, a waiter leaving, a reaped run, a
 // raised cap); it only reads, and a waiter always re-decides under the
 // admission lock, so a stale or extra ring costs one attempt, never a
-// wrong admission.
+// wrong admission. While crew.json is unusable nothing can be decided:
+// every waiter is rung, to say so on its wait line and to keep looking
+// until the file is fixed.
 func (d *Dispatcher) RingWaiters() {
 	line, err := d.liveQueue(nil)
 	queue := line.tickets
@@ -422,6 +424,9 @@ func (d *Dispatcher) RingWaiters() {
 	}
 	cfg, _, err := d.Store.LoadConfig()
 	if err != nil {
+		for _, t := range queue {
+			d.queue().Ring(t.ID)
+		}
 		return
 	}
 	set, err := d.readActive(true, nil)

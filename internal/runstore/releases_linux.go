@@ -9,11 +9,13 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/crew-dev/crew/internal/lockfs"
+	"github.com/crew-dev/crew/internal/record"
 	"golang.org/x/sys/unix"
 )
 
 // watchReleases is an inotify instance on owners/ (last writers closing a
-// lock file) and on the root (crew.json renamed into place).
+// lock file) and on the root (crew.json renamed into place, or written in place).
 func (s *Store) watchReleases() (*ReleaseWatch, error) {
 	owners, err := s.dir(ownersDir)
 	if err != nil {
@@ -34,7 +36,7 @@ func (s *Store) watchReleases() (*ReleaseWatch, error) {
 	ownersWD, err := addWatch(fd, owners, unix.IN_CLOSE_WRITE)
 	if err == nil {
 		r.ownersWD = ownersWD
-		_, err = addWatch(fd, root, unix.IN_MOVED_TO)
+		_, err = addWatch(fd, root, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE)
 	}
 	root.Close()
 	if err != nil {
@@ -92,8 +94,8 @@ func (r *releases) listen() {
 }
 
 // matters reports whether a batch of events holds one a waiter must look
-// at: a lock file of owners/ closed by its last writer and still in place,
-// crew.json replaced, or events lost (the queue overflowed).
+// at: a lock file of owners/ released without a word (released), crew.json
+// replaced or written in place, or events lost (the queue overflowed).
 func (r *releases) matters(buf []byte) bool {
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
@@ -107,12 +109,34 @@ func (r *releases) matters(buf []byte) bool {
 		case ev.Mask&unix.IN_Q_OVERFLOW != 0:
 			return true
 		case ev.Wd == r.ownersWD && strings.HasSuffix(name, ".lock"):
-			if _, err := r.owners.Lstat(name); err == nil {
-				return true // its holders died: a normal end removes it first
+			if r.released(name) {
+				return true
 			}
 		case ev.Wd != r.ownersWD && name == configName:
 			return true
 		}
 	}
 	return false
+}
+
+// released reports whether the lock file name of owners/, just closed by
+// the last process that had it open for writing, may have freed a slot
+// that nobody will announce. A normal end removes its locks before it
+// closes them, and rings the waiters its slot can serve; so a lock still
+// in place was let go by processes that died. An owner lock is let go
+// early also by a living supervisor, which takes it again to finish the
+// run (and then rings): that is news only once the supervisor is gone too,
+// and its own lock's close says when. Without this screen every waiter
+// would look at the state root at every finish, a herd the size of the
+// queue.
+func (r *releases) released(name string) bool {
+	if _, err := r.owners.Lstat(name); err != nil {
+		return false // removed first: a normal end, whose finisher rings
+	}
+	id, _ := strings.CutSuffix(name, ".lock")
+	if strings.HasSuffix(id, ".supervisor") {
+		return true // its supervisor died
+	}
+	held, err := lockfs.Probe(r.owners, supervisorLockName(record.RunID(id)))
+	return err != nil || !held
 }

@@ -24,9 +24,10 @@ func event(wd int32, mask uint32, name string) []byte {
 }
 
 // What wakes a waiter: a lock file of owners/ that its last writer closed
-// and that is still there (its holders died), crew.json replaced, a lost
-// event; not a lock file removed before it was let go (a normal end), nor
-// anything else.
+// and that is still there (its holders died), unless it is an owner lock
+// whose supervisor lives (it finishes the run and rings), crew.json
+// replaced, a lost event; not a lock file removed before it was let go (a
+// normal end), nor anything else.
 func TestReleasesThatMatter(t *testing.T) {
 	s := newStore(t)
 	owners, err := s.dir(ownersDir)
@@ -37,6 +38,21 @@ func TestReleasesThatMatter(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s.Root(), ownersDir, "r-dead.lock"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// r-live's supervisor lives (holds its lock): it let go of the owner
+	// lock to take it again and finish; r-orphan's supervisor is gone.
+	for _, name := range []string{"r-live.lock", "r-live.supervisor.lock", "r-orphan.lock", "r-orphan.supervisor.lock"} {
+		if err := os.WriteFile(filepath.Join(s.Root(), ownersDir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	supervisor, err := os.Open(filepath.Join(s.Root(), ownersDir, "r-live.supervisor.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer supervisor.Close()
+	if err := unix.Flock(int(supervisor.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
 	r := &releases{owners: owners, ownersWD: 1}
 	for _, c := range []struct {
 		name  string
@@ -45,8 +61,12 @@ func TestReleasesThatMatter(t *testing.T) {
 	}{
 		{"a lock left by the dead", event(1, unix.IN_CLOSE_WRITE, "r-dead.lock"), true},
 		{"a lock removed first", event(1, unix.IN_CLOSE_WRITE, "r-gone.lock"), false},
+		{"an owner lock let go by a living supervisor", event(1, unix.IN_CLOSE_WRITE, "r-live.lock"), false},
+		{"an owner lock let go after its supervisor died", event(1, unix.IN_CLOSE_WRITE, "r-orphan.lock"), true},
+		{"a supervisor lock left by the dead", event(1, unix.IN_CLOSE_WRITE, "r-orphan.supervisor.lock"), true},
 		{"a stop request", event(1, unix.IN_CLOSE_WRITE, "r-dead.stop"), false},
 		{"crew.json replaced", event(2, unix.IN_MOVED_TO, configName), true},
+		{"crew.json written in place", event(2, unix.IN_CLOSE_WRITE, configName), true},
 		{"another file of the root", event(2, unix.IN_MOVED_TO, "refusals.log"), false},
 		{"lost events", event(-1, unix.IN_Q_OVERFLOW, ""), true},
 		{"one that matters after one that does not", append(event(1, unix.IN_CLOSE_WRITE, "r-gone.lock"), event(1, unix.IN_CLOSE_WRITE, "r-dead.lock")...), true},
