@@ -68,10 +68,16 @@ type releases struct {
 	once     sync.Once
 }
 
+// close gives the watch back without waiting for it: the kernel makes the
+// closing of an inotify instance wait for a grace period (about 12 ms,
+// docs/benchmarks.md), and an admitted waiter closes its watch inside the
+// admission lock, on its way to its command.
 func (r *releases) close() {
 	r.once.Do(func() {
-		_ = r.f.Close() // ends listen
-		r.owners.Close()
+		go func() {
+			_ = r.f.Close() // ends listen
+			r.owners.Close()
+		}()
 	})
 }
 
