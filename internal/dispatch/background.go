@@ -18,6 +18,7 @@ import (
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/supervise"
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
@@ -143,7 +144,7 @@ func startBackgroundWaiter(q *queued, req vocab.StartRequest) error {
 		argv = append(argv, "--adopt", v)
 	}
 	argv = append(append(argv, req.WaiterArgs...), string(q.w.ID()))
-	err = forkDetached(argv, req.Dir, req.Env, append(h.Files, reqR, readyW))
+	err = supervise.ForkDetached(argv, req.Dir, req.Env, append(h.Files, reqR, readyW))
 	reqR.Close()
 	readyW.Close()
 	if err != nil {
@@ -154,44 +155,6 @@ func startBackgroundWaiter(q *queued, req vocab.StartRequest) error {
 	reqW.Close()
 	line, _ := bufio.NewReader(readyR).ReadString('\n')
 	return backgroundAnswer(strings.TrimSpace(line))
-}
-
-// forkDetached starts argv in a session of its own, with /dev/null as its
-// stdin, stdout and stderr, and extra from fd 3 on. It is not ours to wait
-// for: it outlives this process. The descriptors are taken without
-// (*os.File).Fd, which would turn a pipe or FIFO (the waiter's bell)
-// blocking for both processes.
-func forkDetached(argv []string, dir string, env []string, extra []*os.File) error {
-	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer null.Close()
-	fds := make([]uintptr, 0, 3+len(extra))
-	for _, f := range append([]*os.File{null, null, null}, extra...) {
-		fd, err := rawFD(f)
-		if err != nil {
-			return err
-		}
-		fds = append(fds, fd)
-	}
-	_, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds,
-		Sys: &syscall.SysProcAttr{Setsid: true}})
-	return err
-}
-
-// rawFD is f's descriptor, left as it is (blocking or not); f stays open
-// for as long as the caller needs the number.
-func rawFD(f *os.File) (uintptr, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var fd uintptr
-	if err := rc.Control(func(d uintptr) { fd = d }); err != nil {
-		return 0, err
-	}
-	return fd, nil
 }
 
 // backgroundAnswer turns the background waiter's one line into the

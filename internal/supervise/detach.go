@@ -47,8 +47,7 @@ func Detach(req Request) error {
 	}
 	argv = append(argv, string(id))
 	// The handover pipe comes last, after the store's descriptors.
-	_, err = startChild(argv, req.Rec.Dir, req.Env, nil, nil, nil,
-		append(h.Files, readyW), &syscall.SysProcAttr{Setsid: true})
+	err = ForkDetached(argv, req.Rec.Dir, req.Env, append(h.Files, readyW))
 	readyW.Close()
 	if err != nil {
 		return Abandon(req, fmt.Errorf("start the detached supervisor: %w", err))
