@@ -154,3 +154,44 @@ func TestItoa(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenBelowCountsWhatProbeTakes(t *testing.T) {
+	withLimit(t, 64)
+	open, listed := openBelow(64)
+	if !listed {
+		t.Skip("/proc/self/fd cannot be read here")
+	}
+	free, err := probe(1000)
+	if err != syscall.EMFILE {
+		t.Fatalf("probe(1000) under a limit of 64: %d, %v; want a count ended by EMFILE", free, err)
+	}
+	if open+free != 64 {
+		t.Errorf("/proc/self/fd lists %d open below 64 and probe found %d free: they must add up to 64", open, free)
+	}
+	fd, err := syscall.Dup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if again, _ := openBelow(64); again != open+1 {
+		t.Errorf("with one more open: %d listed, want %d", again, open+1)
+	}
+	if above, _ := openBelow(uint64(fd)); above >= open+1 {
+		t.Errorf("below %d: %d listed, want fewer than %d (the dup at %d is not below)", fd, above, open+1, fd)
+	}
+}
+
+func TestMeasureNearTheLimitIsExact(t *testing.T) {
+	withLimit(t, 64)
+	open, listed := openBelow(64)
+	if !listed {
+		t.Skip("/proc/self/fd cannot be read here")
+	}
+	limit, free, ok := measure(64 - open)
+	if !ok || limit != 64 || free != 64-open {
+		t.Errorf("measure(%d) with %d open under 64 = %d, %d, %v; want 64, %d, true", 64-open, open, limit, free, ok, 64-open)
+	}
+	if _, free, ok := measure(1000); !ok || free != 64-open {
+		t.Errorf("measure(1000) with %d open under 64 = %d, %v; want the exact %d free", open, free, ok, 64-open)
+	}
+}
