@@ -144,11 +144,10 @@ func (s records) appendIndex(rec *record.Run) {
 		return
 	}
 	e := activeEntryLine{ID: rec.RunID, Task: rec.Task, Pool: rec.Pool, CreatedAt: rec.CreatedAt, PID: rec.SupervisorPID, Locks: *rec.Locks}
-	dir, err := s.dir(indexDir)
+	dir, err := s.layout(indexDir)
 	if err != nil {
 		return
 	}
-	defer dir.Close()
 	f, err := rootfs.Open(dir, activeIndexName, os.O_WRONLY|os.O_APPEND|os.O_CREATE, s.filePerm())
 	if err != nil {
 		return
@@ -161,11 +160,10 @@ func (s records) appendIndex(rec *record.Run) {
 // lines. Unreadable lines are skipped: a run without an entry is read from
 // its record.
 func (s records) readIndex() (map[record.RunID]*activeEntryLine, int) {
-	dir, err := s.dir(indexDir)
+	dir, err := s.layout(indexDir)
 	if err != nil {
 		return nil, 0
 	}
-	defer dir.Close()
 	data, err := rootfs.ReadFile(dir, activeIndexName, maxActiveIndexBytes)
 	if err != nil {
 		return nil, 0
@@ -205,10 +203,9 @@ func (a *Admission) compactIndex(index map[record.RunID]*activeEntryLine, active
 			buf.Write(e.line())
 		}
 	}
-	dir, err := a.s.dir(indexDir)
+	dir, err := a.s.layout(indexDir)
 	if err != nil {
 		return
 	}
-	defer dir.Close()
 	_ = writeFileMode(dir, activeIndexName, buf.Bytes(), atomic, a.s.filePerm())
 }

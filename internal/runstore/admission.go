@@ -99,11 +99,10 @@ func (s *Store) admissionLockPath() string { return s.display(locksDir, admissio
 // lockAdmission is one try: the lock file, then the state root directory.
 func (s *Store) lockAdmission(ctx context.Context, timeout time.Duration) (*Admission, error) {
 	deadline := time.Now().Add(timeout)
-	locks, err := s.dir(locksDir)
+	locks, err := s.layout(locksDir)
 	if err != nil {
 		return nil, err
 	}
-	defer locks.Close()
 	l, err := lockfs.Acquire(ctx, locks, admissionLockName, timeout, func() { failpoint.Hit(failpoint.AdmissionContended) })
 	if errors.Is(err, lockfs.ErrGone) {
 		if _, lerr := locks.Lstat(admissionLockName); !errors.Is(lerr, fs.ErrNotExist) {
@@ -201,6 +200,10 @@ func (s *Store) reopen() {
 		s.root.Close()
 		s.root = nil
 	}
+	for rel, k := range s.kept { // children of the old root: another goroutine may hold one
+		s.retired = append(s.retired, k.root)
+		delete(s.kept, rel)
+	}
 }
 
 // Release leaves the critical section.
@@ -219,11 +222,10 @@ func (s *Store) writeHolder() error {
 	host, _ := os.Hostname()
 	note := fmt.Sprintf("%d %s %s\n", os.Getpid(), time.Now().UTC().Format(time.RFC3339Nano), host)
 	buf := []byte(note + strings.Repeat(" ", max(0, holderSize-len(note))))
-	dir, err := s.dir(locksDir)
+	dir, err := s.layout(locksDir)
 	if err != nil {
 		return fmt.Errorf("write admission holder note: %w", err)
 	}
-	defer dir.Close()
 	f, err := s.openInPlace(locksDir, dir, holderName, os.O_WRONLY|os.O_CREATE, "crew (taking the admission lock)")
 	if err != nil {
 		return fmt.Errorf("write admission holder note %s: %w", s.display(locksDir, holderName), unwrapPath(err))
@@ -243,11 +245,10 @@ func (s *Store) writeHolder() error {
 // readHolder reads the note the current (or last) holder wrote: its first
 // line, within the note's fixed size.
 func (s *Store) readHolder() (vocab.Holder, error) {
-	dir, err := s.dir(locksDir)
+	dir, err := s.layout(locksDir)
 	if err != nil {
 		return vocab.Holder{}, err
 	}
-	defer dir.Close()
 	f, err := rootfs.Open(dir, holderName, os.O_RDONLY, 0)
 	if err != nil {
 		return vocab.Holder{}, err

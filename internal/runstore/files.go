@@ -24,9 +24,8 @@ func (s stops) WriteStopRequest(id record.RunID, r *record.StopRequest) error {
 	if err != nil {
 		return err
 	}
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if err == nil {
-		defer dir.Close()
 		err = s.replaceFile(ownersDir, dir, stopRequestName(id), b, durable)
 	}
 	if err != nil {
@@ -39,11 +38,10 @@ func (s stops) WriteStopRequest(id record.RunID, r *record.StopRequest) error {
 // the kernel says (FileUID), or nil if there is none or it cannot be read.
 // Whoever acts on it checks that writer first (StopRequest.Requester).
 func (s stops) ReadStopRequest(id record.RunID) *record.StopRequest {
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if err != nil {
 		return nil
 	}
-	defer dir.Close()
 	r, _, err := readStopRequest(dir, id)
 	if err != nil {
 		return nil
@@ -79,12 +77,11 @@ func readStopRequest(dir *os.Root, id record.RunID) (*record.StopRequest, os.Fil
 
 // RemoveStopRequest removes the run's stop request, if any.
 func (s stops) RemoveStopRequest(id record.RunID) error {
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err == nil {
-		defer dir.Close()
 		err = removeFile(dir, stopRequestName(id))
 	}
 	if err != nil {

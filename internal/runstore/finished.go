@@ -37,13 +37,12 @@ func (s records) FinishedSize(id record.RunID) int64 {
 func (s records) RemoveFinished(id record.RunID) error {
 	// Fail closed: if the active set cannot be read (a link or a file
 	// where its directory belongs), nothing is removed.
-	active, err := s.dir(activeDir)
+	active, err := s.layout(activeDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove run %s: %w", id, err)
 	}
 	if err == nil {
 		_, lerr := active.Lstat(recordName(id))
-		active.Close()
 		if lerr == nil {
 			return ErrRunBusy
 		}
@@ -79,11 +78,10 @@ func (s records) RemoveFinished(id record.RunID) error {
 // RemoveShardIfEmpty removes the shard of id if it holds nothing any more
 // (a run finishing into it meanwhile keeps it), and syncs runs/done.
 func (s records) RemoveShardIfEmpty(shard string) {
-	done, err := s.dir(doneDir)
+	done, err := s.layout(doneDir)
 	if err != nil {
 		return
 	}
-	defer done.Close()
 	if done.Remove(shard) == nil {
 		_ = syncDir(done)
 	}

@@ -12,11 +12,10 @@ type finishedRecords struct{ *Store }
 // ActiveIDs is the set of run ids with a file in the active set.
 func (r finishedRecords) ActiveIDs() map[record.RunID]bool {
 	out := map[record.RunID]bool{}
-	dir, err := r.dir(activeDir)
+	dir, err := r.layout(activeDir)
 	if err != nil {
 		return out
 	}
-	defer dir.Close()
 	names, _ := listNames(dir)
 	for _, n := range names {
 		if id, ok := cutRecordName(n); ok {

@@ -269,9 +269,8 @@ func (a *Admission) RemoveLeftover(l Leftover) (bool, error) {
 		return true, removeFile(dir, l.name)
 	case LeftoverTemp:
 		if l.ID != "" {
-			owners, err := s.dir(ownersDir)
+			owners, err := s.layout(ownersDir)
 			if err == nil {
-				defer owners.Close()
 				lk, err := lockfs.Take(owners, ownerLockName(l.ID))
 				if errors.Is(err, lockfs.ErrBusy) {
 					return false, nil

@@ -47,11 +47,10 @@ type RunLocks struct {
 // pick another id.
 func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 	s := a.s
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if err != nil {
 		return nil, fmt.Errorf("reserve run %s: %w", rec.RunID, err)
 	}
-	defer dir.Close()
 	owner, err := s.createLock(dir, ownerLockName(rec.RunID))
 	if err != nil {
 		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
@@ -77,9 +76,8 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		// The write may have reached the directory before failing (on the
 		// directory fsync); a reservation we could not make durable is
 		// withdrawn before our locks go.
-		if d, derr := s.dir(activeDir); derr == nil {
+		if d, derr := s.layout(activeDir); derr == nil {
 			_ = removeFile(d, recordName(rec.RunID))
-			d.Close()
 		}
 		_ = sup.RemoveAndRelease()
 		_ = owner.RemoveAndRelease()
@@ -112,14 +110,13 @@ func lockIDs(owner, sup *lockfs.Lock) (*record.LockIDs, error) {
 // so the kernel is asked about the original.
 func (s *Store) Fence(id record.RunID, want *record.LockIDs) (*RunLocks, error) {
 	l := &RunLocks{s: s, id: id}
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrRunDone
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer dir.Close()
 	if failpoint.Skip(failpoint.Fence) {
 		return l, nil // test builds only: prove the fence tests can fail
 	}
@@ -192,11 +189,10 @@ func (e *UnprovableError) Unwrap() error { return e.Err }
 func heldInKernel(id record.FileID) (bool, error) { return lockfs.HeldInKernel(id.Dev, id.Ino) }
 
 func (s *Store) hasActiveFile(id record.RunID) bool {
-	dir, err := s.dir(activeDir)
+	dir, err := s.layout(activeDir)
 	if err != nil {
 		return false
 	}
-	defer dir.Close()
 	_, err = dir.Lstat(recordName(id))
 	return err == nil
 }
@@ -205,11 +201,10 @@ func (s *Store) hasActiveFile(id record.RunID) bool {
 // detached supervisor). They are held already: a flock belongs to the open
 // file description, which the parent shared with us.
 func (s *Store) AdoptRunLocks(id record.RunID, owner, sup *os.File) (*RunLocks, error) {
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if err != nil {
 		return nil, err
 	}
-	defer dir.Close()
 	o, err := lockfs.Adopt(owner, dir, ownerLockName(id))
 	if err != nil {
 		return nil, err
@@ -248,11 +243,10 @@ func (l *RunLocks) SupervisorFile() *os.File {
 // (LeaveToOthers). Where it cannot tell, it says the lock is held: a
 // run is never finalized while its slot may still be in use.
 func (l *RunLocks) OthersHold() (bool, error) {
-	dir, err := l.s.dir(ownersDir)
+	dir, err := l.s.layout(ownersDir)
 	if err != nil {
 		return true, fmt.Errorf("run %s: %w", l.id, err)
 	}
-	defer dir.Close()
 	if l.owner != nil {
 		_ = l.owner.Release()
 		l.owner = nil
@@ -347,12 +341,11 @@ func (l *RunLocks) released(err error) error {
 func (l *RunLocks) Withdraw() error { return l.removeAndRelease() }
 
 func (l *RunLocks) removeAndRelease() error {
-	dir, err := l.s.dir(ownersDir)
+	dir, err := l.s.layout(ownersDir)
 	if err != nil {
 		l.Release()
 		return err
 	}
-	defer dir.Close()
 	var errs []error
 	if l.sup != nil {
 		errs = append(errs, l.sup.RemoveAndRelease())
@@ -379,14 +372,13 @@ func (l *RunLocks) removeAndRelease() error {
 // file at the name is not the one locked at reservation, the kernel is
 // asked about the original (Unknown where it cannot say).
 func (s *Store) OwnerState(id record.RunID, want *record.LockIDs) record.Owner {
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return record.Owner{Owner: record.Dead, Supervisor: record.Dead}
 	}
 	if err != nil {
 		return record.Owner{Owner: record.Unknown, Supervisor: record.Unknown, Err: err}
 	}
-	defer dir.Close()
 	return ownerState(dir, id, want)
 }
 

@@ -146,9 +146,8 @@ func (l *RunLocks) KeepOutcome(rec *record.Run, cause error) error {
 		return fmt.Errorf("keep the outcome of run %s in %s: fsync: %w", l.id, l.OutcomePath(), bareErr(err))
 	}
 	// The lock file's own entry has never been synced; make it durable too.
-	if dir, err := l.s.dir(ownersDir); err == nil {
+	if dir, err := l.s.layout(ownersDir); err == nil {
 		_ = syncDir(dir)
-		dir.Close()
 	}
 	return nil
 }

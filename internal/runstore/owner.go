@@ -168,7 +168,7 @@ func (s *rootDir) checkDirAs(fi os.FileInfo, display string, isRoot bool, sh sha
 		return nil // not a Unix file system's stat: nothing to tell from
 	}
 	uid, gid, mode := int(st.Uid), int(st.Gid), fi.Mode()
-	euid := os.Geteuid()
+	euid := s.euid()
 	inGroup := sh.shared() && gid == sh.gid
 	s.mu.Lock()
 	converting := s.sharingNow

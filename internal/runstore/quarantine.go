@@ -36,11 +36,10 @@ func (s *rootDir) quarantineAt(rel, name, why, by string, now time.Time, host st
 	if err := s.mkdir(root, quarantineDir); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("quarantine %s: %w", name, unwrapPath(err))
 	}
-	qdir, err := s.dir(quarantineDir)
+	qdir, err := s.layout(quarantineDir)
 	if err != nil {
 		return "", fmt.Errorf("quarantine %s: %w", name, err)
 	}
-	defer qdir.Close()
 	from, done, err := s.dirOrRoot(rel)
 	if err != nil {
 		return "", fmt.Errorf("quarantine %s: %w", name, err)

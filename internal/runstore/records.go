@@ -25,14 +25,13 @@ func recordName(id record.RunID) string { return string(id) + ".json" }
 // ListActive reads every record in the active set, each decoded once. Its
 // cost is O(active runs), whatever the history.
 func (s records) ListActive() ([]backend.ActiveEntry, error) {
-	dir, err := s.dir(activeDir)
+	dir, err := s.layout(activeDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list active runs: %w", err)
 	}
-	defer dir.Close()
 	names, err := listNames(dir)
 	if err != nil {
 		return nil, fmt.Errorf("list active runs in %s: %w", s.display(activeDir), unwrapPath(err))
@@ -96,11 +95,10 @@ func (s records) readRecord(dir *os.Root, name, display string) (*record.Run, er
 
 // ReadActive reads a run's record in the active set.
 func (s records) ReadActive(id record.RunID) (*record.Run, error) {
-	dir, err := s.dir(activeDir)
+	dir, err := s.layout(activeDir)
 	if err != nil {
 		return nil, fmt.Errorf("read run %s: %w", id, err)
 	}
-	defer dir.Close()
 	return s.readRecord(dir, recordName(id), s.display(activeDir, recordName(id)))
 }
 
@@ -150,9 +148,8 @@ func (s records) writeActive(rec *record.Run, how durability) error {
 	if err != nil {
 		return err
 	}
-	dir, err := s.dir(activeDir)
+	dir, err := s.layout(activeDir)
 	if err == nil {
-		defer dir.Close()
 		err = s.replaceFile(activeDir, dir, recordName(rec.RunID), b, how)
 	}
 	if err != nil {
@@ -209,11 +206,10 @@ func (s records) ensureShard(shard string) (*os.Root, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return dir, err
 	}
-	done, err := s.dir(doneDir)
+	done, err := s.layout(doneDir)
 	if err != nil {
 		return nil, err
 	}
-	defer done.Close()
 	if err := s.mkdir(done, path.Base(shard)); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
@@ -227,9 +223,8 @@ func (s records) ensureShard(shard string) (*os.Root, error) {
 // fsync: if the removal is lost in a power loss, the stale active record
 // comes back next to its finished record, and is treated as finished.
 func (s records) removeActive(id record.RunID) error {
-	dir, err := s.dir(activeDir)
+	dir, err := s.layout(activeDir)
 	if err == nil {
-		defer dir.Close()
 		err = removeFile(dir, recordName(id))
 	}
 	if err != nil {
@@ -275,11 +270,10 @@ func shardDir(id record.RunID) string { return doneDir + "/" + id.Shard() }
 
 // ActiveFileExists reports whether name is still in the active set.
 func (s records) ActiveFileExists(name string) bool {
-	dir, err := s.dir(activeDir)
+	dir, err := s.layout(activeDir)
 	if err != nil {
 		return false
 	}
-	defer dir.Close()
 	_, err = dir.Lstat(name)
 	return err == nil
 }

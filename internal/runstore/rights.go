@@ -23,11 +23,10 @@ import (
 // a stop of the run would use. want, the lock ids the run's record names,
 // proves the file is still the run's own.
 func (s procs) RunUser(id record.RunID, want *record.LockIDs) (int, error) {
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if err != nil {
 		return -1, fmt.Errorf("tell whose run %s is: %w", id, err)
 	}
-	defer dir.Close()
 	var wantOwner *record.FileID
 	if want != nil {
 		wantOwner = &want.Owner
@@ -42,11 +41,10 @@ func (s procs) RunUser(id record.RunID, want *record.LockIDs) (int, error) {
 // WaiterUser is the user the waiting start of ticket id belongs to: the
 // owner of the lock its waiting process created for it and holds.
 func (s procs) WaiterUser(id record.RunID) (int, error) {
-	dir, err := s.dir(queueDir)
+	dir, err := s.layout(queueDir)
 	if err != nil {
 		return -1, fmt.Errorf("tell whose waiting start %s is: %w", id, err)
 	}
-	defer dir.Close()
 	uid, err := fileOwner(dir, queue.LockName(id), nil)
 	if err != nil {
 		return -1, fmt.Errorf("tell whose waiting start %s is: %w", id, err)

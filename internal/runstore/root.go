@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 
@@ -26,6 +27,27 @@ type rootDir struct {
 	// layoutChecked: opening the root has just found every directory of
 	// the layout in place and checked it; the next Ensure need not look.
 	layoutChecked bool
+	// kept are the layout's directories as this process opened them
+	// (layout), and retired the ones found replaced since, closed with
+	// the store: another goroutine may still be using one.
+	kept    map[string]keptDir
+	retired []*os.Root
+	euidVal int // os.Geteuid, asked once (checkDirAs runs at every access)
+}
+
+// keptDir is a directory of the layout opened once, and what it was
+// when opened: each use checks that its name still leads to it.
+type keptDir struct {
+	root *os.Root
+	fi   os.FileInfo
+}
+
+// keepable are the directories of the layout a process opens once and
+// keeps (layout): they are made with the root and never removed by crew.
+// Shards of finished runs are not: crew prune removes empty ones.
+var keepable = map[string]string{ // name → its parent ("." for the root)
+	locksDir: ".", "runs": ".", activeDir: "runs", doneDir: "runs",
+	ownersDir: ".", logsDir: ".", queueDir: ".", quarantineDir: ".",
 }
 
 // ErrNoRoot means the state root does not exist (yet).
@@ -82,11 +104,10 @@ func (s *rootDir) openRoot() (*os.Root, error) {
 	return r, nil
 }
 
-// dir opens a directory of the layout; the caller closes it. It is opened
-// anew each time, never cached: another process may remove a directory
-// (crew prune removes empty shards; anyone may remove runs/active) and make
-// it again, and a handle kept from before would read and write an orphaned
-// directory. A missing directory, or a missing root, is fs.ErrNotExist; a
+// dir opens a directory of the state root anew; the caller closes it. It
+// is for those a process does not keep (layout): shards of finished runs,
+// which crew prune removes, and what other packages open through
+// dirHandle. A missing directory, or a missing root, is fs.ErrNotExist; a
 // directory replaced by anything else (a symbolic link, a file) is refused.
 func (s *rootDir) dir(rel string) (*os.Root, error) {
 	root, err := s.openRoot()
@@ -97,6 +118,79 @@ func (s *rootDir) dir(rel string) (*os.Root, error) {
 		return nil, err
 	}
 	return s.openDir(root, rel, s.display(rel))
+}
+
+// layout is a directory of the layout (keepable) as this process keeps it
+// open: the caller must not close it. It is opened once; every later use
+// checks, with one lstat per level, that the name still leads to the
+// directory opened and that it may still be trusted (checkDir), and opens
+// it anew when not: another process may remove a directory (anyone may
+// remove runs/active) and make it again, and a handle kept from before
+// would read and write an orphaned directory. That check is what opening
+// it anew each time made (issue 25: a start reopened layout directories
+// about 40 times, some 200 system calls). A missing directory, or a
+// missing root, is fs.ErrNotExist; one replaced by anything else (a
+// symbolic link, a file) is refused.
+func (s *rootDir) layout(rel string) (*os.Root, error) {
+	parentName, ok := keepable[rel]
+	if !ok {
+		return nil, fmt.Errorf("internal error: %s is not a directory of the layout crew keeps open", rel)
+	}
+	parent, err := s.openRoot()
+	if errors.Is(err, ErrNoRoot) {
+		return nil, fs.ErrNotExist
+	}
+	if err == nil && parentName != "." {
+		parent, err = s.layout(parentName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	base := path.Base(rel)
+	s.mu.Lock()
+	k, have := s.kept[rel]
+	s.mu.Unlock()
+	if have {
+		fi, err := parent.Lstat(base)
+		if err != nil {
+			return nil, unwrapPath(err)
+		}
+		if fi.IsDir() && os.SameFile(fi, k.fi) {
+			if err := s.checkDir(fi, s.display(rel), false); err != nil {
+				return nil, err
+			}
+			return k.root, nil
+		}
+	}
+	d, err := s.openDir(parent, base, s.display(rel))
+	if err != nil {
+		return nil, err
+	}
+	fi, err := d.Stat(".")
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open %s: %w", s.display(rel), unwrapPath(err))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kept == nil {
+		s.kept = make(map[string]keptDir)
+	}
+	if old, had := s.kept[rel]; had {
+		s.retired = append(s.retired, old.root)
+	}
+	s.kept[rel] = keptDir{root: d, fi: fi}
+	return d, nil
+}
+
+// euid is the effective user id of this process, asked of the kernel once.
+func (s *rootDir) euid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.euidVal == 0 {
+		s.euidVal = os.Geteuid() + 1 // 0: not asked yet
+	}
+	return s.euidVal - 1
 }
 
 // checkLayout checks the root (fi) and every directory of its layout
@@ -154,6 +248,13 @@ func (s *rootDir) openDir(parent *os.Root, rel, display string) (*os.Root, error
 func (s *rootDir) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, k := range s.kept {
+		k.root.Close()
+	}
+	for _, r := range s.retired {
+		r.Close()
+	}
+	s.kept, s.retired = nil, nil
 	if s.root != nil {
 		err := s.root.Close()
 		s.root = nil

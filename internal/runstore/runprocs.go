@@ -23,11 +23,10 @@ import (
 // exclusively and never links them, so another link would let a process
 // holding some outside file pass for the run's.
 func (s procs) RunLockIDs(id record.RunID) (owner, sup proc.FileID, err error) {
-	dir, err := s.dir(ownersDir)
+	dir, err := s.layout(ownersDir)
 	if err != nil {
 		return owner, sup, fmt.Errorf("find the lock files of run %s: %w", id, err)
 	}
-	defer dir.Close()
 	if owner, err = lockFileID(dir, ownerLockName(id)); err != nil {
 		return owner, sup, fmt.Errorf("run %s: %w", id, err)
 	}

@@ -41,21 +41,20 @@ func (a *Admission) ScanActive() ([]backend.ActiveRun, error) {
 }
 
 func (s records) scanActive(fast bool, adm *Admission) ([]backend.ActiveRun, error) {
-	active, err := s.dir(activeDir)
+	active, err := s.layout(activeDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list active runs: %w", err)
 	}
-	defer active.Close()
 	names, err := listNames(active)
 	if err != nil {
 		return nil, fmt.Errorf("list active runs in %s: %w", s.display(activeDir), unwrapPath(err))
 	}
 	sc := &scan{s: s.Store, shards: map[string]*os.Root{}}
 	defer sc.close()
-	if owners, err := s.dir(ownersDir); err == nil {
+	if owners, err := s.layout(ownersDir); err == nil {
 		sc.owners = owners
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		sc.ownersErr = err
@@ -101,10 +100,7 @@ type scan struct {
 }
 
 func (sc *scan) close() {
-	if sc.owners != nil {
-		sc.owners.Close()
-	}
-	for _, d := range sc.shards {
+	for _, d := range sc.shards { // owners is the store's own (layout)
 		if d != nil {
 			d.Close()
 		}

@@ -57,9 +57,8 @@ func (s *Store) addActive(out *vocab.RootSize) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	dir, derr := s.dir(activeDir)
+	dir, derr := s.layout(activeDir)
 	if derr == nil {
-		defer dir.Close()
 	}
 	logs, lerr := s.logs.Sizer()
 	if lerr == nil {
