@@ -58,8 +58,6 @@ func (s *Store) addActive(out *vocab.RootSize) (int, error) {
 		return 0, err
 	}
 	dir, derr := s.layout(activeDir)
-	if derr == nil {
-	}
 	logs, lerr := s.logs.Sizer()
 	if lerr == nil {
 		defer logs.Close()
