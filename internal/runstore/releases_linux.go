@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/crew-dev/crew/internal/lockfs"
@@ -81,6 +82,44 @@ func (r *releases) close() {
 	})
 }
 
+// lookAgainAfter are when a lock file still in place at its last close is
+// looked at again. The kernel tells of a close (fsnotify_close, early in
+// __fput) before it lets go of the file's flocks (locks_remove_file, later
+// in the same call): a waiter told at once may still find the lock of a
+// process that just died held, by it, and then nothing else would tell
+// of the release until the safety poll, 30 s later. Three looks, the last
+// a second on, cover a machine too busy to let the dead finish dying.
+var lookAgainAfter = []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second}
+
+// lookAgain asks whether name was released again at each lookAgainAfter,
+// and rings the waiter if it was. Only a lock found in place is looked at
+// again: the dead's, or an owner lock its living supervisor took again to
+// finish, for which the looks find the supervisor's lock held and ring
+// nobody.
+func (r *releases) lookAgain(name string) {
+	for _, after := range lookAgainAfter {
+		time.AfterFunc(after, func() {
+			if r.released(name) {
+				r.ring()
+			}
+		})
+	}
+}
+
+// ring tells the waiter something may have been released.
+func (r *releases) ring() {
+	select {
+	case r.c <- struct{}{}:
+	default:
+	}
+}
+
+// inPlace reports whether the lock file name is still in owners/.
+func (r *releases) inPlace(name string) bool {
+	_, err := r.owners.Lstat(name)
+	return err == nil
+}
+
 // listen turns the events that matter into wake-ups until the watch is
 // closed.
 func (r *releases) listen() {
@@ -91,10 +130,7 @@ func (r *releases) listen() {
 			return
 		}
 		if r.matters(buf[:n]) {
-			select {
-			case r.c <- struct{}{}:
-			default:
-			}
+			r.ring()
 		}
 	}
 }
@@ -116,7 +152,11 @@ func (r *releases) matters(buf []byte) bool {
 			return true
 		case ev.Wd == r.ownersWD && strings.HasSuffix(name, ".lock"):
 			if r.released(name) {
+				r.lookAgain(name)
 				return true
+			}
+			if r.inPlace(name) {
+				r.lookAgain(name)
 			}
 		case ev.Wd != r.ownersWD && name == configName:
 			return true
@@ -136,7 +176,7 @@ func (r *releases) matters(buf []byte) bool {
 // would look at the state root at every finish, a herd the size of the
 // queue.
 func (r *releases) released(name string) bool {
-	if _, err := r.owners.Lstat(name); err != nil {
+	if !r.inPlace(name) {
 		return false // removed first: a normal end, whose finisher rings
 	}
 	id, _ := strings.CutSuffix(name, ".lock")
