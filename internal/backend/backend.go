@@ -390,6 +390,18 @@ type Processes interface {
 	WaiterUser(id record.RunID) (int, error)
 }
 
+// DeadWaiters is a store where a waiting start that died in line leaves
+// its ticket behind (a state root: the ticket outlives its waiter's lock,
+// until an admission removes it), so that the admission removing it can
+// leave the start's final record first: crew wait on its id then says
+// how it ended whoever removed the ticket. (On etcd a ticket goes with
+// its waiter's lease, unseen.)
+type DeadWaiters interface {
+	// RecordNeverAdmitted records rec (final, NeverAdmitted) among the
+	// finished runs, durably.
+	RecordNeverAdmitted(rec *record.Run) error
+}
+
 // Sizes is a store that can say how much its records and logs take.
 type Sizes interface {
 	Size() (vocab.RootSize, error)

@@ -101,7 +101,7 @@ func (w *runWait) missing() (*record.Run, error) {
 		// ticket still there after its lock was found free was left by
 		// a waiter that died (a background waiter killed, say).
 		if q.WaiterState(w.id) == record.Dead && q.HasTicket(w.id) {
-			return nil, fmt.Errorf("run %s never ran: its waiting start died in line (killed?), and its place in line is free", w.id)
+			return nil, fmt.Errorf("run %s never ran: %s", w.id, diedInLine)
 		}
 		return nil, nil
 	}

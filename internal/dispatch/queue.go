@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"time"
@@ -171,6 +172,34 @@ func (l line) warnings() []error {
 	return out
 }
 
+// diedInLine is how a start whose waiter died in line ended, for its
+// record and for crew wait.
+const diedInLine = "its waiting start died in line (killed?), and its place in line is free"
+
+// recordDeadWaiter leaves the final record of a start whose waiter died in
+// line, before its ticket is removed, where the store keeps dead tickets
+// (backend.DeadWaiters): a background waiter killed has nobody else to
+// say so, and crew wait on its id must not find nothing. A start that has
+// a record already (it left the line with one, or was admitted and died
+// after its reservation) keeps it.
+func recordDeadWaiter(st backend.Store, e backend.TicketEntry, now time.Time) {
+	dw, ok := st.(backend.DeadWaiters)
+	if !ok || e.Ticket == nil {
+		return
+	}
+	if _, err := st.Runs().ReadRun(e.ID); !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	t := e.Ticket
+	queuedAt := t.CreatedAt
+	rec := &record.Run{Version: record.RecordVersion, RunID: e.ID, Task: t.Task, Command: t.Command, Labels: t.Labels,
+		Host: t.Host, CreatedAt: queuedAt, SupervisorPID: t.PID, Pool: t.Pool, QueuedAt: &queuedAt, NeverAdmitted: true}
+	rec.AddEvent(queuedAt, "joined the queue")
+	exit := vocab.ExitInternal
+	rec.Finish(record.Failed, now, &exit, diedInLine)
+	_ = dw.RecordNeverAdmitted(rec) // if it cannot be written, crew wait says what the ticket's absence says
+}
+
 // liveQueue lists the waiting starts whose waiters live, in arrival order.
 // With the admission lock held (adm), dead waiters' tickets are removed on
 // the way. A ticket that cannot be read keeps its place while its waiter
@@ -191,6 +220,7 @@ func (d *Dispatcher) liveQueue(adm backend.Section) (line, error) {
 	for _, e := range entries {
 		if !e.Waiter.MayLive() {
 			if adm != nil {
+				recordDeadWaiter(d.Store, e, d.now())
 				adm.RemoveDeadTicket(e.ID)
 			}
 			continue

@@ -227,10 +227,11 @@ func (s *Store) Reindex(o backend.UpkeepOptions) []vocab.RecoverItem {
 
 // What a state root is, to the orchestration.
 var (
-	_ backend.Store     = (*Store)(nil)
-	_ backend.Adopter   = (*Store)(nil)
-	_ backend.Upkeep    = (*Store)(nil)
-	_ backend.Processes = (*Store)(nil)
-	_ backend.Sizes     = (*Store)(nil)
-	_ backend.Refusals  = (*Store)(nil)
+	_ backend.Store       = (*Store)(nil)
+	_ backend.Adopter     = (*Store)(nil)
+	_ backend.Upkeep      = (*Store)(nil)
+	_ backend.Processes   = (*Store)(nil)
+	_ backend.Sizes       = (*Store)(nil)
+	_ backend.Refusals    = (*Store)(nil)
+	_ backend.DeadWaiters = (*Store)(nil)
 )
