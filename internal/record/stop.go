@@ -13,6 +13,12 @@ import (
 // start to leave the queue, and how whoever finalizes the run says who
 // stopped it.
 type StopRequest struct {
+	// RunID is the run the request was written for. Who wrote a request
+	// is its file's owner, never its content; but a file can be moved to
+	// another run's name by anyone who may write the directory, and this
+	// is how the store tells (a request that names another run is none).
+	// Requests written before crew said it name none.
+	RunID  RunID     `json:"runId,omitempty"`
 	PID    int       `json:"pid"`
 	User   string    `json:"user"`
 	Signal string    `json:"signal"`

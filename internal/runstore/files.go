@@ -20,7 +20,9 @@ func stopRequestName(id record.RunID) string { return string(id) + ".stop" }
 // WriteStopRequest durably records who asked to stop a run, before any
 // signal is sent, so whoever finalizes it can say so.
 func (s stops) WriteStopRequest(id record.RunID, r *record.StopRequest) error {
-	b, err := r.Encode()
+	named := *r
+	named.RunID = id
+	b, err := named.Encode()
 	if err != nil {
 		return err
 	}
@@ -69,6 +71,9 @@ func readStopRequest(dir *os.Root, id record.RunID) (*record.StopRequest, os.Fil
 	r, err := record.DecodeStopRequest(data)
 	if err != nil {
 		return nil, fi, err
+	}
+	if r.RunID != "" && r.RunID != id {
+		return nil, fi, fmt.Errorf("stop request %s was written for run %s: moved here from that run's name, it asks nothing of run %s", name, r.RunID, id)
 	}
 	uid := int(st.Uid)
 	r.FileUID = &uid

@@ -24,8 +24,10 @@ func TestStopRequests(t *testing.T) {
 	if got == nil || got.FileUID == nil || *got.FileUID != os.Geteuid() {
 		t.Fatalf("ReadStopRequest = %+v, want FileUID %d (the file's owner)", got, os.Geteuid())
 	}
-	if got.FileUID = nil; *got != *want {
-		t.Errorf("ReadStopRequest = %+v, want %+v", got, want)
+	named := *want
+	named.RunID = testID // the store writes the run's id into its request
+	if got.FileUID = nil; *got != named {
+		t.Errorf("ReadStopRequest = %+v, want %+v", got, named)
 	}
 	if err := s.RemoveStopRequest(testID); err != nil {
 		t.Fatal(err)
@@ -69,6 +71,37 @@ func TestReadStopRequestIgnoresBadFiles(t *testing.T) {
 				t.Errorf("ReadStopRequest = %+v, want nil", r)
 			}
 		})
+	}
+}
+
+// Who asked is a request file's owner; which run it asks to stop is its
+// name, which anyone who may write owners/ can change by moving the file.
+// A request names its run inside, so one moved onto another run's name
+// asks nothing of that run. One written before requests named their run
+// is still read.
+func TestAStopRequestMovedToAnotherRunIsNone(t *testing.T) {
+	s := newStore(t)
+	other := idAt(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC), 7)
+	if err := s.WriteStopRequest(testID, &record.StopRequest{PID: 1, User: "root", Signal: "SIGKILL"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(s.osPath(ownersDir, stopRequestName(testID)), s.osPath(ownersDir, stopRequestName(other))); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.ReadStopRequest(other); r != nil {
+		t.Errorf("ReadStopRequest(%s) of %s's request moved to its name = %+v, want none", other, testID, r)
+	}
+	watch, err := s.WatchStopRequests(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	if r := watch.Pending(); r != nil {
+		t.Errorf("the supervisor of %s sees %s's request moved to its name as pending: %+v", other, testID, r)
+	}
+	writeString(t, s.osPath(ownersDir, stopRequestName(other)), `{"pid":1,"user":"ops","signal":"SIGTERM"}`)
+	if r := s.ReadStopRequest(other); r == nil || r.User != "ops" {
+		t.Errorf("ReadStopRequest of a request that names no run = %+v, want it read", r)
 	}
 }
 

@@ -149,7 +149,7 @@ func (w *StopWatch) Pending() *record.StopRequest {
 // crash too.
 func (w *StopWatch) Acknowledge(req *record.StopRequest, ack record.StopAck) error {
 	acked := *req
-	acked.Ack = &ack
+	acked.RunID, acked.Ack = w.id, &ack
 	b, err := acked.Encode()
 	if err == nil {
 		err = writeFileMode(w.dir, stopRequestName(w.id), b, durable, w.s.filePerm())
