@@ -193,7 +193,7 @@ func recordDeadWaiter(st backend.Store, e backend.TicketEntry, now time.Time) {
 	t := e.Ticket
 	queuedAt := t.CreatedAt
 	rec := &record.Run{Version: record.RecordVersion, RunID: e.ID, Task: t.Task, Command: t.Command, Labels: t.Labels,
-		Host: t.Host, CreatedAt: queuedAt, SupervisorPID: t.PID, Pool: t.Pool, QueuedAt: &queuedAt, NeverAdmitted: true}
+		Host: t.Host, CreatedAt: queuedAt, Pool: t.Pool, QueuedAt: &queuedAt, NeverAdmitted: true}
 	rec.AddEvent(queuedAt, "joined the queue")
 	exit := vocab.ExitInternal
 	rec.Finish(record.Failed, now, &exit, diedInLine)
