@@ -98,6 +98,9 @@ func ownerFiles(t *testing.T, root string) []string {
 	require.NoError(t, err)
 	var names []string
 	for _, e := range entries {
+		if e.IsDir() && e.Name() == ".released" {
+			continue // the passage finished runs' lock files leave owners/ by: layout, not leftovers
+		}
 		names = append(names, e.Name())
 	}
 	return names

@@ -126,6 +126,28 @@ func (l *Lock) Release() error {
 	return nil
 }
 
+// RemoveUnseenAndRelease is RemoveAndRelease for a lock file in a
+// directory others watch with inotify for closes (a state root's owners/,
+// where a lock still in place when its last holder closes it tells of a
+// death): it moves the file into aside, a subdirectory of its directory,
+// and removes it there before it lets go. A watch on a directory hears of
+// the last close of a file removed from it (its dentry keeps the parent),
+// but not of one moved out of it first: a normal end then wakes nobody.
+// If aside cannot take it (missing, not a directory), the file is removed
+// where it is.
+func (l *Lock) RemoveUnseenAndRelease(aside string) error {
+	moved := aside + "/" + l.name
+	if l.dir.Rename(l.name, moved) != nil {
+		return l.RemoveAndRelease()
+	}
+	rmErr := l.dir.Remove(moved)
+	relErr := l.Release()
+	if rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+		return fmt.Errorf("remove lock %s: %w", moved, rmErr)
+	}
+	return relErr
+}
+
 // RemoveAndRelease deletes the lock file and then releases it. Only the
 // holder may do this, and only once what the lock guards is final:
 // removing it first means nobody can lock the name again and be mistaken

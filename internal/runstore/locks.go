@@ -17,7 +17,13 @@ import (
 // supervisor and inherited by every process of the command (it is the
 // slot), and the supervisor lock, held by the supervisor alone (it tells
 // an orphaned command from a supervised one).
-func ownerLockName(id record.RunID) string      { return string(id) + ".lock" }
+func ownerLockName(id record.RunID) string { return string(id) + ".lock" }
+
+// releasedDir is the subdirectory of owners/ a finished run's lock files
+// pass through on their way out (RunLocks.removeAndRelease). Its name
+// starts with a dot: no listing of owners/ sees it.
+const releasedDir = ".released"
+
 func supervisorLockName(id record.RunID) string { return string(id) + ".supervisor.lock" }
 
 var (
@@ -346,14 +352,19 @@ func (l *RunLocks) removeAndRelease() error {
 		l.Release()
 		return err
 	}
+	// Waiters watch owners/ for lock files closed in place (a death):
+	// the run's own locks leave through releasedDir, so that a normal end
+	// wakes none of them (issue 25: every finish woke every waiter).
+	// If it cannot be made, they are removed in place (and wake them).
+	_ = l.s.mkdir(dir, releasedDir)
 	var errs []error
 	if l.sup != nil {
-		errs = append(errs, l.sup.RemoveAndRelease())
+		errs = append(errs, l.sup.RemoveUnseenAndRelease(releasedDir))
 	} else {
 		errs = append(errs, removeFile(dir, supervisorLockName(l.id)))
 	}
 	if l.owner != nil {
-		errs = append(errs, l.owner.RemoveAndRelease())
+		errs = append(errs, l.owner.RemoveUnseenAndRelease(releasedDir))
 	} else {
 		errs = append(errs, removeFile(dir, ownerLockName(l.id)))
 	}

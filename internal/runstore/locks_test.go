@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/storetest"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/crew-dev/crew/internal/lockfs"
@@ -441,5 +443,11 @@ func TestRetakeWaitsOutAProbe(t *testing.T) {
 			_ = l.Release()
 		}
 		t.Fatalf("retake while another description keeps it = %v; want ErrBusy", err)
+	}
+}
+
+func TestReleasedDirIsTheTestsOwn(t *testing.T) {
+	if releasedDir != storetest.ReleasedDir {
+		t.Fatalf("runstore passes released locks through %q, the tests skip %q", releasedDir, storetest.ReleasedDir)
 	}
 }

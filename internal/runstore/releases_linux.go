@@ -82,27 +82,22 @@ func (r *releases) close() {
 	})
 }
 
-// lookAgainAfter are when a lock file still in place at its last close is
-// looked at again. The kernel tells of a close (fsnotify_close, early in
-// __fput) before it lets go of the file's flocks (locks_remove_file, later
-// in the same call): a waiter told at once may still find the lock of a
-// process that just died held, by it, and then nothing else would tell
-// of the release until the safety poll, 30 s later. Three looks, the last
-// a second on, cover a machine too busy to let the dead finish dying.
+// lookAgainAfter are when a waiter told of a release is told again. The
+// kernel tells of a close (fsnotify_close, early in __fput) before it lets
+// go of the file's flocks (locks_remove_file, later in the same call): the
+// waiter's look may still find the lock of a process that just died held,
+// by it, and if that was the last of the run's locks to go, nothing else
+// would tell of the release until the safety poll, 30 s later. Three more
+// rings, the last a second on, cover a machine too busy to let the dead
+// finish dying. (An owner lock closed while its supervisor's lock is held
+// is not a release: if the supervisor is dying too, its own lock's close
+// tells.)
 var lookAgainAfter = []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second}
 
-// lookAgain asks whether name was released again at each lookAgainAfter,
-// and rings the waiter if it was. Only a lock found in place is looked at
-// again: the dead's, or an owner lock its living supervisor took again to
-// finish, for which the looks find the supervisor's lock held and ring
-// nobody.
-func (r *releases) lookAgain(name string) {
+// lookAgain rings the waiter again at each lookAgainAfter.
+func (r *releases) lookAgain() {
 	for _, after := range lookAgainAfter {
-		time.AfterFunc(after, func() {
-			if r.released(name) {
-				r.ring()
-			}
-		})
+		time.AfterFunc(after, r.ring)
 	}
 }
 
@@ -112,12 +107,6 @@ func (r *releases) ring() {
 	case r.c <- struct{}{}:
 	default:
 	}
-}
-
-// inPlace reports whether the lock file name is still in owners/.
-func (r *releases) inPlace(name string) bool {
-	_, err := r.owners.Lstat(name)
-	return err == nil
 }
 
 // listen turns the events that matter into wake-ups until the watch is
@@ -152,11 +141,8 @@ func (r *releases) matters(buf []byte) bool {
 			return true
 		case ev.Wd == r.ownersWD && strings.HasSuffix(name, ".lock"):
 			if r.released(name) {
-				r.lookAgain(name)
+				r.lookAgain()
 				return true
-			}
-			if r.inPlace(name) {
-				r.lookAgain(name)
 			}
 		case ev.Wd != r.ownersWD && name == configName:
 			return true
@@ -176,7 +162,7 @@ func (r *releases) matters(buf []byte) bool {
 // would look at the state root at every finish, a herd the size of the
 // queue.
 func (r *releases) released(name string) bool {
-	if !r.inPlace(name) {
+	if _, err := r.owners.Lstat(name); err != nil {
 		return false // removed first: a normal end, whose finisher rings
 	}
 	id, _ := strings.CutSuffix(name, ".lock")
