@@ -90,7 +90,7 @@ func (f *Fleet) AdoptWaiter(id record.RunID, values []string, _ []*os.File) (bac
 		giveBack()
 		return nil, nil, err
 	}
-	s := &starter{f: f, lease: l, mu: newAdmissionMutex(f.cli, l.id, f.k.admissionLock())}
+	s := &starter{f: f, lease: l}
 	s.waiter = newWaiter(s, id, rev)
 	return s, s.waiter, nil
 }
