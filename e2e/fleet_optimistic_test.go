@@ -26,10 +26,10 @@ import (
 // sees two commands at once.
 func fleetForcedInterleaving(t *testing.T, c *etcdCluster) {
 	admitted, most, r1 := forcedFleetRace(t, c, "")
+	assert.Equal(t, 1, most, "over-admitted: the observer saw both commands at once")
+	assert.Equal(t, 1, admitted, "exactly one of two racing starts is admitted")
 	wantCode(t, r1, "the start held between its read and its commit", 75)
 	assert.Contains(t, r1.Stderr, "not admitted: all slots are busy (1/1 in use)")
-	assert.Equal(t, 1, admitted, "exactly one of two racing starts is admitted")
-	assert.Equal(t, 1, most, "over-admitted")
 }
 
 // fleetForcedInterleavingCatchesMissingFence proves the test above can
@@ -61,14 +61,16 @@ func forcedFleetRace(t *testing.T, c *etcdCluster, sabotage string) (int, int, r
 	ob2.waitStarted(t, 20*time.Second)
 
 	letGo()
-	if sabotage == "" {
-		r1 := first.wait(t, 20*time.Second) // refused, while the second still runs
-		release()
-		wantCode(t, second.wait(t, 20*time.Second), "the second start", 0)
-		most, _ := f.obs.maxConcurrent()
-		return 1, most, r1
-	}
-	ob1.waitStarted(t, 20*time.Second)
+	// Refused, or (without the fence) running its command beside the
+	// second's, which holds its slot until the test releases both.
+	eventually(t, 20*time.Second, "the first start to be refused or to run its command", func() bool {
+		select {
+		case <-first.done:
+			return true
+		default:
+			return ob1.hasStarted()
+		}
+	})
 	release()
 	r1 := first.wait(t, 20*time.Second)
 	wantCode(t, second.wait(t, 20*time.Second), "the second start", 0)
@@ -108,7 +110,7 @@ func fleetEarlierRelease(t *testing.T, c *etcdCluster) {
 
 	r := f.run("h1", startArgs("t", []string{"true"}, "--lock-timeout", "1s")...)
 	wantCode(t, r, "crew start while a crew of an earlier release holds its admission mutex", 125)
-	assert.Contains(t, r.Stderr, "crew: timed out after 1s: admission on etcd store "+f.store+" was tried ")
+	assert.Contains(t, r.Stderr, "crew: t: timed out after 1s: admission on etcd store "+f.store+" was tried ")
 	assert.Contains(t, r.Stderr, "times, and each time another crew changed the store first (the last: a crew of an earlier release "+
 		"held the admission mutex under "+prefix+"/locks/dispatch-admission/ (this crew commits nothing while one does; upgrade every host), "+
 		"by pid 4242 on host old-h since "+since.Format(time.RFC3339)+"); crew takes no admission lock on etcd: try again, or raise --lock-timeout")
