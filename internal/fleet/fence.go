@@ -19,7 +19,8 @@ import (
 
 // The fence of an optimistic admission (issue 26). A decision reads the
 // config, the active set with its owner keys, and the queue at revision R
-// (view.read); its write commits only if, at the instant of the commit:
+// (view.read); its write (a reservation, crew init's config; not a ticket,
+// see Enqueue) commits only if, at the instant of the commit:
 //
 //   - no key of the active set was created after R: no run was reserved
 //     that the decision did not count (a record written over, provisioning

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/crew-dev/crew/internal/backend"
@@ -219,10 +220,16 @@ func (sec *section) Reserve(rec *record.Run) (backend.Run, error) {
 }
 
 // Enqueue puts ticket t in the queue on this start's lease, so that it
-// leaves the queue by itself if this process dies; fenced by what the
-// section read, so that the ticket's place (its creation revision) is
-// after every start the decision saw, and before any it did not. A try
-// whose answer was lost is found by its value when tried again.
+// leaves the queue by itself if this process dies. It is not fenced by
+// what the section read: a ticket is written only for a start the
+// decision did not admit, and what was written since the read (a run
+// reserved, a ticket ahead) only makes that decision more right; what was
+// freed since (a run finished, the cap raised) is what the waiter looks
+// for once it is in line, as it would after a lock (dispatch: admitWaiting
+// evaluates once more before it sleeps). Fencing it would only make a
+// burst of starts that join the queue at once collide with each other.
+// Its place is its creation revision: after every ticket written before
+// it. A try whose answer was lost is found by its value when tried again.
 func (sec *section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 	s, f := sec.s, sec.s.f
 	b, err := t.Encode()
@@ -232,20 +239,22 @@ func (sec *section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 	key := f.k.ticket(t.RunID)
 	var rev int64
 	err = f.patiently("join the queue", unavailableFor, func(ctx context.Context) error {
-		c, err := sec.commit(ctx, nil, []clientv3.Op{clientv3.OpPut(key, string(b), clientv3.WithLease(s.lease.id))}, key)
+		resp, err := f.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.lease.id))).Else(clientv3.OpGet(key)).Commit()
 		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return s.lostLease("join the queue")
 		case err != nil:
 			return err
-		case c.done:
-			rev = c.rev
+		case resp.Succeeded:
+			rev = resp.Header.Revision
 			return nil
-		case c.mine != nil && string(c.mine.Value) == string(b) && c.mine.Lease == int64(s.lease.id):
-			rev = c.mine.ModRevision // an earlier try went in
-			return nil
-		case c.conflict != nil:
-			return c.conflict
 		}
-		return s.lostLease("join the queue")
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Value) == string(b) && kvs[0].Lease == int64(s.lease.id) {
+			rev = kvs[0].ModRevision // an earlier try went in
+			return nil
+		}
+		return fmt.Errorf("ticket %s: %w", t.RunID, fs.ErrExist)
 	})
 	if err != nil {
 		return nil, err
