@@ -258,8 +258,6 @@ func (f *Fleet) Close() error { return f.cli.Close() }
 // Host is the name this host goes by in records.
 func (f *Fleet) Host() string { return f.host }
 
-func (f *Fleet) stamp() time.Time { return f.now().UTC() }
-
 // ctx is a context for one request.
 func (f *Fleet) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), f.opTimeout)
