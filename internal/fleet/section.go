@@ -96,8 +96,8 @@ type holderNote struct {
 // every write of the section commits only if nothing that decision read
 // has changed since (fence.go); a write that finds it changed is a
 // *backend.ConflictError, and the orchestration decides again. So an
-// admission costs one write to etcd, not three (a mutex key, the
-// reservation, the key's deletion), and starts on several hosts decide at
+// admission costs one write to etcd, not four (a mutex key, its holder
+// note, the reservation, the key's deletion), and starts on several hosts decide at
 // once: they serialize only where they truly collide.
 func (s *starter) LockAdmission(ctx context.Context, timeout time.Duration) (backend.Section, error) {
 	if s.waiter != nil && (s.lease.lost() || s.lease.hasExpired()) {
