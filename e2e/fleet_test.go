@@ -53,6 +53,9 @@ func TestFleet(t *testing.T) {
 		t.Run("Pools", func(t *testing.T) { t.Parallel(); fleetPools(t, c) })
 		t.Run("StopAndWaitAcrossHosts", func(t *testing.T) { t.Parallel(); fleetStopAndWaitAcrossHosts(t, c) })
 		t.Run("ForeignKeys", func(t *testing.T) { t.Parallel(); fleetForeignKeys(t, c) })
+		t.Run("ForcedInterleaving", func(t *testing.T) { t.Parallel(); fleetForcedInterleaving(t, c) })
+		t.Run("ForcedInterleavingCatchesMissingFence", func(t *testing.T) { t.Parallel(); fleetForcedInterleavingCatchesMissingFence(t, c) })
+		t.Run("EarlierRelease", func(t *testing.T) { t.Parallel(); fleetEarlierRelease(t, c) })
 	})
 	// Timing tests run alone, so that their margins are crew's, not the
 	// machine's.

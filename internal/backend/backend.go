@@ -58,9 +58,14 @@ type Starter interface {
 	Close()
 }
 
-// Section is the held admission lock: the critical section around every
-// admission decision (on a machine, or a fleet). What it reads is read
-// under the lock; what it writes is fenced by it.
+// Section is the critical section around every admission decision (on a
+// machine, or a fleet). On a state root it is the held admission lock:
+// what it reads is read under the lock, and what it writes is fenced by
+// it. On etcd it takes no lock (optimistic): it reads one snapshot, and
+// each write commits only if nothing the decision read has changed since;
+// otherwise the write is not made and its error is a *ConflictError
+// (errors.Is(err, ErrConflict)), and the orchestration reads and decides
+// again (within --lock-timeout).
 type Section interface {
 	LoadConfig() (cfg record.Config, exists bool, err error)
 	// ScanActive is the active set with every run's liveness.

@@ -91,14 +91,31 @@ type admitter struct {
 	waited time.Duration
 }
 
-// attempt is one pass through the admission critical section. With a
-// waiter, it decides for that waiter's ticket; without one, for a newcomer
-// who lines up behind every waiting start. When the run is not admitted
-// and req.Wait is set, a newcomer's ticket is created (in the same
-// critical section, so nobody can slip in between) and returned.
+// attempt is one decision: a pass through the admission critical section,
+// again for as long as the store says another start changed what it read
+// before it could commit (backend.ErrConflict; etcd's admission takes no
+// lock), within --lock-timeout.
 func (a *admitter) attempt(ctx context.Context, w backend.Waiter) (*Reservation, *attemptResult, error) {
+	type decided struct {
+		res *Reservation
+		ar  *attemptResult
+	}
+	got, err := untilCommitted(ctx, a.req.LockTimeout, func(left time.Duration) (decided, error) {
+		res, ar, err := a.pass(ctx, w, left)
+		return decided{res, ar}, err
+	})
+	return got.res, got.ar, err
+}
+
+// pass is one pass through the admission critical section, which it
+// waits up to timeout to enter. With a waiter, it decides for that
+// waiter's ticket; without one, for a newcomer who lines up behind every
+// waiting start. When the run is not admitted and req.Wait is set, a
+// newcomer's ticket is created (in the same critical section, so nobody
+// can slip in between) and returned.
+func (a *admitter) pass(ctx context.Context, w backend.Waiter, timeout time.Duration) (*Reservation, *attemptResult, error) {
 	d, st, req := a.d, a.st, a.req
-	adm, err := st.LockAdmission(ctx, req.LockTimeout)
+	adm, err := st.LockAdmission(ctx, timeout)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -32,7 +32,21 @@ func (m Admin) Init(maxInProgress int, setMax bool, pools []vocab.PoolChange, lo
 		return nil, err
 	}
 	defer st.Close()
-	adm, err := st.LockAdmission(context.Background(), lockTimeout)
+	res, err := untilCommitted(context.Background(), lockTimeout, func(left time.Duration) (*vocab.InitResult, error) {
+		return m.initPass(st, left, maxInProgress, setMax, pools, changes)
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.RingWaiters() // a raised cap may let waiters in
+	return res, nil
+}
+
+// initPass is Init's pass through the admission critical section, which
+// it waits up to timeout to enter.
+func (m Admin) initPass(st backend.Starter, timeout time.Duration, maxInProgress int, setMax bool, pools []vocab.PoolChange, changes []vocab.ConfigChange) (*vocab.InitResult, error) {
+	d := m.d
+	adm, err := st.LockAdmission(context.Background(), timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -65,8 +79,6 @@ func (m Admin) Init(maxInProgress int, setMax bool, pools []vocab.PoolChange, lo
 			return nil, err
 		}
 	}
-	adm.Release()
-	d.RingWaiters() // a raised cap may let waiters in
 	return res, nil
 }
 

@@ -67,9 +67,9 @@ type Point struct {
 // Points is every failpoint crew has: the table of failpoints in docs/failpoints.md is
 // this list (a test holds the two equal).
 var Points = []Point{
-	{AdmissionLock, Guard, "admission without its lock (`skip`)"},
+	{AdmissionLock, Guard, "admission without its lock (on etcd: without the fence of its commit) (`skip`)"},
 	{AdmissionContended, Step, "the admission lock is busy; about to wait for it"},
-	{AdmissionLocked, Step, "admission lock taken, records not yet read"},
+	{AdmissionLocked, Step, "admission lock taken, records not yet read (on etcd: the store read, nothing committed yet)"},
 	{QueueList, Fault, "the queue's tickets are listed (`error:` makes the listing fail)"},
 	{OwnerLocked, Step, "new run's owner lock taken, record not yet written"},
 	{Reserved, Step, "provisioning record durable, admission lock not yet released"},

@@ -261,9 +261,10 @@ func TestFinalizeDeadIsFenced(t *testing.T) {
 	assert.Equal(t, backend.AlreadyDone, outcome)
 }
 
-// The reservation is fenced by the admission mutex: a starter whose mutex
-// key is gone (its lease expired while it held the lock) writes nothing.
-func TestReserveWithoutTheMutexWritesNothing(t *testing.T) {
+// A start whose lease expired between its read and its reservation
+// writes nothing: the owner key is put on that lease, in the same
+// transaction.
+func TestReserveOnAnExpiredLeaseWritesNothing(t *testing.T) {
 	f := open(t)
 	ctx := context.Background()
 	st, err := f.Begin(ctx)
@@ -271,14 +272,14 @@ func TestReserveWithoutTheMutexWritesNothing(t *testing.T) {
 	defer st.Close()
 	sec, err := st.LockAdmission(ctx, 5*time.Second)
 	require.NoError(t, err)
-	// Someone (etcd, on the lease's expiry) deleted the mutex key.
-	_, err = f.cli.Delete(ctx, st.(*starter).mu.Key())
+	// The lease ends (etcd, on its expiry).
+	_, err = f.cli.Revoke(ctx, st.(*starter).lease.id)
 	require.NoError(t, err)
 	now := time.Now().UTC()
 	_, err = sec.Reserve(&record.Run{Version: record.RecordVersion, RunID: record.NewRunID(now), Task: "a",
 		State: record.Provisioning, Command: []string{"true"}, CreatedAt: now})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "no longer holds the admission lock")
+	assert.Contains(t, err.Error(), "this start's lease of 2s expired; nothing was written")
 	snap, err := over(f).Status(vocab.StatusQuery{})
 	require.NoError(t, err)
 	assert.Empty(t, snap.Active, "nothing was written")
@@ -522,26 +523,6 @@ func TestResolveShortIDs(t *testing.T) {
 	_, err = d.Resolve("deadbeef")
 	var nf *vocab.NotFoundError
 	require.ErrorAs(t, err, &nf, "neither a run's short id nor a task")
-}
-
-// A start that cannot get the admission lock in time says who holds it.
-func TestLockTimeoutNamesTheHolder(t *testing.T) {
-	f := open(t)
-	ctx := context.Background()
-	holder, err := f.Begin(ctx)
-	require.NoError(t, err)
-	defer holder.Close()
-	sec, err := holder.LockAdmission(ctx, 5*time.Second)
-	require.NoError(t, err)
-	defer sec.Release()
-
-	req := startReq("y", "true")
-	req.LockTimeout = 300 * time.Millisecond
-	_, err = over(f).Start(req)
-	var timeout *vocab.LockTimeoutError
-	require.ErrorAs(t, err, &timeout)
-	assert.Contains(t, err.Error(), "timed out after 300ms waiting for the admission lock of etcd store "+f.Loc.URL)
-	assert.Contains(t, err.Error(), fmt.Sprintf("held by pid %d on host h1", os.Getpid()))
 }
 
 func TestStopRefusesSIGSTOP(t *testing.T) {

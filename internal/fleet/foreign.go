@@ -11,9 +11,9 @@ import (
 	"github.com/crew-dev/crew/internal/vocab"
 )
 
-// leasedPrefixes are where crew writes every key on a lease (the admission
-// mutex's keys, queue tickets, owner keys), so that each goes with the
-// process that wrote it.
+// leasedPrefixes are where crew writes every key on a lease (queue
+// tickets, owner keys; and an earlier release, its admission mutex's
+// keys), so that each goes with the process that wrote it.
 func (k keys) leasedPrefixes() []string {
 	return []string{k.admissionLock() + "/", k.queuePrefix(), k.ownerPrefix()}
 }

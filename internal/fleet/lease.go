@@ -23,8 +23,8 @@ const DefaultLeaseTTL = 10 * time.Second
 // fifth of it, and a shorter lease would expire on one slow round trip.
 const MinLeaseTTL = 2 * time.Second
 
-// lease is this process's etcd lease: the owner key of its run, its queue
-// ticket and its hold on the admission mutex are attached to it.
+// lease is this process's etcd lease: the owner key of its run and its
+// queue ticket are attached to it.
 //
 // What it knows is when the lease is valid until, by this host's monotonic
 // clock: a renewal sent at t and answered with TTL d keeps the lease on the

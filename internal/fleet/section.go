@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/crew-dev/crew/internal/backend"
@@ -44,14 +45,12 @@ func (f *Fleet) patiently(what string, patience time.Duration, op func(ctx conte
 	}
 }
 
-// starter is one crew start's standing with the store: its lease, and the
-// mutex it takes the admission lock with. The lease is the
-// start's until it reserves a run; then it is the run's (its owner key is
-// on it), and outlives Close.
+// starter is one crew start's standing with the store: its lease. The
+// lease is the start's until it reserves a run; then it is the run's (its
+// owner key is on it), and outlives Close.
 type starter struct {
 	f     *Fleet
 	lease *lease
-	mu    *admissionMutex
 	// waiter is this start's place in line, once it waits.
 	waiter *waiter
 	// reserved: the lease is a run's now.
@@ -69,11 +68,11 @@ func (f *Fleet) Begin(ctx context.Context) (backend.Starter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &starter{f: f, lease: l, mu: newAdmissionMutex(f.cli, l.id, f.k.admissionLock())}, nil
+	return &starter{f: f, lease: l}, nil
 }
 
-// Close lets go of the lease (with the ticket and the mutex key on it)
-// unless a run holds its slot by it.
+// Close lets go of the lease (with the ticket on it) unless a run holds
+// its slot by it.
 func (s *starter) Close() {
 	if s.waiter != nil {
 		s.waiter.stop()
@@ -83,38 +82,32 @@ func (s *starter) Close() {
 	}
 }
 
-// holderNote is what the admission lock's holder says of itself (JSON).
+// holderNote is what an owner key says of the process that reserved its
+// run, and what the admission mutex's holder of an earlier release said of
+// itself (JSON).
 type holderNote struct {
 	Host  string    `json:"host"`
 	PID   int       `json:"pid"`
 	Since time.Time `json:"since"`
 }
 
-// holderNote is the write that says who holds the admission lock, for a
-// start that times out waiting for it; it rides on the first read.
-func (s *starter) holderNote() clientv3.Op {
-	note, _ := json.Marshal(holderNote{Host: s.f.host, PID: os.Getpid(), Since: s.f.stamp()})
-	return clientv3.OpPut(s.f.k.admissionHolder(), string(note), clientv3.WithLease(s.lease.id))
-}
-
-// LockAdmission takes the admission mutex within timeout and reads the
-// store under it, in one snapshot: what the section's reads return.
+// LockAdmission takes no lock: admission on etcd is optimistic (issue 26).
+// It reads the store in one snapshot, what the section's reads return, and
+// every write of the section commits only if nothing that decision read
+// has changed since (fence.go); a write that finds it changed is a
+// *backend.ConflictError, and the orchestration decides again. So an
+// admission costs one write to etcd, not four (a mutex key, its holder
+// note, the reservation, the key's deletion), and starts on several hosts decide at
+// once: they serialize only where they truly collide.
 func (s *starter) LockAdmission(ctx context.Context, timeout time.Duration) (backend.Section, error) {
 	if s.waiter != nil && (s.lease.lost() || s.lease.hasExpired()) {
 		return nil, fmt.Errorf("lost the place in the queue of etcd store %s: this start's lease expired "+
 			"(no contact with etcd for longer than its TTL of %s)", s.f.Loc.URL, s.lease.ttl)
 	}
 	var sec *section
-	deadline := time.Now().Add(timeout)
-	err := s.f.patiently("take the admission lock", min(timeout, unavailableFor), func(context.Context) error {
-		if err := s.lock(ctx, deadline, timeout); err != nil {
-			return err
-		}
-		rctx, cancel := s.f.ctx()
-		defer cancel()
-		v, err := s.f.read(rctx, s.holderNote())
+	err := s.f.patiently("read the store for admission", min(timeout, unavailableFor), func(rctx context.Context) error {
+		v, err := s.f.read(rctx)
 		if err != nil {
-			s.unlock()
 			return err
 		}
 		sec = &section{s: s, v: v}
@@ -123,58 +116,36 @@ func (s *starter) LockAdmission(ctx context.Context, timeout time.Duration) (bac
 	return sec, err
 }
 
-// lock takes the admission mutex by deadline, timeout after the first try.
-func (s *starter) lock(ctx context.Context, deadline time.Time, timeout time.Duration) error {
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	err := s.mu.Lock(ctx)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		h, herr := s.f.lockHolder()
-		return &vocab.LockTimeoutError{Path: s.f.Loc.URL, Waited: timeout, Holder: h, HoldErr: herr, Lease: true}
-	}
-	return err
-}
-
-func (s *starter) unlock() {
-	ctx, cancel := s.f.ctx()
-	defer cancel()
-	_ = s.mu.Unlock(ctx) // if this fails, the key goes with the lease
-}
-
-// holderPatience bounds the read of who holds the admission lock once a
-// start timed out waiting for it: a moment past the user's --lock-timeout,
-// not a whole request's timeout when etcd does not answer.
+// holderPatience bounds the read of who held an earlier release's
+// admission mutex once a start timed out: a moment past the user's
+// --lock-timeout, not a whole request's timeout when etcd does not answer.
 const holderPatience = time.Second
 
-// lockHolder is who holds the admission lock, for a timeout.
-func (f *Fleet) lockHolder() (vocab.Holder, error) {
+// oldLockHolder is who holds the admission mutex of an earlier release of
+// crew, by the note it keeps, for a timeout.
+func (f *Fleet) oldLockHolder() vocab.Holder {
 	ctx, cancel := context.WithTimeout(context.Background(), min(f.opTimeout, holderPatience))
 	defer cancel()
 	resp, err := f.cli.Get(ctx, f.k.admissionHolder())
-	if err != nil {
-		return vocab.Holder{}, err
-	}
-	if len(resp.Kvs) == 0 {
-		return vocab.Holder{}, errors.New("no holder note")
+	if err != nil || len(resp.Kvs) == 0 {
+		return vocab.Holder{}
 	}
 	var n holderNote
-	if err := json.Unmarshal(resp.Kvs[0].Value, &n); err != nil {
-		return vocab.Holder{}, fmt.Errorf("the holder note is unreadable: %w", err)
+	if json.Unmarshal(resp.Kvs[0].Value, &n) != nil {
+		return vocab.Holder{}
 	}
-	return vocab.Holder{PID: n.PID, Host: n.Host, Since: n.Since}, nil
+	return vocab.Holder{PID: n.PID, Host: n.Host, Since: n.Since}
 }
 
-func (s *starter) lostMutex(what string) error {
-	return fmt.Errorf("etcd store %s: could not %s: this start no longer holds the admission lock (its lease of %s expired); nothing was written",
+func (s *starter) lostLease(what string) error {
+	return fmt.Errorf("etcd store %s: could not %s: this start's lease of %s expired; nothing was written",
 		s.f.Loc.URL, what, s.lease.ttl)
 }
 
-// section is the held admission mutex, and the store as it was read once
-// the mutex was taken. Every write is fenced by the mutex (IsOwner), so a
-// holder whose lease expired meanwhile writes nothing.
+// section is the store as one snapshot read it, for one admission
+// decision: every write commits only if nothing the decision read has
+// changed since (fence), so a start that decided on a store another start
+// changed meanwhile writes nothing, and decides again.
 type section struct {
 	s *starter
 	v *view
@@ -190,21 +161,22 @@ func (sec *section) ListTickets() ([]backend.TicketEntry, error) {
 }
 
 // RemoveDeadTicket removes a queue key on no lease (one written by hand):
-// a waiter's ticket goes with its lease by itself.
+// a waiter's ticket goes with its lease by itself. It needs no fence: such
+// a key never counted for anything.
 func (sec *section) RemoveDeadTicket(id record.RunID) bool {
 	f := sec.s.f
 	key := f.k.ticket(id)
 	ctx, cancel := f.ctx()
 	defer cancel()
-	resp, err := f.cli.Txn(ctx).If(sec.s.mu.IsOwner(), clientv3.Compare(clientv3.LeaseValue(key), "=", 0)).
+	resp, err := f.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", 0)).
 		Then(clientv3.OpDelete(key)).Commit()
 	return err == nil && resp.Succeeded
 }
 
 // Reserve writes the provisioning record and the owner key, on this
-// start's lease, in one transaction fenced by the admission mutex: etcd has
-// it on a quorum's disks before the mutex is released. A try whose answer
-// was lost is found by its value when tried again.
+// start's lease, in one transaction fenced by what the section read: etcd
+// has it on a quorum's disks before it answers. A try whose answer was
+// lost is found by its value when tried again.
 func (sec *section) Reserve(rec *record.Run) (backend.Run, error) {
 	s, f := sec.s, sec.s.f
 	b, err := rec.Encode()
@@ -220,24 +192,22 @@ func (sec *section) Reserve(rec *record.Run) (backend.Run, error) {
 	}
 	var rev int64
 	err = f.patiently("reserve the run", unavailableFor, func(ctx context.Context) error {
-		resp, err := f.cli.Txn(ctx).If(s.mu.IsOwner(), clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(ops...).Else(clientv3.OpGet(key)).Commit()
+		c, err := sec.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, ops, key)
 		switch {
 		case err != nil:
 			return err
-		case resp.Succeeded:
-			rev = resp.Header.Revision
+		case c.done:
+			rev = c.rev
 			return nil
-		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		switch {
-		case len(kvs) == 1 && string(kvs[0].Value) == string(b):
-			rev = kvs[0].ModRevision // an earlier try went in
+		case c.mine != nil && string(c.mine.Value) == string(b):
+			rev = c.mine.ModRevision // an earlier try went in
 			return nil
-		case len(kvs) == 1:
+		case c.mine != nil:
 			return fmt.Errorf("run %s: %w", rec.RunID, fs.ErrExist)
+		case c.conflict != nil:
+			return c.conflict
 		}
-		return s.lostMutex("reserve the run")
+		return s.lostLease("reserve the run")
 	})
 	if err != nil {
 		return nil, err
@@ -250,25 +220,41 @@ func (sec *section) Reserve(rec *record.Run) (backend.Run, error) {
 }
 
 // Enqueue puts ticket t in the queue on this start's lease, so that it
-// leaves the queue by itself if this process dies.
+// leaves the queue by itself if this process dies. It is not fenced by
+// what the section read: a ticket is written only for a start the
+// decision did not admit, and what was written since the read (a run
+// reserved, a ticket ahead) only makes that decision more right; what was
+// freed since (a run finished, the cap raised) is what the waiter looks
+// for once it is in line, as it would after a lock (dispatch: admitWaiting
+// evaluates once more before it sleeps). Fencing it would only make a
+// burst of starts that join the queue at once collide with each other.
+// Its place is its creation revision: after every ticket written before
+// it. A try whose answer was lost is found by its value when tried again.
 func (sec *section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 	s, f := sec.s, sec.s.f
 	b, err := t.Encode()
 	if err != nil {
 		return nil, err
 	}
+	key := f.k.ticket(t.RunID)
 	var rev int64
 	err = f.patiently("join the queue", unavailableFor, func(ctx context.Context) error {
-		resp, err := f.cli.Txn(ctx).If(s.mu.IsOwner()).
-			Then(clientv3.OpPut(f.k.ticket(t.RunID), string(b), clientv3.WithLease(s.lease.id))).Commit()
+		resp, err := f.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.lease.id))).Else(clientv3.OpGet(key)).Commit()
 		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return s.lostLease("join the queue")
 		case err != nil:
 			return err
-		case !resp.Succeeded:
-			return s.lostMutex("join the queue")
+		case resp.Succeeded:
+			rev = resp.Header.Revision
+			return nil
 		}
-		rev = resp.Header.Revision
-		return nil
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Value) == string(b) && kvs[0].Lease == int64(s.lease.id) {
+			rev = kvs[0].ModRevision // an earlier try went in
+			return nil
+		}
+		return fmt.Errorf("ticket %s: %w", t.RunID, fs.ErrExist)
 	})
 	if err != nil {
 		return nil, err
@@ -278,24 +264,27 @@ func (sec *section) Enqueue(t *record.Ticket) (backend.Waiter, error) {
 }
 
 // MoveConfigAside keeps an unusable config under a key of its own, before
-// crew init writes a new one.
+// crew init writes a new one: the config as the section read it, which it
+// still is (fenced).
 func (sec *section) MoveConfigAside(now time.Time) (string, error) {
 	f := sec.s.f
 	aside := fmt.Sprintf("%s.unusable.%s", f.k.config(), now.UTC().Format("20060102T150405Z"))
+	if !sec.v.cfgExists {
+		return "", fmt.Errorf("etcd store %s: keep the unusable config: %w", f.Loc.URL, fs.ErrNotExist)
+	}
 	ctx, cancel := f.ctx()
 	defer cancel()
-	get, err := f.cli.Get(ctx, f.k.config())
-	if err != nil || len(get.Kvs) == 0 {
-		return "", f.wrap("read the config", err)
+	c, err := sec.commit(ctx, nil, []clientv3.Op{clientv3.OpPut(aside, string(sec.v.cfgRaw))}, "")
+	switch {
+	case err != nil:
+		return "", f.wrap("keep the unusable config", err)
+	case !c.done:
+		return "", c.conflict
 	}
-	resp, err := f.cli.Txn(ctx).If(sec.s.mu.IsOwner()).Then(clientv3.OpPut(aside, string(get.Kvs[0].Value))).Commit()
-	if err == nil && !resp.Succeeded {
-		return "", sec.s.lostMutex("keep the unusable config")
-	}
-	return aside, f.wrap("keep the unusable config", err)
+	return aside, nil
 }
 
-// SaveConfig writes the config, fenced by the mutex.
+// SaveConfig writes the config, fenced by what the section read.
 func (sec *section) SaveConfig(cfg record.Config) error {
 	f := sec.s.f
 	b, err := cfg.Encode()
@@ -304,14 +293,18 @@ func (sec *section) SaveConfig(cfg record.Config) error {
 	}
 	ctx, cancel := f.ctx()
 	defer cancel()
-	resp, err := f.cli.Txn(ctx).If(sec.s.mu.IsOwner()).Then(clientv3.OpPut(f.k.config(), string(b))).Commit()
-	if err == nil && !resp.Succeeded {
-		return sec.s.lostMutex("write the config")
+	c, err := sec.commit(ctx, nil, []clientv3.Op{clientv3.OpPut(f.k.config(), string(b))}, "")
+	switch {
+	case err != nil:
+		return f.wrap("write the config", err)
+	case !c.done:
+		return c.conflict
 	}
-	return f.wrap("write the config", err)
+	return nil
 }
 
-func (sec *section) Release() { sec.s.unlock() }
+// Release lets go of nothing: the section holds no lock.
+func (sec *section) Release() {}
 
 // waiter is this start's place in line. It watches its own ticket (a ring
 // touches it), its stop key and its lease, and what nobody announces (a

@@ -8,12 +8,16 @@
 //
 // The mapping (shared/DESIGN.md's mechanisms, on etcd's own primitives):
 //
-//   - admission lock: a mutex on PREFIX/locks/dispatch-admission (etcd's
-//     concurrency.Mutex recipe, mutex.go), held through the start's lease; a
-//     dead holder's key goes with its lease, a key on no lease is foreign.
-//   - persist before release: the reservation is written in a transaction
-//     guarded by the mutex's IsOwner comparison, so a holder that lost its
-//     lease cannot write; etcd commits it to a quorum's WAL before answering.
+//   - admission lock: none; admission is optimistic (fence.go). A start
+//     reads the store in one snapshot at revision R, decides, and commits
+//     its reservation (or ticket, or config) in one transaction only if no
+//     run, ticket or config was written since R; otherwise it reads and
+//     decides again. A crew of an earlier release, which takes a mutex
+//     under PREFIX/locks/dispatch-admission/, holds every commit off while
+//     it is inside.
+//   - persist before release: the reservation is that one transaction, its
+//     owner key on the start's lease (a start that lost its lease writes
+//     nothing); etcd commits it to a quorum's WAL before answering.
 //   - owner lock: PREFIX/owners/RUN, attached to the supervisor's lease; the
 //     slot count is derived from the active records whose owner key exists.
 //   - queue tickets: PREFIX/queue/RUN, attached to the waiter's lease, in
@@ -33,6 +37,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -171,6 +176,10 @@ type Fleet struct {
 	opTimeout time.Duration
 	// creds are what a detached supervisor is told to connect with.
 	creds Credentials
+	// conflicts counts the section writes that found the store changed
+	// since their read (fence.go), for the tests of the optimistic
+	// admission.
+	conflicts atomic.Int64
 }
 
 // Options configure a connection.
@@ -248,8 +257,6 @@ func (f *Fleet) Close() error { return f.cli.Close() }
 
 // Host is the name this host goes by in records.
 func (f *Fleet) Host() string { return f.host }
-
-func (f *Fleet) stamp() time.Time { return f.now().UTC() }
 
 // ctx is a context for one request.
 func (f *Fleet) ctx() (context.Context, context.CancelFunc) {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strings"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/crew-dev/crew/internal/backend"
@@ -44,6 +43,10 @@ type view struct {
 	cfg       record.Config
 	cfgExists bool
 	cfgErr    error
+	// cfgModRev is the config's modification revision (0: none), and
+	// cfgRaw its bytes, for the fence of admission's writes.
+	cfgModRev int64
+	cfgRaw    []byte
 	active    []activeRun
 	queue     []queued
 	// badTickets are queue keys that are not readable tickets.
@@ -63,10 +66,8 @@ const maxValueBytes = 1 << 20
 
 // read takes a snapshot of the config, the active set with its owners,
 // and the queue.
-func (f *Fleet) read(ctx context.Context, writes ...clientv3.Op) (*view, error) {
-	// Writes that go with the read (the admission lock's holder note)
-	// share its round trip; they come first, the four reads after.
-	ops := append(writes,
+func (f *Fleet) read(ctx context.Context) (*view, error) {
+	ops := []clientv3.Op{
 		clientv3.OpGet(f.k.config()),
 		clientv3.OpGet(f.k.activePrefix(), clientv3.WithPrefix()),
 		// Not keys-only: etcd 3.5 and later leave a key's lease out of a
@@ -74,15 +75,15 @@ func (f *Fleet) read(ctx context.Context, writes ...clientv3.Op) (*view, error) 
 		clientv3.OpGet(f.k.ownerPrefix(), clientv3.WithPrefix()),
 		clientv3.OpGet(f.k.queuePrefix(), clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-	)
+	}
 	txn, err := f.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, f.wrap("read the active set", err)
 	}
-	resp := struct{ Responses []*etcdserverpb.ResponseOp }{txn.Responses[len(writes):]}
+	resp := txn
 	v := &view{rev: txn.Header.Revision, cfg: record.DefaultConfig()}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		v.cfgExists = true
+		v.cfgExists, v.cfgModRev, v.cfgRaw = true, kvs[0].ModRevision, kvs[0].Value
 		if cfg, err := record.DecodeConfig(kvs[0].Value); err != nil {
 			v.cfgErr = &vocab.ConfigError{Path: f.k.config(), Err: err}
 		} else {

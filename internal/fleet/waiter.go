@@ -68,8 +68,7 @@ func (w *waiter) LeaveWith(rec *record.Run) error {
 
 // AdoptWaiter takes over a waiting start whose lease its parent handed
 // over (waiter.HandOver): it renews the lease, checks that the ticket is
-// still on it, and opens a session on it for the admission mutex, as
-// Begin does; its watch starts from the revision the ticket was read at,
+// still on it, and stands on it as Begin's start does; its watch starts from the revision the ticket was read at,
 // so that nothing after that read goes unseen.
 func (f *Fleet) AdoptWaiter(id record.RunID, values []string, _ []*os.File) (backend.Starter, backend.Waiter, error) {
 	if len(values) != 1 {
@@ -90,7 +89,7 @@ func (f *Fleet) AdoptWaiter(id record.RunID, values []string, _ []*os.File) (bac
 		giveBack()
 		return nil, nil, err
 	}
-	s := &starter{f: f, lease: l, mu: newAdmissionMutex(f.cli, l.id, f.k.admissionLock())}
+	s := &starter{f: f, lease: l}
 	s.waiter = newWaiter(s, id, rev)
 	return s, s.waiter, nil
 }

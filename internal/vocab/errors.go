@@ -289,9 +289,19 @@ type LockTimeoutError struct {
 	// Lease: the lock goes with its holder's lease (etcd), rather than
 	// with its process.
 	Lease bool
+	// Lost: the store takes no lock (etcd's admission is optimistic), and
+	// this start tried Lost times, each time finding that another had
+	// changed the store (Change, by Holder) before it could commit.
+	Lost   int
+	Change string
 }
 
 func (e *LockTimeoutError) Error() string {
+	if e.Lost > 0 {
+		return fmt.Sprintf("timed out after %s: admission on etcd store %s was tried %d times, and each time another "+
+			"crew changed the store first (the last: %s, by %s); crew takes no admission lock on etcd: "+
+			"try again, or raise --lock-timeout", e.Waited, e.Path, e.Lost, e.Change, e.Holder)
+	}
 	of, where, goes := "on the state root "+e.Path, "", "the lock is released when it exits"
 	if e.LockFile != "" {
 		where = " (lock file " + e.LockFile + ")"
