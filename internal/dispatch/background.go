@@ -291,20 +291,27 @@ func (a *admitter) leaveUnadmitted(w backend.Waiter, sig syscall.Signal, err err
 func (a *admitter) neverRan(id record.RunID, err error, code func(error) int) *record.Run {
 	d, req := a.d, a.req
 	queuedAt, _ := id.CreatedAt()
-	rec := &record.Run{Version: record.RecordVersion, RunID: id, Task: req.Task, Command: req.Command, Dir: req.Dir,
-		Host: d.Host, CreatedAt: queuedAt, SupervisorPID: os.Getpid(), Pool: req.Pool, Parent: req.Parent,
-		Timeout: record.Duration(req.Timeout), Retries: req.Retries, QueuedAt: &queuedAt,
-		NeverAdmitted: true}
+	state, signal := record.Failed, ""
+	var stopped *vocab.SignalledError
+	if errors.As(err, &stopped) {
+		state, signal = record.Stopped, vocab.SignalName(stopped.Signal)
+	}
+	rec := &record.Run{RunID: id, Task: req.Task, Command: req.Command, Dir: req.Dir,
+		Host: d.Host, SupervisorPID: os.Getpid(), Pool: req.Pool, Parent: req.Parent,
+		Timeout: record.Duration(req.Timeout), Retries: req.Retries, Signal: signal}
 	if req.Retries > 0 {
 		rec.RetryDelay = record.Duration(req.RetryDelay)
 	}
+	return unadmitted(rec, queuedAt, d.now(), state, code(err), err.Error())
+}
+
+// unadmitted completes rec (the start's own fields) into the final record
+// of a start that left the line without a run: what every such record
+// says, whoever writes it (the start itself, neverRan; the admission that
+// finds its waiter dead, recordDeadWaiter).
+func unadmitted(rec *record.Run, queuedAt, now time.Time, state record.State, exit int, reason string) *record.Run {
+	rec.Version, rec.CreatedAt, rec.QueuedAt, rec.NeverAdmitted = record.RecordVersion, queuedAt, &queuedAt, true
 	rec.AddEvent(queuedAt, "joined the queue")
-	exit := code(err)
-	state := record.Failed
-	var stopped *vocab.SignalledError
-	if errors.As(err, &stopped) {
-		state, rec.Signal = record.Stopped, vocab.SignalName(stopped.Signal)
-	}
-	rec.Finish(state, d.now(), &exit, err.Error())
+	rec.Finish(state, now, &exit, reason)
 	return rec
 }

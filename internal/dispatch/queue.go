@@ -191,12 +191,8 @@ func recordDeadWaiter(st backend.Store, e backend.TicketEntry, now time.Time) {
 		return
 	}
 	t := e.Ticket
-	queuedAt := t.CreatedAt
-	rec := &record.Run{Version: record.RecordVersion, RunID: e.ID, Task: t.Task, Command: t.Command, Labels: t.Labels,
-		Host: t.Host, CreatedAt: queuedAt, Pool: t.Pool, QueuedAt: &queuedAt, NeverAdmitted: true}
-	rec.AddEvent(queuedAt, "joined the queue")
-	exit := vocab.ExitInternal
-	rec.Finish(record.Failed, now, &exit, diedInLine)
+	rec := &record.Run{RunID: e.ID, Task: t.Task, Command: t.Command, Labels: t.Labels, Host: t.Host, Pool: t.Pool}
+	rec = unadmitted(rec, t.CreatedAt, now, record.Failed, vocab.ExitInternal, diedInLine)
 	_ = dw.RecordNeverAdmitted(rec) // if it cannot be written, crew wait says what the ticket's absence says
 }
 
