@@ -208,6 +208,16 @@ func TestDetachWaitGivesUp(t *testing.T) {
 	assert.Equal(t, 9, r.Code, "--refused-exit 9: %s", r.Stderr)
 	assert.Empty(t, e.line(), "the line is empty")
 	assert.NoFileExists(t, ran, "a start that gave up ran its command")
+
+	// Its record keeps its labels: once it has left the line (its ticket,
+	// which had them too, gone), crew wait --label still finds it.
+	id = e.startInBackground(append([]string{"--wait=300ms", "--label", "pipeline=5", "d", "--"}, cmd...)...)
+	assert.Equal(t, 75, e.run("wait", id).Code)
+	r = e.run("wait", "--label", "pipeline=5")
+	assert.Equal(t, 75, r.Code, "crew wait --label of a labelled start that gave up: %s", r.Stderr)
+	assert.Contains(t, r.Stderr, "crew: 1 of 1 runs with label pipeline=5 did not succeed:\n")
+	assert.Contains(t, r.Stderr, "  "+id+"  d  failed, exit 75\n")
+	assert.NoFileExists(t, ran, "a start that gave up ran its command")
 }
 
 // A background waiter killed with SIGKILL frees its place at once: crew
@@ -219,7 +229,7 @@ func TestDetachWaitKilled(t *testing.T) {
 	ranFirst, cmd := e.marker("first", 0)
 	first := e.startInBackground(append([]string{"first", "--"}, cmd...)...)
 	_, cmd = e.marker("second", 4)
-	second := e.startInBackground(append([]string{"second", "--"}, cmd...)...)
+	second := e.startInBackground(append([]string{"--label", "stage=second", "second", "--"}, cmd...)...)
 
 	w := proveBackgroundWaiter(t, first, e.crewIdentity())
 	require.NoError(t, w.signal(syscall.SIGKILL))
@@ -249,6 +259,9 @@ func TestDetachWaitKilled(t *testing.T) {
 	openHolder()
 	r = e.run("wait", second)
 	assert.Equal(t, 4, r.Code, "the start behind the killed one runs: %s", r.Stderr)
+	r = e.run("wait", "--label", "stage=second")
+	assert.Equal(t, 4, r.Code, "crew wait --label of the run its background waiter admitted: %s", r.Stderr)
+	assert.Contains(t, r.Stderr, "  "+second+"  second  failed, exit 4\n", "the run admitted in the background keeps its labels")
 	assert.NoFileExists(t, ranFirst)
 }
 

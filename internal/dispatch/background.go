@@ -97,6 +97,7 @@ type backgroundRequest struct {
 	Retries     int           `json:"retries,omitempty"`
 	RetryDelay  time.Duration `json:"retryDelay,omitempty"`
 	Parent      record.RunID  `json:"parent,omitempty"`
+	Labels      record.Labels `json:"labels,omitempty"`
 	Grace       time.Duration `json:"grace"`
 }
 
@@ -104,14 +105,14 @@ func backgroundRequestOf(req vocab.StartRequest, waited time.Duration) backgroun
 	r := req.AdmitRequest
 	return backgroundRequest{Task: r.Task, Command: r.Command, Dir: r.Dir, Pool: r.Pool, LockTimeout: r.LockTimeout,
 		WaitTimeout: r.WaitTimeout, Waited: waited, LogMax: r.LogMax, Timeout: r.Timeout, Retries: r.Retries,
-		RetryDelay: r.RetryDelay, Parent: r.Parent, Grace: req.Grace}
+		RetryDelay: r.RetryDelay, Parent: r.Parent, Labels: r.Labels, Grace: req.Grace}
 }
 
 // admitRequest is the request the background waiter admits with.
 func (b backgroundRequest) admitRequest() vocab.AdmitRequest {
 	return vocab.AdmitRequest{Task: b.Task, Command: b.Command, Dir: b.Dir, Pool: b.Pool, LockTimeout: b.LockTimeout,
 		Wait: true, WaitTimeout: b.WaitTimeout, LogMax: b.LogMax, Timeout: b.Timeout, Retries: b.Retries,
-		RetryDelay: b.RetryDelay, Parent: b.Parent}
+		RetryDelay: b.RetryDelay, Parent: b.Parent, Labels: b.Labels}
 }
 
 // startBackgroundWaiter starts crew __wait with the place in line handed
@@ -296,7 +297,7 @@ func (a *admitter) neverRan(id record.RunID, err error, code func(error) int) *r
 	if errors.As(err, &stopped) {
 		state, signal = record.Stopped, vocab.SignalName(stopped.Signal)
 	}
-	rec := &record.Run{RunID: id, Task: req.Task, Command: req.Command, Dir: req.Dir,
+	rec := &record.Run{RunID: id, Task: req.Task, Command: req.Command, Dir: req.Dir, Labels: req.Labels,
 		Host: d.Host, SupervisorPID: os.Getpid(), Pool: req.Pool, Parent: req.Parent,
 		Timeout: record.Duration(req.Timeout), Retries: req.Retries, Signal: signal}
 	if req.Retries > 0 {
