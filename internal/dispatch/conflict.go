@@ -29,12 +29,21 @@ const (
 func untilCommitted[T any](ctx context.Context, timeout time.Duration, try func(left time.Duration) (T, error)) (T, error) {
 	deadline := time.Now().Add(timeout)
 	left := timeout
+	var last *backend.ConflictError
 	for tries := 1; ; tries++ {
 		got, err := try(left)
 		var c *backend.ConflictError
 		if !errors.As(err, &c) {
+			if err != nil && last != nil && !time.Now().Before(deadline) {
+				// The time ran out inside a try (its read of the store
+				// cut short), after others had won: say that, not
+				// what the cut read says (a store that did not answer).
+				var zero T
+				return zero, last.TimedOut(timeout, tries-1)
+			}
 			return got, err
 		}
+		last = c
 		if !backOff(ctx, deadline, tries) {
 			var zero T
 			return zero, c.TimedOut(timeout, tries)
