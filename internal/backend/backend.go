@@ -96,11 +96,15 @@ type Waiter interface {
 	// leave, it lost its place).
 	Rung() <-chan struct{}
 	// Changed delivers a value when something changed that may let some
-	// waiter in, told to every waiter alike (a slot freed without a word,
-	// a watched store's change): worth a look without the admission lock
-	// before taking it. Nil where the store cannot tell; the waiter then
-	// polls.
+	// waiter in (a slot freed without a word, a watched store's change):
+	// worth a look without the admission lock before taking it. Told to
+	// every waiter alike, or, where Sentinel says so, to one waiter for
+	// all. Nil where the store cannot tell; the waiter then polls.
 	Changed() <-chan struct{}
+	// Sentinel reports whether this waiter is the one told, for every
+	// waiter, of the changes nobody announces (an etcd store's head of
+	// the line): when it cannot go itself, it rings whoever may.
+	Sentinel() bool
 	// Remove takes the ticket out of the queue; removing twice is harmless.
 	Remove()
 	// LeaveWith takes the ticket out of the queue as Remove does, leaving

@@ -362,9 +362,12 @@ func (a *admitter) sleepUntilWorthTrying(ctx context.Context, w backend.Waiter, 
 			if a.stopRequestFor(w) != nil {
 				return nil
 			}
-			// Every waiter was told: only one that may now be admitted
-			// takes the admission lock.
+			// Only a waiter that may now be admitted takes the admission
+			// lock; a sentinel, told for all, rings the others who may.
 			if ar := a.evaluate(w); ar != nil {
+				if w.Sentinel() {
+					a.d.RingWaiters()
+				}
 				configBroken = false // evaluate could read it
 				report(ar.progress(req))
 				continue

@@ -49,6 +49,7 @@ type idleWaiter struct{}
 func (idleWaiter) ID() record.RunID            { return "" }
 func (idleWaiter) Rung() <-chan struct{}       { return nil }
 func (idleWaiter) Changed() <-chan struct{}    { return nil }
+func (idleWaiter) Sentinel() bool              { return false }
 func (idleWaiter) Remove()                     {}
 func (idleWaiter) Release()                    {}
 func (idleWaiter) LeaveWith(*record.Run) error { return nil }

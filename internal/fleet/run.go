@@ -67,8 +67,10 @@ func (r *run) Update(rec *record.Run) error {
 // supervisor then says so, and keeps trying (FinishAgain).
 const finishPatience = 5 * time.Second
 
-// Finish moves the final record to the finished runs and revokes the
-// lease: the record is in etcd before the slot (the owner key) goes.
+// Finish moves the final record to the finished runs and takes the owner
+// key (the slot) away in the same transaction: the record is in etcd as
+// the slot goes, and waiters hear of both in one event (the lease is
+// revoked afterwards; see Close).
 func (r *run) Finish(rec *record.Run) error {
 	err := r.f.patiently("finalize run "+string(r.id), finishPatience, func(context.Context) error { return r.moveToDone(rec) })
 	if errors.Is(err, errFenced) {
@@ -77,7 +79,14 @@ func (r *run) Finish(rec *record.Run) error {
 	if err != nil {
 		return err
 	}
-	r.lease.release()
+	// The slot is free already: the owner key went with the record. The
+	// revocation only spares etcd the lease's TTL, so it is not made to
+	// wait for: the waiters are rung meanwhile (Close waits for it).
+	r.f.revoking.Add(1)
+	go func() {
+		defer r.f.revoking.Done()
+		r.lease.release()
+	}()
 	return nil
 }
 
@@ -101,7 +110,7 @@ func (r *run) moveToDone(rec *record.Run) error {
 	defer cancel()
 	key := f.k.active(r.id)
 	resp, err := f.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", r.rev)).
-		Then(append(f.k.finalOps(rec, b), clientv3.OpDelete(key), clientv3.OpDelete(f.k.stop(r.id)))...).Commit()
+		Then(append(f.k.finalOps(rec, b), clientv3.OpDelete(key), clientv3.OpDelete(f.k.stop(r.id)), clientv3.OpDelete(f.k.owner(r.id)))...).Commit()
 	if err != nil {
 		return err
 	}

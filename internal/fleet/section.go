@@ -318,6 +318,8 @@ type waiter struct {
 	// changes counts what it was told of (change), for the tests of who
 	// is woken.
 	changes atomic.Int64
+	// head: this waiter is at the head of the line (line.go).
+	head atomic.Bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -356,16 +358,17 @@ func (w *waiter) Remove() {
 // watch rings the waiter when it is told to go: its ticket touched by a
 // ring (queue.Ring: whoever frees capacity rings exactly the waiters it may
 // let in) or gone, a stop request for it, its lease expired. It tells the
-// waiter of what nobody announces: a run's owner key gone while its record
-// stays active (its lease expired), the config written. So a finishing run
-// wakes the waiters its slot can serve, not every waiter (issue 26: the
+// waiter of the config written, and the head of the line of what nobody
+// announces: a run's owner key gone while its record stays active (its
+// lease expired); see line.go. So a finishing run wakes the waiter its slot
+// can serve and the one that moves up, not every waiter (issue 26: the
 // herd). A watch that ends (a leader change, a compacted revision) starts
 // again from now, after one change, since changes may have been missed.
 func (w *waiter) watch(ctx context.Context, rev int64) {
 	defer close(w.done)
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
-		w.follow(ctx, w.watches(wctx, rev))
+		w.follow(wctx, w.watches(wctx, rev), rev)
 		cancel()
 		rev = 0
 		w.change()
@@ -384,9 +387,7 @@ type watched struct {
 }
 
 // watches watches, after revision rev (0: from now), the waiter's own
-// ticket and stop key, the config, and the deletes from owners/ to the
-// active set (owner keys, tickets, records: one range, so in revision
-// order), and merges what they deliver.
+// ticket and stop key, and the config, and merges what they deliver.
 func (w *waiter) watches(ctx context.Context, rev int64) <-chan watched {
 	f := w.s.f
 	at := func(opts ...clientv3.OpOption) []clientv3.OpOption {
@@ -396,13 +397,15 @@ func (w *waiter) watches(ctx context.Context, rev int64) <-chan watched {
 		return opts
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
-	deletes := at(clientv3.WithRange(clientv3.GetPrefixRangeEnd(f.k.activePrefix())), clientv3.WithFilterPut())
-	chans := []clientv3.WatchChan{
+	return merge(ctx,
 		f.cli.Watch(ctx, f.k.ticket(w.id), at()...),
 		f.cli.Watch(ctx, f.k.stop(w.id), at(clientv3.WithFilterDelete())...),
 		f.cli.Watch(ctx, f.k.config(), at(clientv3.WithFilterDelete())...),
-		f.cli.Watch(ctx, f.k.ownerPrefix(), deletes...),
-	}
+	)
+}
+
+// merge delivers what chans deliver, and a !ok once for each that ends.
+func merge(ctx context.Context, chans ...clientv3.WatchChan) <-chan watched {
 	out := make(chan watched)
 	for _, ch := range chans {
 		go func() {
@@ -422,22 +425,58 @@ func (w *waiter) watches(ctx context.Context, rev int64) <-chan watched {
 	return out
 }
 
-// follow reads the watches until one ends.
-func (w *waiter) follow(ctx context.Context, in <-chan watched) {
+// follow reads the watches until one ends; rev is the revision the
+// waiter's ticket was read at. Between its own keys it watches its place
+// in line (line.go), found again whenever the ticket ahead goes: a waiter
+// that moves up to the head is told to look (change), since the slot a
+// run freed without a word may have been noticed by nobody since.
+func (w *waiter) follow(ctx context.Context, in <-chan watched, rev int64) {
 	ended := map[string]bool{} // runs whose active record was seen deleted
+	for first := true; ctx.Err() == nil; first = false {
+		st, err := w.place(ctx)
+		if err != nil {
+			st = standing{} // cannot tell: watch as the head does
+		}
+		if wasHead := w.head.Swap(st.head()); st.head() && !wasHead && !first {
+			w.change()
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		moved, next := w.followPlace(pctx, in, w.watchPlace(pctx, st, rev), st, ended)
+		cancel()
+		if !moved {
+			return
+		}
+		rev = next
+	}
+}
+
+// followPlace reads the waiter's own watches (in) and its place's (place)
+// until one ends (moved false) or the ticket ahead went (moved true, at
+// revision next).
+func (w *waiter) followPlace(ctx context.Context, in <-chan watched, place clientv3.WatchChan, st standing, ended map[string]bool) (moved bool, next int64) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false, 0
 		case <-w.s.lease.expired:
 			w.ring()
 			<-ctx.Done()
-			return
+			return false, 0
 		case m := <-in:
 			if !m.ok || m.resp.Canceled || m.resp.Err() != nil {
-				return
+				return false, 0
 			}
 			for _, ev := range m.resp.Events {
+				w.event(ev, ended)
+			}
+		case resp, ok := <-place:
+			if !ok || resp.Canceled || resp.Err() != nil {
+				return false, 0
+			}
+			if !st.head() && len(resp.Events) > 0 {
+				return true, resp.Events[0].Kv.ModRevision // its delete
+			}
+			for _, ev := range resp.Events {
 				w.event(ev, ended)
 			}
 		}

@@ -37,6 +37,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -180,6 +181,9 @@ type Fleet struct {
 	// since their read (fence.go), for the tests of the optimistic
 	// admission.
 	conflicts atomic.Int64
+	// revoking are the revocations of finished runs' leases still under
+	// way (run.Finish): Close waits for them.
+	revoking sync.WaitGroup
 }
 
 // Options configure a connection.
@@ -252,8 +256,12 @@ func Open(url string, o Options) (*Fleet, error) {
 	return f, nil
 }
 
-// Close disconnects.
-func (f *Fleet) Close() error { return f.cli.Close() }
+// Close disconnects, once the leases of the runs this process finished
+// are revoked.
+func (f *Fleet) Close() error {
+	f.revoking.Wait()
+	return f.cli.Close()
+}
 
 // Host is the name this host goes by in records.
 func (f *Fleet) Host() string { return f.host }

@@ -134,6 +134,10 @@ func (w *waiter) Changed() <-chan struct{} {
 	return w.releases.C
 }
 
+// Sentinel is false: every waiter hears of a release (inotify), so none
+// rings the others for it.
+func (w *waiter) Sentinel() bool { return false }
+
 // Remove leaves the queue and stops watching.
 func (w *waiter) Remove() {
 	w.releases.Close()
