@@ -109,6 +109,17 @@ func Plan(cfg record.Config, u Usage, queue []Ticket) []Verdict {
 	return out
 }
 
+// Full reports whether the waiting starts of queue, a beginning of the
+// line in arrival order, take every slot Plan would give: no start behind
+// them could be admitted, so a ring need read no further.
+func Full(cfg record.Config, u Usage, queue []Ticket) bool {
+	sim := newSimulation(cfg, u)
+	for _, t := range queue {
+		sim.visit(t)
+	}
+	return sim.inUse >= cfg.MaximumInProgress
+}
+
 // simulation hands out capacity to tickets in arrival order.
 type simulation struct {
 	cfg     record.Config

@@ -71,6 +71,8 @@ type Section interface {
 	// ScanActive is the active set with every run's liveness.
 	ScanActive() ([]ActiveRun, error)
 	ListTickets() ([]TicketEntry, error)
+	// ListTicketsUntil is ListTickets read only as far as enough wants.
+	ListTicketsUntil(enough Enough) ([]TicketEntry, error)
 	// RemoveDeadTicket removes a ticket whose waiter is gone, and reports
 	// whether it did.
 	RemoveDeadTicket(id record.RunID) bool
@@ -302,11 +304,35 @@ type Runs interface {
 	RemoveStopRequest(id record.RunID) error
 }
 
+// Enough reports whether the tickets read so far, a beginning of the queue
+// in arrival order, are all that their reader needs; nil reads them all.
+type Enough func(read []TicketEntry) bool
+
+// Until is the tickets of entries (the queue in arrival order) that
+// enough wants: up to and including the first after which it says
+// enough. For a store that reads the queue whole anyway.
+func Until(entries []TicketEntry, enough Enough) []TicketEntry {
+	if enough == nil {
+		return entries
+	}
+	for i := range entries {
+		if enough(entries[:i+1]) {
+			return entries[:i+1]
+		}
+	}
+	return entries
+}
+
 // Queue is the queue of waiting starts.
 type Queue interface {
 	// ListTickets is the queue in arrival order, each ticket with its
 	// waiter's liveness.
 	ListTickets() ([]TicketEntry, error)
+	// ListTicketsUntil is ListTickets read only as far as enough wants:
+	// a waiter deciding for itself needs the tickets ahead of its own, and
+	// a ring the line up to where the caps are full, not the whole queue
+	// at every handoff (issue 25).
+	ListTicketsUntil(enough Enough) ([]TicketEntry, error)
 	HasTicket(id record.RunID) bool
 	WaiterState(id record.RunID) record.Liveness
 	// Ring wakes the waiter of ticket id, where waiters must be woken (a

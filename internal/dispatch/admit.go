@@ -184,7 +184,7 @@ func (a *admitter) pass(ctx context.Context, w backend.Waiter, timeout time.Dura
 // except for a newcomer with --force, which skips the line anyway.
 func (a *admitter) queueFor(adm backend.Section, w backend.Waiter) (line, []error, error) {
 	d, req := a.d, a.req
-	l, err := d.liveQueue(adm)
+	l, err := liveQueueUntil(d, adm, upToOwn(w))
 	var qe *vocab.QueueError
 	if errors.As(err, &qe) && req.Force && w == nil {
 		return line{}, []error{fmt.Errorf("cannot read the queue of waiting starts (%w): --force skipped it", qe.Err)}, nil

@@ -201,47 +201,75 @@ func recordDeadWaiter(st backend.Store, e backend.TicketEntry, now time.Time) {
 // the way. A ticket that cannot be read keeps its place while its waiter
 // is shown alive (its lock held); a queue that cannot be listed is a
 // *QueueError: nobody can be let past waiters nobody can see.
-func (d *Dispatcher) liveQueue(adm backend.Section) (line, error) {
+func (d *Dispatcher) liveQueue(adm backend.Section) (line, error) { return liveQueueUntil(d, adm, nil) }
+
+// liveQueueUntil is d's liveQueue read only as far as enough (given the
+// line so far) wants; nil reads the whole queue.
+func liveQueueUntil(d *Dispatcher, adm backend.Section, enough func(line) bool) (line, error) {
+	var l line
+	taken := 0
+	more := func(read []backend.TicketEntry) bool {
+		for ; taken < len(read); taken++ {
+			l.take(d, adm, read[taken])
+		}
+		return enough != nil && enough(l)
+	}
 	var entries []backend.TicketEntry
 	var err error
 	if adm != nil {
-		entries, err = adm.ListTickets()
+		entries, err = adm.ListTicketsUntil(more)
 	} else {
-		entries, err = d.queue().ListTickets()
+		entries, err = d.queue().ListTicketsUntil(more)
 	}
 	if err != nil {
 		return line{}, &vocab.QueueError{Path: d.queue().QueuePath(), Err: err}
 	}
-	l := line{tickets: make([]admission.Ticket, 0, len(entries))}
-	for _, e := range entries {
-		if !e.Waiter.MayLive() {
-			if adm != nil {
-				recordDeadWaiter(d.Store, e, d.now())
-				adm.RemoveDeadTicket(e.ID)
-			}
-			continue
-		}
-		if e.Err != nil && e.Waiter != record.Alive {
-			// Not a waiter crew can see (a lock that cannot be probed
-			// beside a ticket that cannot be read is junk, not a start):
-			// keeping a place for it would wedge the line.
-			continue
-		}
-		if e.Err != nil {
-			since, _ := e.ID.CreatedAt()
-			l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Since: since, Unreadable: true})
-			l.unreadable = append(l.unreadable, ticketProblem{id: e.ID, path: e.Path, err: e.Err})
-			continue
-		}
-		l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Task: e.Ticket.Task, Pool: e.Ticket.Pool, Since: e.Ticket.CreatedAt})
-		if len(e.Ticket.Labels) > 0 {
-			if l.labels == nil {
-				l.labels = map[record.RunID]record.Labels{}
-			}
-			l.labels[e.ID] = e.Ticket.Labels
-		}
+	for ; taken < len(entries); taken++ { // what enough was not asked about
+		l.take(d, adm, entries[taken])
 	}
 	return l, nil
+}
+
+// upToOwn is liveQueueUntil's enough for waiter w deciding for itself:
+// only the tickets ahead of its own can hold it back.
+func upToOwn(w backend.Waiter) func(line) bool {
+	if w == nil {
+		return nil // a newcomer lines up behind every ticket
+	}
+	id := w.ID()
+	return func(l line) bool { return len(l.tickets) > 0 && l.tickets[len(l.tickets)-1].ID == id }
+}
+
+// take adds entry e of d's queue to the line: a live waiter's ticket
+// takes its place, a dead waiter's goes (with the admission lock held,
+// adm).
+func (l *line) take(d *Dispatcher, adm backend.Section, e backend.TicketEntry) {
+	if !e.Waiter.MayLive() {
+		if adm != nil {
+			recordDeadWaiter(d.Store, e, d.now())
+			adm.RemoveDeadTicket(e.ID)
+		}
+		return
+	}
+	if e.Err != nil && e.Waiter != record.Alive {
+		// Not a waiter crew can see (a lock that cannot be probed
+		// beside a ticket that cannot be read is junk, not a start):
+		// keeping a place for it would wedge the line.
+		return
+	}
+	if e.Err != nil {
+		since, _ := e.ID.CreatedAt()
+		l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Since: since, Unreadable: true})
+		l.unreadable = append(l.unreadable, ticketProblem{id: e.ID, path: e.Path, err: e.Err})
+		return
+	}
+	l.tickets = append(l.tickets, admission.Ticket{ID: e.ID, Task: e.Ticket.Task, Pool: e.Ticket.Pool, Since: e.Ticket.CreatedAt})
+	if len(e.Ticket.Labels) > 0 {
+		if l.labels == nil {
+			l.labels = map[record.RunID]record.Labels{}
+		}
+		l.labels[e.ID] = e.Ticket.Labels
+	}
 }
 
 // joinQueue creates this process's ticket; the caller holds the admission
@@ -407,7 +435,7 @@ func (a *admitter) evaluate(w backend.Waiter) *attemptResult {
 	if err != nil {
 		return nil
 	}
-	line, err := d.liveQueue(nil)
+	line, err := liveQueueUntil(d, nil, upToOwn(w))
 	if err != nil {
 		return nil
 	}
@@ -446,23 +474,53 @@ func (a *admitter) capacityLeft() bool {
 // every waiter is rung, to say so on its wait line and to keep looking
 // until the file is fixed.
 func (d *Dispatcher) RingWaiters() {
-	line, err := d.liveQueue(nil)
+	// The line is read only as far as the caps would let anyone in (with
+	// no slot free, one ticket): a handoff reads a waiter or two, not the
+	// whole queue (issue 25). The config and the active set are read with
+	// the first ticket: with nobody in line, nothing more is.
+	var (
+		loaded         bool
+		cfg            record.Config
+		usage          admission.Usage
+		cfgErr, setErr error
+	)
+	load := func() {
+		if loaded {
+			return
+		}
+		loaded = true
+		if cfg, _, cfgErr = d.Store.LoadConfig(); cfgErr == nil {
+			var set *activeSet
+			if set, setErr = d.readActive(true, nil); setErr == nil {
+				usage = set.usage()
+			}
+		}
+	}
+	full := func(l line) bool {
+		load()
+		switch {
+		case cfgErr != nil:
+			return false // every waiter is rung: all are needed
+		case setErr != nil:
+			return true // nothing can be decided
+		}
+		return admission.Full(cfg, usage, l.tickets)
+	}
+	line, err := liveQueueUntil(d, nil, full)
 	queue := line.tickets
 	if err != nil || len(queue) == 0 {
 		return
 	}
-	cfg, _, err := d.Store.LoadConfig()
-	if err != nil {
+	if load(); setErr != nil {
+		return
+	}
+	if cfgErr != nil {
 		for _, t := range queue {
 			d.queue().Ring(t.ID)
 		}
 		return
 	}
-	set, err := d.readActive(true, nil)
-	if err != nil {
-		return
-	}
-	for i, v := range admission.Plan(cfg, set.usage(), queue) {
+	for i, v := range admission.Plan(cfg, usage, queue) {
 		if v.Admit {
 			d.queue().Ring(queue[i].ID)
 		}

@@ -257,6 +257,12 @@ func (q queue) ListTickets() ([]backend.TicketEntry, error) {
 	return v.tickets(q.f.k), nil
 }
 
+// ListTicketsUntil: the queue is read whole, in one snapshot, anyway.
+func (q queue) ListTicketsUntil(enough backend.Enough) ([]backend.TicketEntry, error) {
+	ts, err := q.ListTickets()
+	return backend.Until(ts, enough), err
+}
+
 func (q queue) HasTicket(id record.RunID) bool { return q.WaiterState(id) != record.Dead }
 
 // WaiterState: a ticket lives as long as its waiter's lease.

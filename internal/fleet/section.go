@@ -160,6 +160,11 @@ func (sec *section) ListTickets() ([]backend.TicketEntry, error) {
 	return sec.v.tickets(sec.s.f.k), nil
 }
 
+// ListTicketsUntil: the snapshot holds the whole queue already.
+func (sec *section) ListTicketsUntil(enough backend.Enough) ([]backend.TicketEntry, error) {
+	return backend.Until(sec.v.tickets(sec.s.f.k), enough), nil
+}
+
 // RemoveDeadTicket removes a queue key on no lease (one written by hand):
 // a waiter's ticket goes with its lease by itself. It needs no fence: such
 // a key never counted for anything.

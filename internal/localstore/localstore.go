@@ -93,6 +93,9 @@ type Section struct {
 
 func (sec Section) LoadConfig() (record.Config, bool, error)    { return sec.s.LoadConfig() }
 func (sec Section) ListTickets() ([]backend.TicketEntry, error) { return sec.s.Queue().ListTickets() }
+func (sec Section) ListTicketsUntil(enough backend.Enough) ([]backend.TicketEntry, error) {
+	return sec.s.Queue().ListTicketsUntil(enough)
+}
 
 func (sec Section) Reserve(rec *record.Run) (backend.Run, error) {
 	l, err := sec.Admission.Reserve(rec)

@@ -47,7 +47,12 @@ func New(dir stateroot.Dir) *Queue { return &Queue{dir: dir} }
 
 // ListTickets returns the queue's tickets in arrival order, each with its
 // waiter's liveness.
-func (q *Queue) ListTickets() ([]backend.TicketEntry, error) {
+func (q *Queue) ListTickets() ([]backend.TicketEntry, error) { return q.ListTicketsUntil(nil) }
+
+// ListTicketsUntil is ListTickets that reads tickets (and probes their
+// waiters) in arrival order only until enough says so: the names are
+// listed whole, the files only that far.
+func (q *Queue) ListTicketsUntil(enough backend.Enough) ([]backend.TicketEntry, error) {
 	dir, err := q.dir.Open()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -63,13 +68,18 @@ func (q *Queue) ListTickets() ([]backend.TicketEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the queue in %s: %w", q.dir.Path(), stateroot.UnwrapPath(err))
 	}
-	var out []backend.TicketEntry
+	ids := make([]record.RunID, 0, len(names))
 	for _, name := range names {
 		idStr, ok := strings.CutSuffix(name, ".json")
-		if !ok || stateroot.IsTempName(name) || !record.LooksLikeRunID(idStr) {
-			continue
+		if ok && !stateroot.IsTempName(name) && record.LooksLikeRunID(idStr) {
+			ids = append(ids, record.RunID(idStr))
 		}
-		e := backend.TicketEntry{ID: record.RunID(idStr), Path: q.dir.Path(name)}
+	}
+	slices.Sort(ids)
+	var out []backend.TicketEntry
+	for _, id := range ids {
+		name := TicketName(id)
+		e := backend.TicketEntry{ID: id, Path: q.dir.Path(name)}
 		data, err := rootfs.ReadFile(dir, name, MaxTicketBytes)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -84,8 +94,10 @@ func (q *Queue) ListTickets() ([]backend.TicketEntry, error) {
 		}
 		e.Waiter, _ = q.dir.Probe(dir, LockName(e.ID))
 		out = append(out, e)
+		if enough != nil && enough(out) {
+			break
+		}
 	}
-	slices.SortFunc(out, func(a, b backend.TicketEntry) int { return strings.Compare(string(a.ID), string(b.ID)) })
 	return out, nil
 }
 

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"reflect"
@@ -215,4 +216,49 @@ func TestRingWakesAnotherProcess(t *testing.T) {
 	h.Send("remove")
 	h.Expect("removed")
 	storetest.AssertOnlyFiles(t, osPath(s, "queue"))
+}
+
+// ListTicketsUntil reads the queue in arrival order only as far as its
+// reader wants: a ticket past that point is not even opened, so one that
+// cannot be read there is no error of this listing's.
+func TestListTicketsUntilReadsOnlyAsFarAsWanted(t *testing.T) {
+	s := newStore(t)
+	base := time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC)
+	var ids []record.RunID
+	for i := range 4 {
+		id := storetest.IDAt(base.Add(time.Duration(i)*time.Second), 1)
+		ids = append(ids, id)
+		enqueue(t, s, id, fmt.Sprint("t", i))
+	}
+	// The last ticket cannot be read: its file is a directory now.
+	last := osPath(s, "queue", queue.TicketName(ids[3]))
+	if err := os.Remove(last); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(last, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	ents, err := s.Queue().ListTicketsUntil(func(read []backend.TicketEntry) bool {
+		calls++
+		return read[len(read)-1].ID == ids[1]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 2 || ents[0].ID != ids[0] || ents[1].ID != ids[1] || calls != 2 {
+		t.Fatalf("ListTicketsUntil = %+v after %d calls, want %s and %s after 2", ents, calls, ids[0], ids[1])
+	}
+	for _, e := range ents {
+		if e.Err != nil || e.Waiter != record.Alive {
+			t.Errorf("entry %+v", e)
+		}
+	}
+	all, err := s.Queue().ListTickets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 4 || all[3].Err == nil {
+		t.Fatalf("ListTickets = %+v, want 4 tickets, the last unreadable", all)
+	}
 }
