@@ -81,9 +81,16 @@ func (s sweep) names(rel string) []string {
 	return names
 }
 
+// lockLeftovers lists the lock files of owners/ whose run has no record
+// in the active set, and those a finisher moved into owners/.released
+// but did not get to remove (a crash between the move and the unlink).
 func (s sweep) lockLeftovers() []Leftover {
+	return append(s.lockLeftoversIn(ownersDir), s.lockLeftoversIn(ownersDir+"/"+releasedDir)...)
+}
+
+func (s sweep) lockLeftoversIn(rel string) []Leftover {
 	var out []Leftover
-	for _, name := range s.names(ownersDir) {
+	for _, name := range s.names(rel) {
 		base, ok := strings.CutSuffix(name, ".lock")
 		if !ok {
 			continue
@@ -96,10 +103,10 @@ func (s sweep) lockLeftovers() []Leftover {
 		if s.hasActiveFile(id) {
 			continue // handled with its run
 		}
-		if s.lockHeld(ownersDir, name) {
+		if s.lockHeld(rel, name) {
 			continue // a supervisor finishing up
 		}
-		out = append(out, Leftover{Kind: LeftoverLock, ID: id, Path: s.display(ownersDir, name), dir: ownersDir, name: name})
+		out = append(out, Leftover{Kind: LeftoverLock, ID: id, Path: s.display(rel, name), dir: rel, name: name})
 	}
 	return out
 }

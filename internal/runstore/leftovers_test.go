@@ -412,3 +412,47 @@ func TestLeftoversIgnoreWhatIsNotARegularFile(t *testing.T) {
 		t.Error("the link's target changed")
 	}
 }
+
+// A finisher moves a run's lock files into owners/.released, removes them
+// there and only then lets go; a crash between the move and the removal
+// leaves them there, where no listing of owners/ sees them. Recover removes
+// them, except one still held (a finisher at work).
+func TestLeftoverLocksInReleased(t *testing.T) {
+	s := newStore(t)
+	base := time.Date(2024, 5, 6, 7, 0, 0, 0, time.UTC)
+	crashed, finishing := idAt(base, 1), idAt(base, 2)
+	released := filepath.Join(s.osPath(ownersDir), releasedDir)
+	if err := os.MkdirAll(released, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{ownerLockName(crashed), supervisorLockName(crashed), ownerLockName(finishing)} {
+		if err := os.WriteFile(filepath.Join(released, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := lockfs.Take(mustOpenRoot(t, released), ownerLockName(finishing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	ls := mustLeftovers(t, s)
+	if len(ls) != 2 {
+		t.Fatalf("leftovers = %+v, want the crashed run's two lock files", ls)
+	}
+	a := lockAdmission(t, s)
+	for _, l := range ls {
+		if l.Kind != LeftoverLock || l.ID != crashed || !strings.Contains(l.Path, "/owners/.released/") {
+			t.Errorf("leftover %+v, want a lock of %s in owners/.released", l, crashed)
+		}
+		if removed, err := a.RemoveLeftover(l); !removed || err != nil {
+			t.Errorf("RemoveLeftover = %v, %v", removed, err)
+		}
+	}
+	names, err := os.ReadDir(released)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0].Name() != ownerLockName(finishing) {
+		t.Errorf("owners/.released holds %v, want only the held lock", names)
+	}
+}
