@@ -262,3 +262,29 @@ func TestAForeignKeyAheadDoesNotHideTheLine(t *testing.T) {
 	w := enqueue(t, f, "w")
 	require.Eventually(t, w.Sentinel, 10*time.Second, 10*time.Millisecond)
 }
+
+// A start that leaves the line without a run (killed as it was rung, its
+// ticket gone with its lease; or it gave up) may leave a slot it was rung
+// for unused, and nobody rings again: the waiter behind it is told to
+// look, and is the one to ring whoever may go, even if it is not the head.
+func TestAStartThatLeavesTheLineWithoutARunTellsTheOneBehind(t *testing.T) {
+	f := open(t)
+	d := over(f)
+	_, err := d.Admin().Init(1, true, nil, 5*time.Second)
+	require.NoError(t, err)
+	putLeased(t, f, "holder", "")
+	var ws []*waiter
+	for i := range 3 {
+		ws = append(ws, enqueue(t, f, fmt.Sprint("w", i)))
+	}
+	require.Eventually(t, func() bool { return ws[0].Sentinel() }, 10*time.Second, 10*time.Millisecond)
+	ws[1].Remove()
+	select {
+	case <-ws[2].Changed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter behind a start that left without a run was not told")
+	}
+	assert.True(t, ws[2].Sentinel(), "it rings for the start that left")
+	assert.False(t, ws[2].Sentinel(), "once")
+	assert.True(t, ws[0].Sentinel(), "the head is still the head")
+}

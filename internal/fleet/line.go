@@ -30,16 +30,21 @@ type standing struct {
 
 func (s standing) head() bool { return s.ahead == "" }
 
-// place reads the line and returns where this waiter stands in it. A
-// ticket ahead counts only if it is one crew wrote (on a lease, named and
-// holding a ticket of its run): a foreign key never goes, and a waiter
-// behind one would never hear of a slot freed without a word.
-func (w *waiter) place(ctx context.Context) (standing, error) {
+// place reads the line as it was at revision rev (the waiter's watches
+// start after it, so that nothing between the read and the watch goes
+// unseen) and returns where this waiter stands in it. A ticket ahead
+// counts only if it is one crew wrote (on a lease, named and holding a
+// ticket of its run): a foreign key never goes, and a waiter behind one
+// would never hear of a slot freed without a word.
+func (w *waiter) place(ctx context.Context, rev int64) (standing, error) {
 	f := w.s.f
 	rctx, cancel := context.WithTimeout(ctx, f.opTimeout)
 	defer cancel()
-	resp, err := f.cli.Get(rctx, f.k.queuePrefix(), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := f.cli.Get(rctx, f.k.queuePrefix(), opts...)
 	if err != nil {
 		return standing{}, err
 	}
@@ -88,6 +93,7 @@ func (w *waiter) watchPlace(ctx context.Context, s standing, rev int64) clientv3
 }
 
 // Sentinel reports whether this waiter is the one told of what nobody
-// announces (the head of the line): it must ring the waiters who may go
-// when it cannot go itself.
-func (w *waiter) Sentinel() bool { return w.head.Load() }
+// announces (the head of the line, or the waiter behind a start that left
+// the line without a run): it must ring the waiters who may go when it
+// cannot go itself.
+func (w *waiter) Sentinel() bool { return w.aheadLeft.Swap(false) || w.head.Load() }

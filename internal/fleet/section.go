@@ -325,6 +325,9 @@ type waiter struct {
 	changes atomic.Int64
 	// head: this waiter is at the head of the line (line.go).
 	head atomic.Bool
+	// aheadLeft: the start just ahead left the line without a run, and
+	// Sentinel was not asked since.
+	aheadLeft atomic.Bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -438,9 +441,12 @@ func merge(ctx context.Context, chans ...clientv3.WatchChan) <-chan watched {
 func (w *waiter) follow(ctx context.Context, in <-chan watched, rev int64) {
 	ended := map[string]bool{} // runs whose active record was seen deleted
 	for first := true; ctx.Err() == nil; first = false {
-		st, err := w.place(ctx)
+		st, err := w.place(ctx, rev)
 		if err != nil {
-			st = standing{} // cannot tell: watch as the head does
+			// Cannot tell (the revision compacted away, etcd not
+			// answering): watch as the head does, from now, after a look.
+			st, rev = standing{}, 0
+			w.change()
 		}
 		if wasHead := w.head.Swap(st.head()); st.head() && !wasHead && !first {
 			w.change()
@@ -451,8 +457,34 @@ func (w *waiter) follow(ctx context.Context, in <-chan watched, rev int64) {
 		if !moved {
 			return
 		}
+		if !w.becameRun(ctx, st.ahead) {
+			// The start ahead left the line without a run: it may have been
+			// rung for a slot it never took (killed as it woke, its ticket
+			// gone with its lease). Nobody rings again; this waiter looks,
+			// and rings whoever may go (Sentinel).
+			w.aheadLeft.Store(true)
+			w.change()
+		}
 		rev = next
 	}
+}
+
+// becameRun reports whether the ticket at key (gone from the line) became
+// a run: its run's record is in the active set or among the finished runs.
+// Where etcd does not answer, it says no: a look too many costs a read.
+func (w *waiter) becameRun(ctx context.Context, key string) bool {
+	f := w.s.f
+	id := strings.TrimPrefix(key, f.k.queuePrefix())
+	rctx, cancel := context.WithTimeout(ctx, f.opTimeout)
+	defer cancel()
+	resp, err := f.cli.Txn(rctx).Then(
+		clientv3.OpGet(f.k.activePrefix()+id, clientv3.WithCountOnly()),
+		clientv3.OpGet(f.k.donePrefix()+id, clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return false
+	}
+	return resp.Responses[0].GetResponseRange().Count+resp.Responses[1].GetResponseRange().Count > 0
 }
 
 // followPlace reads the waiter's own watches (in) and its place's (place)

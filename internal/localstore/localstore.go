@@ -126,7 +126,7 @@ type waiter struct {
 // newWaiter is w watching the state root's releases, in the process that
 // waits in it (a background waiter opens its own watch).
 func newWaiter(w *queue.Waiter, s *runstore.Store) *waiter {
-	releases, _ := s.WatchReleases() // none: the waiter polls
+	releases, _ := s.WatchReleases(w.ID()) // none: the waiter polls
 	return &waiter{Waiter: w, s: s, releases: releases}
 }
 
@@ -137,9 +137,10 @@ func (w *waiter) Changed() <-chan struct{} {
 	return w.releases.C
 }
 
-// Sentinel is false: every waiter hears of a release (inotify), so none
-// rings the others for it.
-func (w *waiter) Sentinel() bool { return false }
+// Sentinel: every waiter hears of a run's release (inotify), so none rings
+// the others for it; but a waiting start that died is heard of only by the
+// waiter just behind it, which then rings whoever may go.
+func (w *waiter) Sentinel() bool { return w.releases.AheadDied() }
 
 // Remove leaves the queue and stops watching.
 func (w *waiter) Remove() {

@@ -1,5 +1,11 @@
 package runstore
 
+import (
+	stdatomic "sync/atomic"
+
+	"github.com/crew-dev/crew/internal/record"
+)
+
 // A waiting start must notice at once when a slot, or a place ahead of it
 // in line, is freed without a word: a run or a waiting start killed with
 // SIGKILL leaves no record changed and rings no bell. What does change is
@@ -16,8 +22,16 @@ package runstore
 // waiters poll.
 type ReleaseWatch struct {
 	// C delivers a value when something was released.
-	C     <-chan struct{}
-	close func()
+	C         <-chan struct{}
+	close     func()
+	aheadDied *stdatomic.Bool
+}
+
+// AheadDied reports whether the watch told of a waiting start just ahead
+// of its waiter that died (its queue lock let go in place) since it was
+// last asked: the waiter behind it is then the one to ring who may go.
+func (w *ReleaseWatch) AheadDied() bool {
+	return w != nil && w.aheadDied != nil && w.aheadDied.Swap(false)
 }
 
 // Close stops the watch.
@@ -27,6 +41,8 @@ func (w *ReleaseWatch) Close() {
 	}
 }
 
-// WatchReleases watches the state root for releases (ReleaseWatch); an
-// error where the system cannot watch (no inotify, or its limits reached).
-func (s *Store) WatchReleases() (*ReleaseWatch, error) { return s.watchReleases() }
+// WatchReleases watches the state root for releases (ReleaseWatch), and,
+// for waiter id (none: ""), the lock of the waiting start just ahead of
+// it; an error where the system cannot watch (no inotify, or its limits
+// reached).
+func (s *Store) WatchReleases(id record.RunID) (*ReleaseWatch, error) { return s.watchReleases(id) }

@@ -5,8 +5,10 @@ package runstore
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	stdatomic "sync/atomic"
 	"time"
 	"unsafe"
 
@@ -16,8 +18,9 @@ import (
 )
 
 // watchReleases is an inotify instance on owners/ (last writers closing a
-// lock file) and on the root (crew.json renamed into place, or written in place).
-func (s *Store) watchReleases() (*ReleaseWatch, error) {
+// lock file) and on the root (crew.json renamed into place, or written in
+// place), and, for waiter id, on the queue lock of the waiter just ahead.
+func (s *Store) watchReleases(id record.RunID) (*ReleaseWatch, error) {
 	owners, err := s.dir(ownersDir)
 	if err != nil {
 		return nil, err
@@ -33,20 +36,26 @@ func (s *Store) watchReleases() (*ReleaseWatch, error) {
 		root.Close()
 		return nil, fmt.Errorf("watch the state root: %w", err)
 	}
-	r := &releases{f: os.NewFile(uintptr(fd), "inotify"), owners: owners, c: make(chan struct{}, 1)}
+	r := &releases{f: os.NewFile(uintptr(fd), "inotify"), fd: fd, owners: owners, id: id, c: make(chan struct{}, 1)}
 	ownersWD, err := addWatch(fd, owners, unix.IN_CLOSE_WRITE)
 	if err == nil {
 		r.ownersWD = ownersWD
 		_, err = addWatch(fd, root, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE)
 	}
 	root.Close()
+	if err == nil && id != "" {
+		r.queue, err = s.dir(queueDir)
+	}
 	if err != nil {
 		r.f.Close()
 		owners.Close()
 		return nil, fmt.Errorf("watch the state root: %w", err)
 	}
+	if r.watchAhead("") {
+		r.ring()
+	}
 	go r.listen()
-	return &ReleaseWatch{C: r.c, close: r.close}, nil
+	return &ReleaseWatch{C: r.c, close: r.close, aheadDied: &r.aheadDied}, nil
 }
 
 // addWatch watches the directory open as dir, through its descriptor:
@@ -63,10 +72,20 @@ func addWatch(fd int, dir *os.Root, mask uint32) (int32, error) {
 
 type releases struct {
 	f        *os.File
+	fd       int
 	owners   *os.Root
 	ownersWD int32
 	c        chan struct{}
 	once     sync.Once
+
+	// The waiter's place in line (none: no id): its queue/, and the queue
+	// lock of the waiter just ahead that it watches (ahead, at aheadWD; 0:
+	// none). Only the listen goroutine changes them, after the start.
+	id        record.RunID
+	queue     *os.Root
+	ahead     string
+	aheadWD   int32
+	aheadDied stdatomic.Bool // told of a death ahead, not yet asked about
 }
 
 // close gives the watch back without waiting for it: the kernel makes the
@@ -78,6 +97,9 @@ func (r *releases) close() {
 		go func() {
 			_ = r.f.Close() // ends listen
 			r.owners.Close()
+			if r.queue != nil {
+				r.queue.Close()
+			}
 		}()
 	})
 }
@@ -87,7 +109,7 @@ func (r *releases) close() {
 // go of the file's flocks (locks_remove_file, later in the same call): the
 // waiter's look may still find the lock of a process that just died held,
 // by it, and if that was the last of the run's locks to go, nothing else
-// would tell of the release until the safety poll, 30 s later. Three more
+// would tell of the release until the safety poll, minutes later. Three more
 // rings, the last a second on, cover a machine too busy to let the dead
 // finish dying. (An owner lock closed while its supervisor's lock is held
 // is not a release: if the supervisor is dying too, its own lock's close
@@ -139,6 +161,12 @@ func (r *releases) matters(buf []byte) bool {
 		switch {
 		case ev.Mask&unix.IN_Q_OVERFLOW != 0:
 			return true
+		case ev.Mask&unix.IN_IGNORED != 0:
+			// A watch ended (the one-shot watch ahead, after its event).
+		case r.aheadWD != 0 && ev.Wd == r.aheadWD:
+			if r.aheadLeft() {
+				return true
+			}
 		case ev.Wd == r.ownersWD && strings.HasSuffix(name, ".lock"):
 			if r.released(name) {
 				r.lookAgain()
@@ -171,4 +199,94 @@ func (r *releases) released(name string) bool {
 	}
 	held, err := lockfs.Probe(r.owners, supervisorLockName(record.RunID(id)))
 	return err != nil || !held
+}
+
+// The waiter just ahead. A waiting start killed just as it was rung for a
+// free slot leaves that slot free, and nobody rings again: its queue lock,
+// closed in place by the kernel, is the only news. Each waiter watches
+// that one file of the waiter just ahead of it (a one-shot inotify watch on
+// the file), so a death in line wakes one waiter, not the queue; a waiter
+// that leaves normally removes its lock before it lets go, and the one
+// behind it only looks for the next one ahead.
+
+// aheadLeft takes in the close of the watched lock ahead: it finds the
+// waiter now ahead, and reports whether a waiter died (its lock let go in
+// place) rather than left, which it also remembers for Sentinel.
+func (r *releases) aheadLeft() bool {
+	gone := r.ahead
+	_, err := r.queue.Lstat(gone)
+	died := err == nil
+	r.aheadWD, r.ahead = 0, "" // one-shot: the kernel removed the watch
+	if r.watchAhead(gone) {
+		died = true
+	}
+	if died {
+		// As with owners/: the kernel tells of the close before it lets go
+		// of the flock, so a look right now may still see the dead
+		// waiter's place held. Tell again, as the one to ring for it.
+		r.aheadDied.Store(true)
+		for _, after := range lookAgainAfter {
+			time.AfterFunc(after, func() {
+				r.aheadDied.Store(true)
+				r.ring()
+			})
+		}
+	}
+	return died
+}
+
+// watchAhead watches the queue lock of the nearest waiter ahead whose lock
+// is held, but for the lock closed just now (gone: its last holder closed
+// it, whatever a probe may still see); it reports whether it passed one
+// let go in place on the way (a waiter that died). The watch is made
+// before the probe, so a death between the two is not missed.
+func (r *releases) watchAhead(gone string) (died bool) {
+	if r.queue == nil {
+		return false
+	}
+	if r.aheadWD != 0 {
+		_, _ = unix.InotifyRmWatch(r.fd, uint32(r.aheadWD))
+		r.aheadWD, r.ahead = 0, ""
+	}
+	names, err := listNames(r.queue)
+	if err != nil {
+		return true // cannot tell: look
+	}
+	var ahead []string
+	for _, name := range names {
+		id, ok := strings.CutSuffix(name, ".lock")
+		if ok && name != gone && record.LooksLikeRunID(id) && id < string(r.id) {
+			ahead = append(ahead, name)
+		}
+	}
+	slices.Sort(ahead)
+	for i := len(ahead) - 1; i >= 0; i-- {
+		name := ahead[i]
+		wd, err := addFileWatch(r.fd, r.queue, name, unix.IN_CLOSE_WRITE|unix.IN_ONESHOT|unix.IN_DONT_FOLLOW)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if held, err := lockfs.Probe(r.queue, name); err == nil && !held {
+			_, _ = unix.InotifyRmWatch(r.fd, uint32(wd))
+			if _, err := r.queue.Lstat(name); err == nil {
+				died = true
+			}
+			continue
+		}
+		r.aheadWD, r.ahead = wd, name
+		return died
+	}
+	return died
+}
+
+// addFileWatch watches the file name of the directory open as dir; with
+// IN_DONT_FOLLOW a symbolic link planted there is watched, not followed.
+func addFileWatch(fd int, dir *os.Root, name string, mask uint32) (int32, error) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	wd, err := unix.InotifyAddWatch(fd, fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name), mask)
+	return int32(wd), err
 }

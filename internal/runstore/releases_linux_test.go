@@ -82,7 +82,7 @@ func TestReleasesThatMatter(t *testing.T) {
 // wakes it.
 func TestWatchReleases(t *testing.T) {
 	s := newStore(t)
-	w, err := s.WatchReleases()
+	w, err := s.WatchReleases("")
 	if err != nil {
 		t.Skipf("no inotify here: %v", err)
 	}
