@@ -174,7 +174,10 @@ var sharedCases = []struct {
 		inLine := func(task string, cmd []string, flags ...string) string {
 			t.Helper()
 			args := startArgs(task, cmd, append([]string{"--detach", "--wait"}, flags...)...)
-			r, _, err := f.tryRunFor(60*time.Second, "h2", []string{"CREW_LEASE_TTL=2s"}, args...)
+			// A short lease, so that the killed waiter's place goes soon;
+			// not the shortest, so that the living waiters' renewals
+			// survive a loaded test machine (2 s once did not).
+			r, _, err := f.tryRunFor(60*time.Second, "h2", []string{"CREW_LEASE_TTL=5s"}, args...)
 			require.NoError(t, err, "crew start --detach --wait returns while the slot is held")
 			wantCode(t, r, "crew start --detach --wait", 0)
 			id := strings.TrimSpace(r.Stdout)
