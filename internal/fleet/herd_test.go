@@ -92,17 +92,8 @@ func TestAFinishWakesOnlyTheWaitersItsSlotCanServe(t *testing.T) {
 // frees its slot without a word. The head is told to look (and, in
 // dispatch, rings whoever may go); the waiters behind it are not woken.
 func TestALeaseThatExpiresTellsTheHeadOfTheLine(t *testing.T) {
-	f := open(t)
-	d := over(f)
-	_, err := d.Admin().Init(1, true, nil, 5*time.Second)
-	require.NoError(t, err)
-	lease := putLeased(t, f, "holder", "")
-	var ws []*waiter
-	for i := range 3 {
-		ws = append(ws, enqueue(t, f, fmt.Sprint("w", i)))
-	}
-	require.Eventually(t, func() bool { return ws[0].Sentinel() }, 10*time.Second, 10*time.Millisecond)
-	_, err = f.cli.Revoke(context.Background(), lease) // as etcd does when the lease expires
+	f, lease, ws := threeInLine(t)
+	_, err := f.cli.Revoke(context.Background(), lease) // as etcd does when the lease expires
 	require.NoError(t, err)
 	select {
 	case <-ws[0].Changed():
@@ -121,16 +112,7 @@ func TestALeaseThatExpiresTellsTheHeadOfTheLine(t *testing.T) {
 // look once: a slot freed without a word while the line moved may have
 // been noticed by nobody.
 func TestAWaiterThatMovesUpWatchesForTheLine(t *testing.T) {
-	f := open(t)
-	d := over(f)
-	_, err := d.Admin().Init(1, true, nil, 5*time.Second)
-	require.NoError(t, err)
-	lease := putLeased(t, f, "holder", "")
-	var ws []*waiter
-	for i := range 3 {
-		ws = append(ws, enqueue(t, f, fmt.Sprint("w", i)))
-	}
-	require.Eventually(t, func() bool { return ws[0].Sentinel() }, 10*time.Second, 10*time.Millisecond)
+	f, lease, ws := threeInLine(t)
 	assert.False(t, ws[1].Sentinel())
 	ws[0].Remove()
 	require.Eventually(t, func() bool { return ws[1].Sentinel() }, 10*time.Second, 10*time.Millisecond)
@@ -140,7 +122,7 @@ func TestAWaiterThatMovesUpWatchesForTheLine(t *testing.T) {
 		t.Fatal("the waiter that moved up was not told to look")
 	}
 	assert.False(t, ws[2].Sentinel(), "the waiter behind the new head")
-	_, err = f.cli.Revoke(context.Background(), lease)
+	_, err := f.cli.Revoke(context.Background(), lease)
 	require.NoError(t, err)
 	select {
 	case <-ws[1].Changed():
@@ -268,16 +250,7 @@ func TestAForeignKeyAheadDoesNotHideTheLine(t *testing.T) {
 // for unused, and nobody rings again: the waiter behind it is told to
 // look, and is the one to ring whoever may go, even if it is not the head.
 func TestAStartThatLeavesTheLineWithoutARunTellsTheOneBehind(t *testing.T) {
-	f := open(t)
-	d := over(f)
-	_, err := d.Admin().Init(1, true, nil, 5*time.Second)
-	require.NoError(t, err)
-	putLeased(t, f, "holder", "")
-	var ws []*waiter
-	for i := range 3 {
-		ws = append(ws, enqueue(t, f, fmt.Sprint("w", i)))
-	}
-	require.Eventually(t, func() bool { return ws[0].Sentinel() }, 10*time.Second, 10*time.Millisecond)
+	_, _, ws := threeInLine(t)
 	ws[1].Remove()
 	select {
 	case <-ws[2].Changed():
@@ -287,4 +260,21 @@ func TestAStartThatLeavesTheLineWithoutARunTellsTheOneBehind(t *testing.T) {
 	assert.True(t, ws[2].Sentinel(), "it rings for the start that left")
 	assert.False(t, ws[2].Sentinel(), "once")
 	assert.True(t, ws[0].Sentinel(), "the head is still the head")
+}
+
+// threeInLine is a store at cap 1 whose slot a run holds on a lease of the
+// test's (revoking it is that run's lease expiring), and three waiters in
+// line behind it, the first of them at the head.
+func threeInLine(t *testing.T) (*Fleet, clientv3.LeaseID, []*waiter) {
+	t.Helper()
+	f := open(t)
+	_, err := over(f).Admin().Init(1, true, nil, 5*time.Second)
+	require.NoError(t, err)
+	lease := putLeased(t, f, "holder", "")
+	var ws []*waiter
+	for i := range 3 {
+		ws = append(ws, enqueue(t, f, fmt.Sprint("w", i)))
+	}
+	require.Eventually(t, func() bool { return ws[0].Sentinel() }, 10*time.Second, 10*time.Millisecond)
+	return f, lease, ws
 }
