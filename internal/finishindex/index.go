@@ -608,7 +608,7 @@ func (ix *Index) liveEntries(entries []finishedEntry) []finishedEntry {
 			}
 			shards[shard] = names
 		}
-		if names[stateroot.RecordName(e.ID)] {
+		if names[stateroot.RecordName(e.ID)] || names[stateroot.V1RecordName(e.ID)] {
 			kept = append(kept, e)
 		}
 	}
@@ -1014,7 +1014,7 @@ func (ix *Index) finishedIDs() ([]record.RunID, error) {
 			return nil, err
 		}
 		for _, n := range names {
-			ids = append(ids, record.RunID(n[:len(n)-len(".json")]))
+			ids = append(ids, stateroot.RecordID(n))
 		}
 	}
 	return ids, nil
@@ -1049,7 +1049,7 @@ func (ix *Index) finishedFiles() ([]finishedFile, error) {
 		}
 		for _, n := range names {
 			if fi, err := dir.Lstat(n); err == nil {
-				out = append(out, finishedFile{id: record.RunID(n[:len(n)-len(".json")]), mod: fi.ModTime()})
+				out = append(out, finishedFile{id: stateroot.RecordID(n), mod: fi.ModTime()})
 			}
 		}
 		dir.Close()

@@ -5,11 +5,11 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // FinishedRuns returns the finished runs q selects, newest finish first.
@@ -210,7 +210,7 @@ func (t *topRuns) fromRecords(ix *Index) error {
 			if t.closedBelow(file.mod.Add(mtimeSlack)) {
 				break
 			}
-			t.read(ix, record.RunID(strings.TrimSuffix(file.name, ".json")))
+			t.read(ix, stateroot.RecordID(file.name))
 		}
 	}
 	return nil

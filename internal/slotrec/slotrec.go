@@ -215,6 +215,7 @@ type Writer struct {
 	size    int
 	durable int    // the slot holding the newest durable record
 	seq     uint64 // the highest sequence number written
+	dirty   bool   // the other slot holds a newer record, not synced
 }
 
 // NewWriter writes into f, a file of slots of size bytes whose slot
@@ -243,15 +244,25 @@ func (w *Writer) Write(payload []byte, sync bool) error {
 		return err
 	}
 	w.seq++
+	w.dirty = true
 	if _, err := w.f.WriteAt(b, int64(target*w.size)); err != nil {
 		return err
 	}
 	if !sync {
 		return nil
 	}
+	return w.Sync()
+}
+
+// Sync makes the newest record written durable, if it is not yet: after
+// it, that slot is the durable one.
+func (w *Writer) Sync() error {
+	if !w.dirty {
+		return nil
+	}
 	if err := w.f.Sync(); err != nil {
 		return err
 	}
-	w.durable = target
+	w.durable, w.dirty = 1-w.durable, false
 	return nil
 }

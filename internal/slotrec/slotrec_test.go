@@ -280,3 +280,28 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// Sync after an unsynced write makes that slot the durable one: the
+// next write goes into the other.
+func TestSyncMovesTheDurableSlot(t *testing.T) {
+	m, w := newMem(t, "provisioning")
+	if err := w.Write([]byte("running"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil || m.syncs != 1 {
+		t.Fatalf("a second Sync with nothing new: %v, %d fsyncs", err, m.syncs)
+	}
+	if err := w.Write([]byte("final"), false); err != nil {
+		t.Fatal(err)
+	}
+	// Tear the new write: "running", synced, must survive.
+	for i := range w.SlotSize() {
+		m.b[i] = 0
+	}
+	if got, _ := decodeString(t, m.b); got != "running" {
+		t.Fatalf("got %q", got)
+	}
+}
