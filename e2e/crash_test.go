@@ -62,7 +62,8 @@ func (r recoverJSON) outcomesFor(id string) []string {
 }
 
 // runIDsOnDisk lists every run id that has a record, active or finished,
-// and checks that every record file is whole and of version 1.
+// and checks that every record file is whole (a slot file with a valid
+// slot) and holds a record of version 1.
 func runIDsOnDisk(t *testing.T, root string) (active, done []string) {
 	t.Helper()
 	walk := func(dir string, into *[]string) {
@@ -72,15 +73,17 @@ func runIDsOnDisk(t *testing.T, root string) (active, done []string) {
 			}
 			name := info.Name()
 			assert.False(t, strings.HasPrefix(name, "."), "leftover temporary file %s", path)
-			data, rerr := os.ReadFile(path)
+			raw, rerr := os.ReadFile(path)
 			require.NoError(t, rerr)
+			data, derr := recordJSON(raw)
+			require.NoError(t, derr, "torn record %s", path)
 			var rec struct {
 				Version int    `json:"version"`
 				RunID   string `json:"runId"`
 			}
 			require.NoError(t, json.Unmarshal(data, &rec), "torn record %s: %q", path, data)
 			assert.Equal(t, 1, rec.Version)
-			assert.Equal(t, rec.RunID+".json", name)
+			assert.Equal(t, rec.RunID+".run", name)
 			*into = append(*into, rec.RunID)
 			return nil
 		})
@@ -131,6 +134,7 @@ var crashSteps = []crashStep{
 		wantReason: []string{"state was provisioning", "the command may have started", "exit status unknown"}},
 	{name: "exited", hasRecord: true, cmdExits: true, wantState: "interrupted", recoverOutcome: "finalized",
 		wantReason: []string{"state was running", "is gone too", "exit status unknown"}},
+	{name: "final-synced", hasRecord: true, cmdExits: true, wantState: "succeeded", recoverOutcome: "cleaned"},
 	{name: "finalized", hasRecord: true, cmdExits: true, wantState: "succeeded", recoverOutcome: "cleaned"},
 }
 
@@ -167,11 +171,22 @@ func crashAndCheck(t *testing.T, step crashStep, recoverFirst bool) {
 	active, done := runIDsOnDisk(t, e.root)
 	var id string
 	switch {
+	case step.name == "final-synced":
+		// The final record is durable in the run's own file, which was
+		// not yet moved: a finished leftover in the active set. It holds
+		// no slot, and status shows the run finished.
+		require.Empty(t, done)
+		require.Len(t, active, 1)
+		id = active[0]
+		s := e.status()
+		assert.Zero(t, s.SlotsInUse, "a final record in runs/active holds no slot")
+		assert.Empty(t, s.Active, "a final record in runs/active is not shown as active")
+		assert.Equal(t, "succeeded", e.runRecord(id).State)
 	case step.name == "finalized":
-		// The final record is durable; the active file is a leftover of
-		// the finalization, recognised by its finished twin.
+		// The final record is durable and moved into runs/done; the
+		// run's lock files are leftovers of the finalization.
 		require.Len(t, done, 1)
-		require.Equal(t, done, active)
+		require.Empty(t, active)
 		id = done[0]
 	case step.hasRecord:
 		require.Len(t, append(active, done...), 1, "one record of the killed run")

@@ -243,9 +243,6 @@ func (s records) finishRunFile(active *os.Root, rf *runFile, rec *record.Run) er
 	if err != nil {
 		return err
 	}
-	if err := failpoint.Error(failpoint.FinishWrite); err != nil {
-		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(activeDir, recordName(rec.RunID)), err)
-	}
 	if bytes.Equal(payload, rf.last) {
 		err = rf.w.Sync() // written already (KeepOutcome, an earlier try): durable now
 	} else {
@@ -257,6 +254,11 @@ func (s records) finishRunFile(active *os.Root, rf *runFile, rec *record.Run) er
 	failpoint.Hit(failpoint.FinalSynced)
 	shard := shardDir(rec.RunID)
 	name := recordName(rec.RunID)
+	// What a full disk can fail from here on is the move (a new shard, a
+	// new block of its directory): the final record is durable already.
+	if err := failpoint.Error(failpoint.FinishWrite); err != nil {
+		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(shard), err)
+	}
 	if !holdsFile(active, name, rf.f) {
 		// Something else was put at the name (the file crew placed was
 		// removed or replaced): the rename would move that. The final
@@ -285,7 +287,7 @@ func (s records) finishRunFile(active *os.Root, rf *runFile, rec *record.Run) er
 			return nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
-			return fmt.Errorf("move the final record of run %s into %s: %w", rec.RunID, s.display(shard), unwrapPath(err))
+			return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(shard), unwrapPath(err))
 		}
 	}
 }
