@@ -117,7 +117,7 @@ func (l *RunLocks) KeepOutcome(rec *record.Run, cause error) error {
 	// in the slot allocated at reservation (Finish may have made it
 	// durable already; then nothing is written). It stays in the active
 	// set, a finished leftover that the next finalizer moves.
-	switch rf, dir, err := l.runFile(); {
+	switch rf, dir, err := l.runFile(rec); {
 	case err != nil:
 		return fmt.Errorf("keep the outcome of run %s: %w", l.id, err)
 	case rf != nil:
@@ -169,7 +169,7 @@ func (l *RunLocks) Outcome() (*Outcome, error) {
 // messages: the run's own record file in the active set; for a run an
 // older crew reserved, its owner lock file.
 func (l *RunLocks) OutcomePath() string {
-	if rf, _, err := l.runFile(); err == nil && rf != nil {
+	if rf, _, err := l.runFile(nil); err == nil && rf != nil {
 		return l.s.display(activeDir, recordName(l.id))
 	}
 	return l.s.display(ownersDir, ownerLockName(l.id))

@@ -311,8 +311,12 @@ func (s records) reserveRecord(rec *record.Run) (*runFile, error) {
 
 // runFile is the run's record file open for writing, opened now if this
 // process has not yet (a detached supervisor, a fence); nil, without an
-// error, for a run whose record is an older crew's JSON record.
-func (l *RunLocks) runFile() (*runFile, *os.Root, error) {
+// error, for a run whose record is an older crew's JSON record. A file
+// at the name that cannot be opened and read as a slot file (another
+// user's, unreadable, not a slot file) is replaced by a new one holding
+// rec, durably, when rec is given: it is what the caller is about to
+// write, and the run's locks are held.
+func (l *RunLocks) runFile(rec *record.Run) (*runFile, *os.Root, error) {
 	dir, err := l.s.layout(activeDir)
 	if err != nil {
 		return nil, nil, err
@@ -330,6 +334,17 @@ func (l *RunLocks) runFile() (*runFile, *os.Root, error) {
 		return nil, dir, nil
 	}
 	rf, _, err := openRunFile(dir, name)
+	if err != nil && rec != nil {
+		var placed *os.File
+		var data []byte
+		if data, err = EncodeRecordFile(rec); err == nil {
+			placed, err = l.s.placeRunFile(dir, name, data)
+		}
+		if err == nil {
+			payload, _ := rec.Encode()
+			rf = &runFile{f: placed, w: slotrec.NewWriter(placed, len(data)/2, 0, 1), last: payload}
+		}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("open run record %s: %w", l.s.display(activeDir, name), unwrapPath(err))
 	}
@@ -344,7 +359,7 @@ func (l *RunLocks) write(rec *record.Run, sync bool) error {
 	if rec.RunID != l.id {
 		return fmt.Errorf("update run %s with the locks of run %s", rec.RunID, l.id)
 	}
-	rf, dir, err := l.runFile()
+	rf, dir, err := l.runFile(rec)
 	if err != nil {
 		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
 	}
@@ -366,7 +381,7 @@ func (l *RunLocks) write(rec *record.Run, sync bool) error {
 // record of an older crew, or none left) as a new finished record, the
 // active one removed after.
 func (l *RunLocks) finish(rec *record.Run) error {
-	rf, dir, err := l.runFile()
+	rf, dir, err := l.runFile(rec)
 	if err != nil {
 		return fmt.Errorf("record run %s as %s: %w", rec.RunID, rec.State, err)
 	}
