@@ -386,3 +386,43 @@ func TestInternalErrorIsRecorded(t *testing.T) {
 	assert.Equal(t, 0, s.SlotsInUse)
 	assert.Empty(t, s.Active)
 }
+
+// A power loss in the middle of the pwrite of the running record (which
+// is not synced: nothing acts on it before the final record, which is)
+// leaves that slot torn. The durable provisioning record in the other slot
+// is the record then, and recovery tells the truth it can: the command
+// may have started.
+func TestTornRunningSlotLeavesTheProvisioningRecord(t *testing.T) {
+	e := newEnv(t)
+	victim := e.start([]string{"CREW_FAILPOINT=exited:kill"}, "start", "victim", "--", "true")
+	require.Equal(t, 137, victim.wait(t, 10*time.Second).Code)
+	active, _ := runIDsOnDisk(t, e.root)
+	require.Len(t, active, 1)
+	id := active[0]
+	path := activeRecordPath(e.root, id)
+	assert.Equal(t, "running", e.runRecord(id).State)
+
+	// Tear the newest slot: zero it from the middle of its record on.
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	size := len(data) / 2
+	newest := 0
+	if _, s1, ok := slotOf(data[size:]); ok {
+		if _, s0, ok0 := slotOf(data[:size]); !ok0 || s1 > s0 {
+			newest = 1
+		}
+	}
+	for i := newest*size + 300; i < (newest+1)*size; i++ {
+		data[i] = 0
+	}
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+
+	assert.Equal(t, "provisioning", e.runRecord(id).State, "the torn slot is invalid; the durable one is the record")
+	rep, r := e.recover()
+	require.Equal(t, 0, r.Code, r.Stderr)
+	assert.Equal(t, []string{"finalized"}, rep.outcomesFor(id))
+	rec := e.runRecord(id)
+	assert.Equal(t, "interrupted", rec.State)
+	assert.Contains(t, rec.Reason, "state was provisioning")
+	assert.Contains(t, rec.Reason, "the command may have started")
+}
