@@ -33,11 +33,7 @@ func (s *Store) upgradeRoot() error {
 	case err != nil:
 		return fmt.Errorf("read %s to upgrade the state root: %w", s.display(configName), unwrapPath(err))
 	default:
-		var peek struct {
-			Version int `json:"version"`
-		}
-		if json.Unmarshal(data, &peek) == nil && peek.Version == record.ConfigVersion {
-			s.upgraded.Store(true)
+		if s.noteVersion(data) {
 			return nil
 		}
 		if cfg, err = record.DecodeConfig(data); err != nil {
@@ -53,4 +49,19 @@ func (s *Store) upgradeRoot() error {
 	}
 	s.upgraded.Store(true)
 	return nil
+}
+
+// noteVersion notes that crew.json (data, as read) is at the version this
+// crew writes, so that the next reservation of this process need not read
+// it again; it reports whether it is. (Nothing converts a root back: a
+// crew of version 1 refuses it.)
+func (s *Store) noteVersion(data []byte) bool {
+	var peek struct {
+		Version int `json:"version"`
+	}
+	if json.Unmarshal(data, &peek) != nil || peek.Version != record.ConfigVersion {
+		return false
+	}
+	s.upgraded.Store(true)
+	return true
 }
