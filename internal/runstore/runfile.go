@@ -139,9 +139,12 @@ func (s records) placeRunFileOnce(dir *os.Root, name string, data []byte) (*os.F
 }
 
 // openRunFile opens an existing slot file read-write to update it: a
-// detached supervisor's, or a fenced run's. What it holds now is made
-// durable first (one fsync): a slot written by an earlier process may not
-// be, and the writer must know which slot holds the newest durable record.
+// detached supervisor's, or a fenced run's. The writer must know which
+// slot holds the newest durable record. With one valid slot, that is it:
+// a writer never writes into that slot, so the other one (blank since the
+// file was made, or torn) cannot have been the durable one. With two, the
+// newer may be a write an earlier process did not sync: what the file
+// holds is made durable first (one fsync).
 func openRunFile(dir *os.Root, name string) (*runFile, *record.Run, error) {
 	f, err := rootfs.Open(dir, name, os.O_RDWR, 0)
 	if err != nil {
@@ -163,7 +166,7 @@ func openRunFile(dir *os.Root, name string) (*runFile, *record.Run, error) {
 	if err == nil {
 		rec, err = record.DecodeRun(sf.Payload())
 	}
-	if err == nil {
+	if err == nil && sf.Slots[0].Valid && sf.Slots[1].Valid {
 		err = f.Sync()
 	}
 	if err != nil {
