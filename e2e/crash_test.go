@@ -182,6 +182,13 @@ func crashAndCheck(t *testing.T, step crashStep, recoverFirst bool) {
 		assert.Zero(t, s.SlotsInUse, "a final record in runs/active holds no slot")
 		assert.Empty(t, s.Active, "a final record in runs/active is not shown as active")
 		assert.Equal(t, "succeeded", e.runRecord(id).State)
+		var listed []string
+		for _, r := range s.Finished {
+			listed = append(listed, r.RunID)
+		}
+		assert.Contains(t, listed, id, "status lists it among the finished runs")
+		require.NotEmpty(t, e.history().Runs)
+		assert.Equal(t, id, e.history().Runs[0].RunID, "and so does history")
 	case step.name == "finalized":
 		// The final record is durable and moved into runs/done; the
 		// run's lock files are leftovers of the finalization.

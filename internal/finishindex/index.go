@@ -137,6 +137,10 @@ type Records interface {
 	// ReadDone reads a run's finished record; an error satisfying
 	// errors.Is(err, fs.ErrNotExist) if it has none.
 	ReadDone(id record.RunID) (*record.Run, error)
+	// ReadActive reads a run's record in the active set: for a run whose
+	// final record is there still (its move among the finished runs was
+	// cut short), that record.
+	ReadActive(id record.RunID) (*record.Run, error)
 	// IsDone reports whether the run has a finished record.
 	IsDone(id record.RunID) bool
 	// DonePath is where a run's finished record is, for messages.
