@@ -106,9 +106,18 @@ func ValidateNewPoolName(name string) error {
 	return printable("pool name", name)
 }
 
-// Encode renders the config as it is stored.
-func (c Config) Encode() ([]byte, error) {
-	w := configWire{Version: ConfigVersion, MaximumInProgress: c.MaximumInProgress, Pools: c.Pools, Group: c.Group}
+// Encode renders the config as it is stored in a state root.
+func (c Config) Encode() ([]byte, error) { return c.EncodeVersion(ConfigVersion) }
+
+// V1 is the config version the etcd store writes: its records are JSON
+// values, unchanged by state-root version 2, so crews that read only
+// version 1 share a cluster with this one.
+const V1 = 1
+
+// EncodeVersion renders the config as version v says (the fields are the
+// same in versions 1 and 2; the version says how the store keeps runs).
+func (c Config) EncodeVersion(v int) ([]byte, error) {
+	w := configWire{Version: v, MaximumInProgress: c.MaximumInProgress, Pools: c.Pools, Group: c.Group}
 	if c.Retain > 0 {
 		w.Retain = &c.Retain
 	}

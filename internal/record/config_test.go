@@ -227,3 +227,17 @@ func TestConfigVersion1ReadsAsCurrent(t *testing.T) {
 		t.Fatalf("written as %s", b)
 	}
 }
+
+// The etcd store keeps writing version 1 (its records did not change):
+// a crew that reads only version 1 reads it.
+func TestVersion1CrewReadsTheEtcdStoresConfig(t *testing.T) {
+	b, err := DefaultConfig().EncodeVersion(V1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(old func(int) bool) { readsConfig = old }(readsConfig)
+	readsConfig = func(v int) bool { return v == 1 }
+	if _, err := DecodeConfig(b); err != nil {
+		t.Fatalf("a version 1 crew decoding %s: %v", b, err)
+	}
+}
