@@ -174,11 +174,11 @@ func (s records) writeActive(rec *record.Run, how durability) error {
 	return nil
 }
 
-// UpdateActive replaces an active record atomically but without the
-// directory fsync. It is for the provisioning → running step: after a power
-// loss the provisioning record may come back, which recovery reports
-// truthfully ("the command may have started"), and nothing acts on the
-// running record before the run is finalized durably.
+// UpdateActive replaces an active JSON record (<id>.json, as a crew of
+// version 1 kept it) atomically but without the directory fsync, as that
+// crew recorded provisioning → running. A run of this crew is updated in
+// its record file (RunLocks.Update); this is how tests make the runs of an
+// older crew.
 func (s records) UpdateActive(rec *record.Run) error {
 	return s.writeActive(rec, atomic)
 }
