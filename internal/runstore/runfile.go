@@ -329,6 +329,10 @@ func (l *RunLocks) runFile(rec *record.Run) (*runFile, *os.Root, error) {
 	}
 	name, err := findRecord(dir, l.id)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && rec != nil:
+		// Gone from under its holder (moved aside by hand): the record is
+		// made anew, as a record file, below.
+		name, err = recordName(l.id), errNoRecordFile
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, dir, nil
 	case err != nil:
@@ -336,7 +340,10 @@ func (l *RunLocks) runFile(rec *record.Run) (*runFile, *os.Root, error) {
 	case name != recordName(l.id):
 		return nil, dir, nil
 	}
-	rf, _, err := openRunFile(dir, name)
+	var rf *runFile
+	if err == nil {
+		rf, _, err = openRunFile(dir, name)
+	}
 	if err != nil && rec != nil {
 		var placed *os.File
 		var data []byte
@@ -354,6 +361,9 @@ func (l *RunLocks) runFile(rec *record.Run) (*runFile, *os.Root, error) {
 	l.rf = rf
 	return rf, dir, nil
 }
+
+// errNoRecordFile: the run has no record file to open.
+var errNoRecordFile = errors.New("no record file")
 
 // write records rec, still active, in the run's record: in place, into
 // the slot that does not hold the newest durable record; with sync, made

@@ -175,3 +175,23 @@ func TestFinishReplacesARecordFileThatIsNotASlotFile(t *testing.T) {
 	}
 	assertMissing(t, s.ActivePath(testID))
 }
+
+// A record file removed from under its supervisor (by hand) is made anew,
+// as a record file, by the next write: the run keeps a record.
+func TestUpdateRemakesARemovedRecordFile(t *testing.T) {
+	s := newStore(t)
+	l := reserve(t, s, testID)
+	l.rf.close()
+	l.rf = nil // as a detached supervisor that has not opened it yet
+	if err := os.Remove(s.ActivePath(testID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Update(testRecord(testID, record.Running)); err != nil {
+		t.Fatal(err)
+	}
+	slotsOf(t, s.ActivePath(testID))
+	assertMissing(t, s.osPath(activeDir, string(testID)+".json"))
+	if rec, err := s.ReadActive(testID); err != nil || rec.State != record.Running {
+		t.Fatalf("ReadActive = %+v, %v", rec, err)
+	}
+}
