@@ -62,7 +62,8 @@ func (r recoverJSON) outcomesFor(id string) []string {
 }
 
 // runIDsOnDisk lists every run id that has a record, active or finished,
-// and checks that every record file is whole and of version 1.
+// and checks that every record file is whole (a slot file with a valid
+// slot) and holds a record of version 1.
 func runIDsOnDisk(t *testing.T, root string) (active, done []string) {
 	t.Helper()
 	walk := func(dir string, into *[]string) {
@@ -72,15 +73,17 @@ func runIDsOnDisk(t *testing.T, root string) (active, done []string) {
 			}
 			name := info.Name()
 			assert.False(t, strings.HasPrefix(name, "."), "leftover temporary file %s", path)
-			data, rerr := os.ReadFile(path)
+			raw, rerr := os.ReadFile(path)
 			require.NoError(t, rerr)
+			data, derr := recordJSON(raw)
+			require.NoError(t, derr, "torn record %s", path)
 			var rec struct {
 				Version int    `json:"version"`
 				RunID   string `json:"runId"`
 			}
 			require.NoError(t, json.Unmarshal(data, &rec), "torn record %s: %q", path, data)
 			assert.Equal(t, 1, rec.Version)
-			assert.Equal(t, rec.RunID+".json", name)
+			assert.Equal(t, rec.RunID+".run", name)
 			*into = append(*into, rec.RunID)
 			return nil
 		})
@@ -131,6 +134,7 @@ var crashSteps = []crashStep{
 		wantReason: []string{"state was provisioning", "the command may have started", "exit status unknown"}},
 	{name: "exited", hasRecord: true, cmdExits: true, wantState: "interrupted", recoverOutcome: "finalized",
 		wantReason: []string{"state was running", "is gone too", "exit status unknown"}},
+	{name: "final-synced", hasRecord: true, cmdExits: true, wantState: "succeeded", recoverOutcome: "cleaned"},
 	{name: "finalized", hasRecord: true, cmdExits: true, wantState: "succeeded", recoverOutcome: "cleaned"},
 }
 
@@ -167,11 +171,29 @@ func crashAndCheck(t *testing.T, step crashStep, recoverFirst bool) {
 	active, done := runIDsOnDisk(t, e.root)
 	var id string
 	switch {
+	case step.name == "final-synced":
+		// The final record is durable in the run's own file, which was
+		// not yet moved: a finished leftover in the active set. It holds
+		// no slot, and status shows the run finished.
+		require.Empty(t, done)
+		require.Len(t, active, 1)
+		id = active[0]
+		s := e.status()
+		assert.Zero(t, s.SlotsInUse, "a final record in runs/active holds no slot")
+		assert.Empty(t, s.Active, "a final record in runs/active is not shown as active")
+		assert.Equal(t, "succeeded", e.runRecord(id).State)
+		var listed []string
+		for _, r := range s.Finished {
+			listed = append(listed, r.RunID)
+		}
+		assert.Contains(t, listed, id, "status lists it among the finished runs")
+		require.NotEmpty(t, e.history().Runs)
+		assert.Equal(t, id, e.history().Runs[0].RunID, "and so does history")
 	case step.name == "finalized":
-		// The final record is durable; the active file is a leftover of
-		// the finalization, recognised by its finished twin.
+		// The final record is durable and moved into runs/done; the
+		// run's lock files are leftovers of the finalization.
 		require.Len(t, done, 1)
-		require.Equal(t, done, active)
+		require.Empty(t, active)
 		id = done[0]
 	case step.hasRecord:
 		require.Len(t, append(active, done...), 1, "one record of the killed run")
@@ -370,4 +392,44 @@ func TestInternalErrorIsRecorded(t *testing.T) {
 	assert.Contains(t, s.Finished[0].Reason, "crew internal error: panic: failpoint launched")
 	assert.Equal(t, 0, s.SlotsInUse)
 	assert.Empty(t, s.Active)
+}
+
+// A power loss in the middle of the pwrite of the running record (which
+// is not synced: nothing acts on it before the final record, which is)
+// leaves that slot torn. The durable provisioning record in the other slot
+// is the record then, and recovery tells the truth it can: the command
+// may have started.
+func TestTornRunningSlotLeavesTheProvisioningRecord(t *testing.T) {
+	e := newEnv(t)
+	victim := e.start([]string{"CREW_FAILPOINT=exited:kill"}, "start", "victim", "--", "true")
+	require.Equal(t, 137, victim.wait(t, 10*time.Second).Code)
+	active, _ := runIDsOnDisk(t, e.root)
+	require.Len(t, active, 1)
+	id := active[0]
+	path := activeRecordPath(e.root, id)
+	assert.Equal(t, "running", e.runRecord(id).State)
+
+	// Tear the newest slot: zero it from the middle of its record on.
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	size := len(data) / 2
+	newest := 0
+	if _, s1, ok := slotOf(data[size:]); ok {
+		if _, s0, ok0 := slotOf(data[:size]); !ok0 || s1 > s0 {
+			newest = 1
+		}
+	}
+	for i := newest*size + 300; i < (newest+1)*size; i++ {
+		data[i] = 0
+	}
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+
+	assert.Equal(t, "provisioning", e.runRecord(id).State, "the torn slot is invalid; the durable one is the record")
+	rep, r := e.recover()
+	require.Equal(t, 0, r.Code, r.Stderr)
+	assert.Equal(t, []string{"finalized"}, rep.outcomesFor(id))
+	rec := e.runRecord(id)
+	assert.Equal(t, "interrupted", rec.State)
+	assert.Contains(t, rec.Reason, "state was provisioning")
+	assert.Contains(t, rec.Reason, "the command may have started")
 }

@@ -59,10 +59,12 @@ func sparseAt(t *testing.T, path string, size int64) {
 // reported (and quarantined by recover where it is in the active set).
 func TestFIFOsInTheStateRootDoNotHang(t *testing.T) {
 	cases := map[string]string{
-		"active record":   "runs/active/" + plantedID + ".json",
-		"finished record": "runs/done/" + plantedShard + "/" + plantedID + ".json",
-		"queue ticket":    "queue/" + plantedID + ".json",
-		"config":          "crew.json",
+		"active record":          "runs/active/" + plantedID + ".json",
+		"finished record":        "runs/done/" + plantedShard + "/" + plantedID + ".json",
+		"active record (.run)":   "runs/active/" + plantedID + ".run",
+		"finished record (.run)": "runs/done/" + plantedShard + "/" + plantedID + ".run",
+		"queue ticket":           "queue/" + plantedID + ".json",
+		"config":                 "crew.json",
 	}
 	for name, rel := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -89,8 +91,8 @@ func TestFIFOsInTheStateRootDoNotHang(t *testing.T) {
 					assert.Equal(t, 0, r.Code, "%v: a FIFO does not stop admission: %s", args, r.Stderr)
 				}
 			}
-			if rel == "runs/active/"+plantedID+".json" {
-				fi, err := os.Lstat(filepath.Join(e.root, "quarantine", plantedID+".json"))
+			if strings.HasPrefix(rel, "runs/active/") {
+				fi, err := os.Lstat(filepath.Join(e.root, "quarantine", filepath.Base(rel)))
 				require.NoError(t, err, "recover quarantines the FIFO")
 				assert.Equal(t, os.ModeNamedPipe, fi.Mode().Type())
 			}
@@ -103,6 +105,12 @@ func TestFIFOsInTheStateRootDoNotHang(t *testing.T) {
 // every admission, and a record linked to a secret leaked its first
 // character into warnings. Now none of them is read at all.
 func TestRecordsThatAreDevicesLinksOrHugeAreNotRead(t *testing.T) {
+	for _, ext := range []string{".json", ".run"} {
+		t.Run(ext, func(t *testing.T) { recordsThatAreNotFilesAreNotRead(t, ext) })
+	}
+}
+
+func recordsThatAreNotFilesAreNotRead(t *testing.T, ext string) {
 	e := newEnv(t)
 	e.initMax(2)
 	c := newCanaries(t, filepath.Dir(e.root), map[string]string{"secret": "QXZ-secret-canary"})
@@ -113,10 +121,10 @@ func TestRecordsThatAreDevicesLinksOrHugeAreNotRead(t *testing.T) {
 		"r-20260101T000000.000000000Z-00000000000000a3",
 		"r-20260101T000000.000000000Z-00000000000000a4",
 	}
-	symlinkAt(t, "/dev/zero", filepath.Join(active, ids[0]+".json"))
-	sparseAt(t, filepath.Join(active, ids[1]+".json"), 200<<20)
-	symlinkAt(t, c.file("secret"), filepath.Join(active, ids[2]+".json"))
-	hardlinkAt(t, c.file("secret"), filepath.Join(active, ids[3]+".json"))
+	symlinkAt(t, "/dev/zero", filepath.Join(active, ids[0]+ext))
+	sparseAt(t, filepath.Join(active, ids[1]+ext), 200<<20)
+	symlinkAt(t, c.file("secret"), filepath.Join(active, ids[2]+ext))
+	hardlinkAt(t, c.file("secret"), filepath.Join(active, ids[3]+ext))
 	c.before = c.snapshot() // the hard link changed the canary's ctime and link count only
 
 	for _, args := range [][]string{
@@ -130,13 +138,13 @@ func TestRecordsThatAreDevicesLinksOrHugeAreNotRead(t *testing.T) {
 		assert.NotContains(t, out, "'Q'", "%v leaked the secret's first character", args)
 		if args[0] == "start" {
 			assert.Equal(t, 0, r.Code, r.Stderr)
-			assert.Contains(t, r.Stderr, ids[0]+".json is a symbolic link, not a regular file")
-			assert.Contains(t, r.Stderr, ids[1]+".json is 209715200 bytes, over the limit")
-			assert.Contains(t, r.Stderr, ids[3]+".json has 2 hard links")
+			assert.Contains(t, r.Stderr, ids[0]+ext+" is a symbolic link, not a regular file")
+			assert.Contains(t, r.Stderr, ids[1]+ext+" is 209715200 bytes, over the limit")
+			assert.Contains(t, r.Stderr, ids[3]+ext+" has 2 hard links")
 		}
 	}
 	for _, id := range ids {
-		_, err := os.Lstat(filepath.Join(e.root, "quarantine", id+".json"))
+		_, err := os.Lstat(filepath.Join(e.root, "quarantine", id+ext))
 		assert.NoError(t, err, "recover quarantined %s", id)
 	}
 	c.assertUnchanged("after every command")

@@ -1,10 +1,12 @@
 package e2e
 
-// Issue 10, item 10: a full disk never loses a run's exit status. When the
-// final record cannot be written, the supervisor keeps the outcome in the
-// run's owner lock file (room for it was made at admission), retries while
-// holding the slot and says so; if it gives up (exit 125) or dies,
-// whoever finalizes the run next records the outcome it kept.
+// Issue 10, item 10: a full disk never loses a run's exit status. The
+// final record is written into the run's own record file, into a slot
+// allocated at admission, and made durable there; what a full disk can
+// still fail is its move into runs/done (a new shard). Then the supervisor
+// says so and retries; the run is final already (its slot is free), and
+// if crew gives up (exit 125) or dies, whoever finalizes the run next
+// moves the record it kept.
 
 import (
 	"os"
@@ -18,8 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The failpoint makes every write of a final record fail with ENOSPC, as
-// a full disk would.
+// The failpoint makes every move of a final record into runs/done (and
+// every write of one, for a run of an older crew) fail with ENOSPC, as a
+// full disk would.
 const finishENOSPC = "CREW_FAILPOINT=finish-write:error:ENOSPC"
 
 // retryNotice is the start of what crew says when it cannot record a run
@@ -46,13 +49,14 @@ func awaitNotice(t *testing.T, e *env, p *proc, id string) {
 	})
 	stderr := p.errb.String()
 	assert.Contains(t, stderr, retryNotice(id))
-	assert.Contains(t, stderr, ": no space left on device; the outcome is kept in "+filepath.Join(e.root, "owners", id+".lock")+"; retrying for up to 1m0s while holding the slot")
+	assert.Contains(t, stderr, ": no space left on device; the outcome is kept in "+filepath.Join(e.root, "runs", "active", id+".run")+"; retrying for up to 1m0s (interrupt crew to give up")
 	assert.Equal(t, 1, strings.Count(stderr, "cannot record it"), "said once: %s", stderr)
 }
 
-// Interrupted while it retries, crew exits 125 and leaves the outcome;
-// until then the run holds its slot. `crew recover` then records the run
-// as it ended: succeeded, exit 0, and why recovery did it.
+// Interrupted while it retries, crew exits 125 and leaves the outcome,
+// final and durable in runs/active: the run holds no slot, status shows
+// it finished, and `crew recover` moves it into runs/done as it ended:
+// succeeded, exit 0.
 func TestFullDiskGiveUpKeepsTheOutcome(t *testing.T) {
 	e := newEnv(t)
 	e.initMax(1)
@@ -60,27 +64,29 @@ func TestFullDiskGiveUpKeepsTheOutcome(t *testing.T) {
 	openGate()
 	awaitNotice(t, e, p, id)
 	s := e.status()
-	assert.Equal(t, 1, s.SlotsInUse, "the slot stays held while crew retries")
+	assert.Equal(t, 0, s.SlotsInUse, "the outcome is durable: the slot is free while crew retries the move")
+	assert.Equal(t, "succeeded", e.runRecord(id).State)
 	late := e.run("start", "late", "--", "true")
-	assert.Equal(t, 75, late.Code, late.Stderr)
+	assert.Equal(t, 0, late.Code, late.Stderr)
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM)) // our own child
 	r := p.wait(t, 10*time.Second)
 	assert.Equal(t, 125, r.Code, r.Stderr)
 	assert.Contains(t, r.Stderr, "crew: full: run "+id+" ended (succeeded, exit 0), but crew could not record it: ")
 	assert.Contains(t, r.Stderr, "no space left on device (gave up on receiving SIGTERM); the outcome is kept in "+
-		filepath.Join(e.root, "owners", id+".lock")+", and `crew recover` records it once the state root is writable again")
+		filepath.Join(e.root, "runs", "active", id+".run")+", and `crew recover` records it once the state root is writable again")
 	assert.Equal(t, 0, e.status().SlotsInUse, "crew is gone, and the slot with it")
 
 	rep, rr := e.recover()
 	require.Equal(t, 0, rr.Code, rr.Stderr)
-	require.Equal(t, []string{"finalized"}, rep.outcomesFor(id))
+	require.Equal(t, []string{"cleaned"}, rep.outcomesFor(id))
 	rec := e.runRecord(id)
 	assert.Equal(t, "succeeded", rec.State)
 	require.NotNil(t, rec.ExitCode)
 	assert.Equal(t, 0, *rec.ExitCode)
-	assert.Regexp(t, `^its supervisor \(pid \d+\) could not record this end \(record run `+id+` as succeeded in \S+: no space left on device\) and kept it in the owner lock file; crew process \d+ recorded it at `, rec.Reason)
-	assert.NotContains(t, rec.Reason, "unknown")
+	assert.Empty(t, rec.Reason, "the supervisor's own final record")
+	assert.FileExists(t, doneRecordPath(t, e.root, id))
+	assert.NoFileExists(t, filepath.Join(e.root, "runs", "active", id+".run"))
 	again, _ := e.recover()
 	assert.Zero(t, again.changes())
 }
@@ -102,7 +108,7 @@ func TestFullDiskSupervisorKilledWhileRetrying(t *testing.T) {
 	assert.Equal(t, "succeeded", rec.State)
 	require.NotNil(t, rec.ExitCode)
 	assert.Equal(t, 0, *rec.ExitCode)
-	assert.Contains(t, rec.Reason, "could not record this end")
+	assert.Empty(t, rec.Reason, "the supervisor's own final record")
 }
 
 // Space comes back while crew retries: it records the run itself, says so,
@@ -125,17 +131,26 @@ func TestFullDiskRecoversWhileRetrying(t *testing.T) {
 	assert.Zero(t, rep.changes())
 }
 
-// Room for the outcome is made at admission: the owner lock file of a
-// running run already holds the reserved bytes, and nothing else.
+// Room for the outcome is made at admission: a running run's record file
+// holds two slots, allocated then, and the final record is written into
+// it and moved, never rewritten into a new file; its owner lock file is
+// empty, so removing it frees no data block.
 func TestOutcomeRoomIsReservedAtAdmission(t *testing.T) {
 	e := newEnv(t)
 	gate, openGate := e.gate("exit")
 	p := e.start(nil, append([]string{"start", "t", "--"}, waitCmd(gate)...)...)
 	id := e.activeRun("t").RunID
-	b, err := os.ReadFile(filepath.Join(e.root, "owners", id+".lock"))
+	lock, err := os.Stat(filepath.Join(e.root, "owners", id+".lock"))
 	require.NoError(t, err)
-	assert.GreaterOrEqual(t, len(b), 512)
-	assert.True(t, strings.HasPrefix(string(b), "crew: room reserved for this run's outcome"), "%q", b[:min(len(b), 80)])
+	assert.Zero(t, lock.Size(), "the owner lock file is empty")
+	active, err := os.Stat(filepath.Join(e.root, "runs", "active", id+".run"))
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, active.Size(), int64(2*1024), "two slots, each with room to grow")
+	assert.Zero(t, active.Size()%1024, "two slots of whole sectors")
 	openGate()
 	assert.Equal(t, 0, p.wait(t, 10*time.Second).Code)
+	done, err := os.Stat(doneRecordPath(t, e.root, id))
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(active, done), "the record file was moved into runs/done, not written anew")
+	assert.Equal(t, active.Size(), done.Size(), "the final record fit the room made at admission")
 }

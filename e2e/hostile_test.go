@@ -129,13 +129,23 @@ func (h *hostile) fill() planted {
 	var p planted
 	done := filepath.Join("runs", "done", plantedShard)
 	for _, k := range h.kinds {
-		// A record, a finished record and a ticket that are the kind.
-		id := h.id()
-		p.active = append(p.active, id)
-		k.plant(t, h, h.path("runs", "active", id+".json"))
+		// Records (under both names a record has: <id>.run, which crew
+		// writes, and <id>.json, which older crews wrote), finished
+		// records and a ticket that are the kind.
+		var id string
+		for _, ext := range []string{".json", ".run"} {
+			id = h.id()
+			p.active = append(p.active, id)
+			k.plant(t, h, h.path("runs", "active", id+ext))
+			id = h.id()
+			p.done = append(p.done, id)
+			k.plant(t, h, h.path(done, id+ext))
+		}
+		// A slot file whose record is another run's: moved here from that
+		// run's name, it is not this run's record.
 		id = h.id()
-		p.done = append(p.done, id)
-		k.plant(t, h, h.path(done, id+".json"))
+		p.active = append(p.active, id)
+		h.write(filepath.Join("runs", "active", id+".run"), recordFile(".run", h.record(h.id(), "moved-"+k.name, "running")))
 		id = h.id()
 		p.queue = append(p.queue, id)
 		for _, suffix := range []string{".json", ".lock", ".bell"} {
@@ -145,7 +155,7 @@ func (h *hostile) fill() planted {
 		// the kind: liveness is probed through them.
 		id = h.id()
 		p.owners = append(p.owners, id)
-		h.write(filepath.Join("runs", "active", id+".json"), h.record(id, "owners-"+k.name, "running"))
+		h.write(filepath.Join("runs", "active", id+".run"), recordFile(".run", h.record(id, "owners-"+k.name, "running")))
 		for _, suffix := range []string{".lock", ".supervisor.lock", ".stop"} {
 			k.plant(t, h, h.path("owners", id+suffix))
 		}
@@ -157,11 +167,14 @@ func (h *hostile) fill() planted {
 		// Names crew picks in quarantine/ (a run quarantined above moves
 		// next to them), junk in .locks/ and in the root, and
 		// temporary-looking names recover sweeps.
-		k.plant(t, h, h.path("quarantine", p.active[len(p.active)-1]+".json"))
-		k.plant(t, h, h.path("quarantine", p.active[len(p.active)-1]+".json.why"))
+		k.plant(t, h, h.path("quarantine", p.active[len(p.active)-3]+".json"))
+		k.plant(t, h, h.path("quarantine", p.active[len(p.active)-3]+".json.why"))
+		k.plant(t, h, h.path("quarantine", p.active[len(p.active)-2]+".run"))
+		k.plant(t, h, h.path("quarantine", p.active[len(p.active)-2]+".run.why"))
 		k.plant(t, h, h.path(".locks", "junk-"+k.name))
 		k.plant(t, h, h.path("junk-"+k.name))
 		k.plant(t, h, h.path("runs", "active", "."+id+".json0123456789abcdef"))
+		k.plant(t, h, h.path("runs", "active", "."+id+".run0123456789abcdef"))
 		k.plant(t, h, h.path(".crew.json"+k.name))
 	}
 	// The files crew writes in place, and a shard that is not a directory.

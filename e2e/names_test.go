@@ -21,14 +21,12 @@ import (
 // someone with write access to the root) could have written it.
 func rewriteRecord(t *testing.T, path string, edit func(map[string]any)) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
 	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m))
+	require.NoError(t, json.Unmarshal(readRecordJSON(t, path), &m))
 	edit(m)
-	b, err = json.Marshal(m)
+	b, err := json.Marshal(m)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, b, 0o600))
+	writeRecordJSON(t, path, b)
 }
 
 // runToEnd runs task to completion and returns its id and the path of
@@ -42,12 +40,12 @@ func (e *env) runToEnd(task string, cmd ...string) (id, path string) {
 	// crew wait returns once the final record is durable; the detached
 	// supervisor then still takes the run out of the active set. Let it
 	// finish, so that a test changing the root next does not race it.
-	active := filepath.Join(e.root, "runs", "active", id+".json")
+	active := filepath.Join(e.root, "runs", "active", id+".run")
 	eventually(e.t, 10*time.Second, "run "+id+" leaves the active set", func() bool {
 		_, err := os.Lstat(active)
 		return errors.Is(err, fs.ErrNotExist)
 	})
-	matches, err := filepath.Glob(filepath.Join(e.root, "runs", "done", "*", id+".json"))
+	matches, err := filepath.Glob(filepath.Join(e.root, "runs", "done", "*", id+".run"))
 	require.NoError(e.t, err)
 	require.Len(e.t, matches, 1)
 	return id, matches[0]

@@ -350,8 +350,8 @@ func TestCompletion(t *testing.T) {
 
 // TestWaitReturnsOnceTheSlotIsFree: `crew wait RUN && crew start TASK` must
 // not be refused for RUN's own slot. The run's supervisor is held just after
-// its final record is durable (failpoint "finalized"), with its record still
-// in the active set and its locks held; in a root with more active runs than
+// its final record is durable (failpoint "final-synced"), with its record
+// still in the active set and its locks held; in a root with more active runs than
 // admission probes one by one, admission counts that run from the active
 // index as long as its locks are held. crew wait must not answer before then.
 func TestWaitReturnsOnceTheSlotIsFree(t *testing.T) {
@@ -361,8 +361,8 @@ func TestWaitReturnsOnceTheSlotIsFree(t *testing.T) {
 		r := e.run("start", "--detach", fmt.Sprintf("busy-%d", i), "--", "sleep", "600")
 		require.Equal(t, 0, r.Code, r.Stderr)
 	}
-	gate, openGate := e.gate("finalized")
-	r := e.runEnv([]string{"CREW_FAILPOINT=finalized:wait:" + gate}, "start", "--detach", "again", "--", "true")
+	gate, openGate := e.gate("final-synced")
+	r := e.runEnv([]string{"CREW_FAILPOINT=final-synced:wait:" + gate}, "start", "--detach", "again", "--", "true")
 	require.Equal(t, 0, r.Code, r.Stderr)
 	id := strings.TrimSpace(r.Stdout)
 	eventually(t, 10*time.Second, "the run's supervisor to have written the final record", func() bool { return exists(gate + ".reached") })

@@ -21,7 +21,7 @@ func TestPruneKilledBetweenLogAndRecordConverges(t *testing.T) {
 	require.Equal(t, 0, e.run("start", "old", "--", "echo", "hello").Code)
 	run := e.finishedRun("old")
 	require.FileExists(t, run.LogPath)
-	record := filepath.Join(e.root, "runs", "done", shardOf(t, run.RunID), run.RunID+".json")
+	record := filepath.Join(e.root, "runs", "done", shardOf(t, run.RunID), run.RunID+".run")
 	require.FileExists(t, record)
 
 	killed := e.runEnv([]string{"CREW_FAILPOINT=prune-log-removed:kill"}, "prune", "--keep", "0")
@@ -54,7 +54,7 @@ func TestRecoverSweepsALogWithoutRecord(t *testing.T) {
 	e := newEnv(t)
 	require.Equal(t, 0, e.run("start", "old", "--", "echo", "hello").Code)
 	run := e.finishedRun("old")
-	require.NoError(t, os.Remove(filepath.Join(e.root, "runs", "done", shardOf(t, run.RunID), run.RunID+".json")))
+	require.NoError(t, os.Remove(filepath.Join(e.root, "runs", "done", shardOf(t, run.RunID), run.RunID+".run")))
 	rep, r := e.recover()
 	require.Equal(t, 0, r.Code, r.Stderr)
 	require.Len(t, rep.Items, 1)

@@ -28,11 +28,13 @@ import (
 // outsider: status shows only the last 10).
 func finishedOnDisk(t *testing.T, root string) []string {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(root, "runs", "done", "*", "r-*.json"))
+	paths, err := filepath.Glob(filepath.Join(root, "runs", "done", "*", "r-*"))
 	require.NoError(t, err)
 	var ids []string
 	for _, p := range paths {
-		ids = append(ids, strings.TrimSuffix(filepath.Base(p), ".json"))
+		if id, ok := recordIDOf(filepath.Base(p)); ok {
+			ids = append(ids, id)
+		}
 	}
 	return ids
 }
@@ -85,7 +87,7 @@ func TestRetainBoundsTheStateRoot(t *testing.T) {
 				}
 				if w == 0 && i%10 == 9 {
 					// Look in between, as an operator would.
-					paths, _ := filepath.Glob(filepath.Join(e.root, "runs", "done", "*", "r-*.json"))
+					paths, _ := filepath.Glob(filepath.Join(e.root, "runs", "done", "*", "r-*.run"))
 					mu.Lock()
 					maxSeen = max(maxSeen, len(paths))
 					mu.Unlock()
@@ -169,7 +171,7 @@ func TestKilledLazyPruneConverges(t *testing.T) {
 			assert.Equal(t, "succeeded", victim.State, "the run was recorded before its prune began")
 			assert.Equal(t, "hi\n", readLog(t, victim))
 			assert.Equal(t, 0, e.status().SlotsInUse, "its slot was free before its prune began")
-			record := filepath.Join(e.root, "runs", "done", shardOf(t, oldest.RunID), oldest.RunID+".json")
+			record := filepath.Join(e.root, "runs", "done", shardOf(t, oldest.RunID), oldest.RunID+".run")
 			assert.FileExists(t, record, "the oldest run's record is still there")
 			if fp == "prune-log-removed" {
 				assert.NoFileExists(t, oldest.LogPath, "its log went first")
@@ -525,7 +527,7 @@ func TestStatusShowsRetentionAndSize(t *testing.T) {
 	assert.Equal(t, int64(33), s.Size.Logs.Bytes, "three logs of 11 bytes")
 	var recBytes int64
 	for _, id := range finishedOnDisk(t, e.root) {
-		fi, err := os.Stat(filepath.Join(e.root, "runs", "done", shardOf(t, id), id+".json"))
+		fi, err := os.Stat(doneRecordPath(t, e.root, id))
 		require.NoError(t, err)
 		recBytes += fi.Size()
 	}
@@ -549,13 +551,13 @@ func TestStatusSizeOfACrowdedHourIsALowerBound(t *testing.T) {
 	require.Len(t, ids, 1)
 	shard := shardOf(t, ids[0])
 	dir := filepath.Join(e.root, "runs", "done", shard)
-	rec, err := os.ReadFile(filepath.Join(dir, ids[0]+".json"))
+	rec, err := os.ReadFile(filepath.Join(dir, ids[0]+".run"))
 	require.NoError(t, err)
 	// Copies under ids of the same hour (the record's own id differs from
 	// its name, which the size does not read).
 	for i := range 1100 {
 		id := fmt.Sprintf("%s%016x", ids[0][:len(ids[0])-16], i)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, id+".json"), rec, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, id+".run"), rec, 0o600))
 	}
 	var s struct {
 		Size struct {

@@ -54,23 +54,21 @@ func victimAlive(t *testing.T, cmd *exec.Cmd) bool {
 // corrupt state root would, atomically (a temporary file, then rename).
 func (e *env) editActive(id string, fields map[string]any) {
 	e.t.Helper()
-	path := filepath.Join(e.root, "runs", "active", id+".json")
+	path := activeRecordPath(e.root, id)
 	editJSON(e.t, path, fields)
 }
 
 func editJSON(t *testing.T, path string, fields map[string]any) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
 	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m))
+	require.NoError(t, json.Unmarshal(readRecordJSON(t, path), &m))
 	for k, v := range fields {
 		m[k] = v
 	}
-	b, err = json.Marshal(m)
+	b, err := json.Marshal(m)
 	require.NoError(t, err)
 	tmp := filepath.Join(filepath.Dir(path), ".edit-"+filepath.Base(path))
-	require.NoError(t, os.WriteFile(tmp, b, 0o600))
+	require.NoError(t, os.WriteFile(tmp, recordFile(path, b), 0o600))
 	require.NoError(t, os.Rename(tmp, path))
 }
 

@@ -139,7 +139,10 @@ var v1 = struct {
 // history read it as they always did, its runs' logs (a capped one among
 // them) read back, recover finalizes its dead runs and its dead waiter's
 // ticket, and a start is admitted; the admission lock file is made at the
-// first admission, and crew.json keeps its version.
+// first admission. Until then crew.json keeps version 1 (reading the root
+// changes nothing); the first reservation converts the root to version 2
+// (crew.json, with every setting kept), and the run it makes has a slot
+// file (<id>.run) beside the version 1 records (<id>.json), which stay.
 func TestUpgradeV1Root(t *testing.T) {
 	e := newEnv(t)
 	e.copyFixture("v1")
@@ -178,12 +181,26 @@ func TestUpgradeV1Root(t *testing.T) {
 	again, _ := e.recover()
 	assert.Zero(t, again.changes(), "a second recover has nothing to do: %+v", again.Items)
 
+	before, err := os.ReadFile(filepath.Join(e.root, "crew.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(before), `"version": 1`, "status, history and recover leave the root's version alone")
 	r = e.run("start", "after-upgrade", "--", "true")
 	require.Equal(t, 0, r.Code, r.Stderr)
 	assertAdmissionLockFile(t, e.root)
 	cfg, err := os.ReadFile(filepath.Join(e.root, "crew.json"))
 	require.NoError(t, err)
-	assert.Contains(t, string(cfg), `"version": 1`)
+	assert.Contains(t, string(cfg), `"version": 2`, "converted at the first reservation")
+	var was, now map[string]any
+	require.NoError(t, json.Unmarshal(before, &was))
+	require.NoError(t, json.Unmarshal(cfg, &now))
+	delete(was, "version")
+	delete(now, "version")
+	assert.Equal(t, was, now, "every setting kept")
+	after := e.finishedRun("after-upgrade")
+	assert.FileExists(t, filepath.Join(e.root, "runs", "done", shardOf(t, after.RunID), after.RunID+".run"))
+	chattyAgain := e.finishedRun("chatty")
+	assert.FileExists(t, filepath.Join(e.root, "runs", "done", shardOf(t, chattyAgain.RunID), chattyAgain.RunID+".json"), "version 1 records stay")
+	assert.Equal(t, "after-upgrade", tasksOf(e.history().Runs)[0], "history reads both formats")
 }
 
 // A damaged version 1 root (testdata/roots/v1-damaged: torn, foreign and
@@ -262,11 +279,9 @@ func TestUpgradeRunningRunHoldsItsSlot(t *testing.T) {
 // made on. It returns the release.
 func (e *env) holdRunLocks(id string) (release func()) {
 	e.t.Helper()
-	recPath := filepath.Join(e.root, "runs", "active", id+".json")
-	b, err := os.ReadFile(recPath)
-	require.NoError(e.t, err)
+	recPath := activeRecordPath(e.root, id)
 	var rec map[string]any
-	require.NoError(e.t, json.Unmarshal(b, &rec))
+	require.NoError(e.t, json.Unmarshal(readRecordJSON(e.t, recPath), &rec))
 	locks := map[string]any{}
 	var files []*os.File
 	for key, name := range map[string]string{"owner": id + ".lock", "supervisor": id + ".supervisor.lock"} {
@@ -280,9 +295,9 @@ func (e *env) holdRunLocks(id string) (release func()) {
 		locks[key] = map[string]any{"dev": st.Dev, "ino": st.Ino}
 	}
 	rec["locks"] = locks
-	b, err = json.MarshalIndent(rec, "", "  ")
+	b, err := json.MarshalIndent(rec, "", "  ")
 	require.NoError(e.t, err)
-	require.NoError(e.t, os.WriteFile(recPath, append(b, '\n'), 0o600))
+	writeRecordJSON(e.t, recPath, append(b, '\n'))
 	release = func() {
 		for _, f := range files {
 			f.Close()

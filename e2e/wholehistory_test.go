@@ -178,11 +178,12 @@ func TestHistoryListsUnreadableRecords(t *testing.T) {
 	var paths []string
 	for i, b := range breakages {
 		id := e.finishedRun(fmt.Sprintf("t%d", i)).RunID
-		path := filepath.Join(e.root, "runs", "done", shardOf(t, id), id+".json")
-		data, err := os.ReadFile(path)
-		require.NoError(t, err)
+		path := doneRecordPath(t, e.root, id)
+		data := readRecordJSON(t, path)
 		require.Contains(t, string(data), b.from)
-		require.NoError(t, os.WriteFile(path, bytes.Replace(data, []byte(b.from), []byte(b.to), 1), 0o600))
+		// Broken inside a whole slot (its checksum right): the record
+		// itself is what is wrong.
+		writeRecordJSON(t, path, bytes.Replace(data, []byte(b.from), []byte(b.to), 1))
 		paths = append(paths, path)
 	}
 	assertListed := func(h historyJSON, paths []string) {
@@ -208,12 +209,11 @@ func TestHistoryListsUnreadableRecords(t *testing.T) {
 	// entry names.
 	var planted []string
 	for i, p := range paths {
-		id := strings.TrimSuffix(filepath.Base(p), ".json")
+		id, _ := recordIDOf(filepath.Base(p))
 		copyID := id[:len(id)-16] + fmt.Sprintf("%016x", 0xdead0+i)
-		data, err := os.ReadFile(p)
-		require.NoError(t, err)
-		dest := filepath.Join(filepath.Dir(p), copyID+".json")
-		require.NoError(t, os.WriteFile(dest, bytes.ReplaceAll(data, []byte(id), []byte(copyID)), 0o600))
+		data := readRecordJSON(t, p)
+		dest := filepath.Join(filepath.Dir(p), copyID+".run")
+		writeRecordJSON(t, dest, bytes.ReplaceAll(data, []byte(id), []byte(copyID)))
 		planted = append(planted, dest)
 	}
 	rep, r := e.recover()
@@ -257,8 +257,7 @@ func tasksOnDisk(t *testing.T, root string) []string {
 	t.Helper()
 	var tasks []string
 	for _, id := range finishedOnDisk(t, root) {
-		data, err := os.ReadFile(filepath.Join(root, "runs", "done", shardOf(t, id), id+".json"))
-		require.NoError(t, err)
+		data := readRecordJSON(t, doneRecordPath(t, root, id))
 		var rec struct {
 			Task string `json:"task"`
 		}
@@ -384,7 +383,7 @@ func TestWaiterOfARunPrunedBeforeItsLook(t *testing.T) {
 	eventually(t, 10*time.Second, "the waiter to have looked once", func() bool { return exists(away2 + ".reached") })
 	openGate()
 	require.Equal(t, 4, c.wait(t, 10*time.Second).Code)
-	require.NoError(t, os.Remove(filepath.Join(e.root, "runs", "done", shardOf(t, cRun.RunID), cRun.RunID+".json")))
+	require.NoError(t, os.Remove(doneRecordPath(t, e.root, cRun.RunID)))
 	require.Equal(t, 0, e.run("start", "d", "--", "true").Code)
 	pr := e.run("prune", "--keep", "0")
 	require.Equal(t, 0, pr.Code, pr.Stderr)

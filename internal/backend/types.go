@@ -15,8 +15,10 @@ type ActiveEntry struct {
 	Path string       // its full path, for messages
 	Rec  *record.Run
 	Err  error
-	// Finished: the run already has a finished record; this active file is
-	// a leftover of its finalization and holds no slot.
+	// Finished: the run already has a finished record, or this active
+	// file's record is final (a finish whose move into the finished runs
+	// was cut short; Rec is that record): a leftover of its finalization,
+	// which holds no slot.
 	Finished bool
 	// Indexed: Rec comes from the active index (ScanActive with fast): it
 	// holds what admission needs, and its State is running whatever the

@@ -217,7 +217,7 @@ func TestAdmitSelfHealsDeadRuns(t *testing.T) {
 	assert.False(t, exists(lay(d).active(id)), "and out of the active set")
 	assert.False(t, exists(lay(d).ownerLock(id)), "its owner lock file is removed")
 	assert.False(t, exists(lay(d).supervisorLock(id)), "its supervisor lock file is removed")
-	assert.Equal(t, []string{string(next.Rec.RunID) + ".json"}, activeNames(t, d))
+	assert.Equal(t, []string{string(next.Rec.RunID) + ".run"}, activeNames(t, d))
 }
 
 // An orphan (supervisor gone, owner lock still held by the command) keeps
@@ -364,7 +364,7 @@ func TestAdmitProvisioningRecordIsOnDisk(t *testing.T) {
 	assert.Empty(t, res.Warnings)
 
 	// Nothing but the record: no temporary files left in the active set.
-	assert.Equal(t, []string{string(id) + ".json"}, activeNames(t, d))
+	assert.Equal(t, []string{string(id) + ".run"}, activeNames(t, d))
 }
 
 // A busy admission lock is waited for, and the timeout names the holder.

@@ -11,6 +11,7 @@ import (
 	"github.com/crew-dev/crew/internal/dispatch"
 	"github.com/crew-dev/crew/internal/lockfs"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/runstore"
 )
 
 // layout is the state root's documented layout, for tests that plant or
@@ -31,10 +32,10 @@ func (l layout) ownersDir() string     { return l.path("owners") }
 func (l layout) queueDir() string      { return l.path("queue") }
 func (l layout) quarantineDir() string { return l.path("quarantine") }
 func (l layout) active(id record.RunID) string {
-	return l.path("runs", "active", string(id)+".json")
+	return l.path("runs", "active", string(id)+".run")
 }
 func (l layout) done(id record.RunID) string {
-	return l.path("runs", "done", id.Shard(), string(id)+".json")
+	return l.path("runs", "done", id.Shard(), string(id)+".run")
 }
 func (l layout) ownerLock(id record.RunID) string { return l.path("owners", string(id)+".lock") }
 func (l layout) supervisorLock(id record.RunID) string {
@@ -47,7 +48,7 @@ func (l layout) log(id record.RunID) string        { return l.path("logs", strin
 // writeRecordFile writes rec as a file at path, as crew would have.
 func writeRecordFile(t *testing.T, path string, rec *record.Run) {
 	t.Helper()
-	b, err := rec.Encode()
+	b, err := runstore.EncodeRecordFile(rec)
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 	require.NoError(t, os.WriteFile(path, b, 0o600))
@@ -95,7 +96,7 @@ func readRecordAt(path string) (*record.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return record.DecodeRun(b)
+	return runstore.DecodeRecord(b)
 }
 
 // orphanize makes an admitted run look like an orphan: its supervisor is

@@ -184,7 +184,7 @@ func TestQueueWaitTimeout(t *testing.T) {
 		assert.Less(t, time.Since(start), 5*time.Second)
 		assert.Empty(t, queueFiles(t, d), "a waiter that gives up removes its ticket")
 	}
-	assert.Equal(t, []string{string(holder.Rec.RunID) + ".json"}, activeNames(t, d))
+	assert.Equal(t, []string{string(holder.Rec.RunID) + ".run"}, activeNames(t, d))
 }
 
 // A waiter whose wait is cancelled (crew received a signal) leaves no

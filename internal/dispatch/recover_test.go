@@ -181,7 +181,7 @@ func TestRecoverFinalizesQuarantinesAndConverges(t *testing.T) {
 
 	assert.Zero(t, report.Count(vocab.FailedItem))
 	assert.ElementsMatch(t, []string{
-		string(s.alive.Rec.RunID) + ".json", string(s.orphan.Rec.RunID) + ".json",
+		string(s.alive.Rec.RunID) + ".run", string(s.orphan.Rec.RunID) + ".run",
 	}, activeNames(t, d))
 
 	// A second pass finds nothing to do and changes nothing (but the

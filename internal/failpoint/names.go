@@ -46,6 +46,7 @@ var (
 	Launched           = Name{"launched"}
 	Exited             = Name{"exited"}
 	FinishWrite        = Name{"finish-write"}
+	FinalSynced        = Name{"final-synced"}
 	IndexAppend        = Name{"index-append"}
 	Finalized          = Name{"finalized"}
 	LazyPrune          = Name{"lazy-prune"}
@@ -85,6 +86,7 @@ var Points = []Point{
 	{Launched, Step, "command started, record not yet `running`"},
 	{Exited, Step, "command exited, final record not yet written"},
 	{FinishWrite, Fault, "about to write a run's final record (`error:ENOSPC` is a full disk)"},
+	{FinalSynced, Step, "final record durable in the run's own file in runs/active, not yet moved into runs/done"},
 	{IndexAppend, Fault, "a finished run's entry is appended to the index of finished runs (`error:` makes the write fail)"},
 	{Finalized, Step, "final record written, not yet out of the active set, owner lock still held"},
 	{LazyPrune, Step, "a finishing run (its record final, its slot free) is about to remove an expired run"},

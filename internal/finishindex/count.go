@@ -131,7 +131,7 @@ func (p *finishProver) finishedSince(e latestEntry, line time.Time) bool {
 	if dir == nil {
 		return false
 	}
-	fi, err := dir.Lstat(stateroot.RecordName(e.id))
+	fi, _, err := stateroot.StatRecord(dir, e.id)
 	if err != nil || !fi.Mode().IsRegular() {
 		return false
 	}

@@ -251,7 +251,7 @@ func (x *DoneIndex) listUpTo(shard string, limit int) (ids []record.RunID, compl
 	}
 	ids = make([]record.RunID, len(names))
 	for i, n := range names {
-		ids[i] = record.RunID(strings.TrimSuffix(n, ".json"))
+		ids[i] = stateroot.RecordID(n)
 	}
 	if !complete {
 		return ids, false, nil
@@ -338,7 +338,7 @@ func (x *DoneIndex) measure(shard string, ids []record.RunID) ShardStats {
 		defer logs.Close()
 	}
 	for _, id := range ids {
-		if fi, err := dir.Lstat(stateroot.RecordName(id)); err == nil {
+		if fi, _, err := stateroot.StatRecord(dir, id); err == nil {
 			st.RecordBytes += fi.Size()
 		}
 		if lerr != nil {

@@ -55,7 +55,7 @@ func writeActive(t testing.TB, s *runstore.Store, rec *record.Run) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetest.WriteString(t, osPath(s, "runs", "active", stateroot.RecordName(rec.RunID)), string(b))
+	storetest.WriteString(t, osPath(s, "runs", "active", stateroot.V1RecordName(rec.RunID)), string(b))
 }
 
 // reserve reserves run id's slot, as a start does; its locks are

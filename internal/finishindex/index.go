@@ -137,6 +137,10 @@ type Records interface {
 	// ReadDone reads a run's finished record; an error satisfying
 	// errors.Is(err, fs.ErrNotExist) if it has none.
 	ReadDone(id record.RunID) (*record.Run, error)
+	// ReadActive reads a run's record in the active set: for a run whose
+	// final record is there still (its move among the finished runs was
+	// cut short), that record.
+	ReadActive(id record.RunID) (*record.Run, error)
 	// IsDone reports whether the run has a finished record.
 	IsDone(id record.RunID) bool
 	// DonePath is where a run's finished record is, for messages.
@@ -608,7 +612,7 @@ func (ix *Index) liveEntries(entries []finishedEntry) []finishedEntry {
 			}
 			shards[shard] = names
 		}
-		if names[stateroot.RecordName(e.ID)] {
+		if names[stateroot.RecordName(e.ID)] || names[stateroot.V1RecordName(e.ID)] {
 			kept = append(kept, e)
 		}
 	}
@@ -1014,7 +1018,7 @@ func (ix *Index) finishedIDs() ([]record.RunID, error) {
 			return nil, err
 		}
 		for _, n := range names {
-			ids = append(ids, record.RunID(n[:len(n)-len(".json")]))
+			ids = append(ids, stateroot.RecordID(n))
 		}
 	}
 	return ids, nil
@@ -1049,7 +1053,7 @@ func (ix *Index) finishedFiles() ([]finishedFile, error) {
 		}
 		for _, n := range names {
 			if fi, err := dir.Lstat(n); err == nil {
-				out = append(out, finishedFile{id: record.RunID(n[:len(n)-len(".json")]), mod: fi.ModTime()})
+				out = append(out, finishedFile{id: stateroot.RecordID(n), mod: fi.ModTime()})
 			}
 		}
 		dir.Close()

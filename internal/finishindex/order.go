@@ -5,11 +5,11 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // FinishedRuns returns the finished runs q selects, newest finish first.
@@ -49,7 +49,7 @@ func (ix *Index) FinishedRuns(q backend.FinishedQuery) (*backend.Finished, error
 		}
 	}
 	for _, id := range q.Also {
-		top.read(ix, id)
+		top.readAlso(ix, id)
 	}
 	res.Runs, res.Bad = top.runs, top.bad
 	if res.Runs == nil {
@@ -99,6 +99,30 @@ func (t *topRuns) read(ix *Index, id record.RunID) {
 		t.bad = append(t.bad, backend.BadRecord{Path: ix.recs.DonePath(id), Err: err})
 	default:
 		t.offer(rec)
+	}
+}
+
+// readAlso is read for a finished leftover of the active set: its record
+// is among the finished runs, or, if its move there was cut short, final
+// in the active set.
+func (t *topRuns) readAlso(ix *Index, id record.RunID) {
+	if t.seen[id] {
+		return
+	}
+	t.seen[id] = true
+	rec, err := ix.recs.ReadDone(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		// An active file that cannot be read now is reported by the
+		// listing of the active set, not here.
+		if rec, err = ix.recs.ReadActive(id); err != nil {
+			return
+		}
+	}
+	switch {
+	case err != nil:
+		t.bad = append(t.bad, backend.BadRecord{Path: ix.recs.DonePath(id), Err: err})
+	default:
+		t.offer(rec) // an active state is not offered
 	}
 }
 
@@ -210,7 +234,7 @@ func (t *topRuns) fromRecords(ix *Index) error {
 			if t.closedBelow(file.mod.Add(mtimeSlack)) {
 				break
 			}
-			t.read(ix, record.RunID(strings.TrimSuffix(file.name, ".json")))
+			t.read(ix, stateroot.RecordID(file.name))
 		}
 	}
 	return nil

@@ -60,8 +60,8 @@ func (ix *Index) shardNamesUpTo(shard string, limit int) (names []string, comple
 		return nil, false, fmt.Errorf("list finished runs in %s: %w", ix.done.Path(shard), stateroot.UnwrapPath(err))
 	}
 	return slices.DeleteFunc(names, func(n string) bool {
-		idStr, ok := strings.CutSuffix(n, ".json")
-		return !ok || stateroot.IsTempName(n) || !record.LooksLikeRunID(idStr)
+		_, ok := stateroot.CutRecordName(n)
+		return !ok || stateroot.IsTempName(n)
 	}), complete, nil
 }
 
@@ -94,7 +94,7 @@ func (ix *Index) WalkFinished(fn func(id record.RunID) bool) error {
 				slices.Reverse(names)
 				order = names
 			}
-			if !fn(record.RunID(strings.TrimSuffix(order[j], ".json"))) {
+			if !fn(stateroot.RecordID(order[j])) {
 				return nil
 			}
 		}

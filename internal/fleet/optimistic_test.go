@@ -278,3 +278,20 @@ func TestEveryStartGetsInUnderAStorm(t *testing.T) {
 	t.Logf("%d starts on %d hosts: %d lost tries in all, at most %d for one start", hosts*each, hosts, total, most)
 	assert.Len(t, activeTasks(t, f), hosts*each, "every start was admitted")
 }
+
+// The etcd store's config stays at version 1: state-root version 2 is how
+// a local root keeps its records, and the etcd store's are unchanged, so
+// crews that read only version 1 keep sharing the cluster.
+func TestTheConfigInEtcdStaysVersion1(t *testing.T) {
+	f := open(t)
+	_, err := over(f).Admin().Init(3, true, nil, 5*time.Second)
+	require.NoError(t, err)
+	resp, err := f.cli.Get(context.Background(), f.k.config())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	var w struct {
+		Version int `json:"version"`
+	}
+	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &w))
+	assert.Equal(t, 1, w.Version, "%s", resp.Kvs[0].Value)
+}

@@ -292,7 +292,9 @@ func (sec *section) MoveConfigAside(now time.Time) (string, error) {
 // SaveConfig writes the config, fenced by what the section read.
 func (sec *section) SaveConfig(cfg record.Config) error {
 	f := sec.s.f
-	b, err := cfg.Encode()
+	// Version 1: what changed in version 2 is how a state root keeps its
+	// records; the etcd store's are JSON values as before.
+	b, err := cfg.EncodeVersion(record.V1)
 	if err != nil {
 		return err
 	}

@@ -15,8 +15,17 @@ import (
 	"github.com/crew-dev/crew/internal/duration"
 )
 
-// ConfigVersion is the version of crew.json this crew reads and writes.
-const ConfigVersion = 1
+// ConfigVersion is the version of crew.json this crew writes. It is the
+// state root's format: version 2 keeps run records as slot files
+// (<id>.run), which a crew of version 1 would not see in the active set
+// (and so could over-admit): such a crew refuses a version 2 crew.json
+// ("unknown config version 2"). This crew reads version 1 too, and
+// converts such a root before its first reservation.
+const ConfigVersion = 2
+
+// readsConfigVersion reports whether this crew reads crew.json of
+// version v.
+func readsConfigVersion(v int) bool { return v == 1 || v == ConfigVersion }
 
 // DefaultMaximumInProgress is the cap when there is no config.
 const DefaultMaximumInProgress = 4
@@ -97,9 +106,18 @@ func ValidateNewPoolName(name string) error {
 	return printable("pool name", name)
 }
 
-// Encode renders the config as it is stored.
-func (c Config) Encode() ([]byte, error) {
-	w := configWire{Version: ConfigVersion, MaximumInProgress: c.MaximumInProgress, Pools: c.Pools, Group: c.Group}
+// Encode renders the config as it is stored in a state root.
+func (c Config) Encode() ([]byte, error) { return c.EncodeVersion(ConfigVersion) }
+
+// V1 is the config version the etcd store writes: its records are JSON
+// values, unchanged by state-root version 2, so crews that read only
+// version 1 share a cluster with this one.
+const V1 = 1
+
+// EncodeVersion renders the config as version v says (the fields are the
+// same in versions 1 and 2; the version says how the store keeps runs).
+func (c Config) EncodeVersion(v int) ([]byte, error) {
+	w := configWire{Version: v, MaximumInProgress: c.MaximumInProgress, Pools: c.Pools, Group: c.Group}
 	if c.Retain > 0 {
 		w.Retain = &c.Retain
 	}
@@ -133,6 +151,10 @@ func (e *SyntaxError) Error() string {
 }
 func (e *SyntaxError) Unwrap() error { return e.Err }
 
+// readsConfig is readsConfigVersion, replaceable by a test that decodes
+// as a crew of version 1 did.
+var readsConfig = readsConfigVersion
+
 // DecodeConfig parses and validates crew.json's content. Unknown fields are
 // an error: a misspelt key must not silently fall back to a default.
 func DecodeConfig(data []byte) (Config, error) {
@@ -154,10 +176,13 @@ func DecodeConfig(data []byte) (Config, error) {
 	if w.Version == nil {
 		return Config{}, errors.New("no \"version\" field")
 	}
-	if *w.Version != ConfigVersion {
-		return Config{}, fmt.Errorf("unknown config version %d (this crew reads version %d)", *w.Version, ConfigVersion)
+	if !readsConfig(*w.Version) {
+		return Config{}, fmt.Errorf("unknown config version %d (this crew reads versions 1 and %d)", *w.Version, ConfigVersion)
 	}
-	cfg := Config{Version: *w.Version, MaximumInProgress: w.MaximumInProgress, Pools: w.Pools, Group: w.Group}
+	// A version 1 crew.json reads as the version crew writes: nothing in
+	// it means anything else (the state root's upgrade reads the stored
+	// version itself).
+	cfg := Config{Version: ConfigVersion, MaximumInProgress: w.MaximumInProgress, Pools: w.Pools, Group: w.Group}
 	if err := w.decodeLimits(&cfg); err != nil {
 		return Config{}, err
 	}

@@ -73,7 +73,7 @@ func TestDecodeConfigErrors(t *testing.T) {
 		{"null", `null`, "no \"version\""},
 		{"no version", `{"maximumInProgress":2}`, "no \"version\""},
 		{"version 0", `{"version":0,"maximumInProgress":2}`, "unknown config version 0"},
-		{"version 2", `{"version":2,"maximumInProgress":2}`, "unknown config version 2"},
+		{"version 3", `{"version":3,"maximumInProgress":2}`, "unknown config version 3"},
 		{"version string", `{"version":"1","maximumInProgress":2}`, "malformed JSON"},
 		{"unknown field", `{"version":1,"maximumInProgress":2,"maxInProgress":8}`, "unknown field"},
 		{"misspelt field", `{"version":1,"maximumInProgres":8}`, "unknown field"},
@@ -198,5 +198,46 @@ func TestDecodeConfigNullsAndDuplicates(t *testing.T) {
 	cfg, err := DecodeConfig([]byte(`{"version":1,"maximumInProgress":4,"pools":{"a":1,"A":1}}`))
 	if err != nil || len(cfg.Pools) != 2 {
 		t.Errorf("pools a and A: %+v, %v", cfg, err)
+	}
+}
+
+// A crew that reads only version 1 (every crew before state-root version
+// 2) refuses what this crew writes, with the message its user sees:
+// that is what keeps it, blind to <id>.run records, off an upgraded root.
+func TestVersion1CrewRefusesThisCrewsConfig(t *testing.T) {
+	b, err := DefaultConfig().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(old func(int) bool) { readsConfig = old }(readsConfig)
+	readsConfig = func(v int) bool { return v == 1 }
+	_, err = DecodeConfig(b)
+	if err == nil || !strings.Contains(err.Error(), "unknown config version 2") {
+		t.Fatalf("a version 1 crew decoding %s: %v", b, err)
+	}
+}
+
+func TestConfigVersion1ReadsAsCurrent(t *testing.T) {
+	cfg, err := DecodeConfig([]byte(`{"version":1,"maximumInProgress":3}`))
+	if err != nil || cfg.Version != ConfigVersion || cfg.MaximumInProgress != 3 {
+		t.Fatalf("%+v, %v", cfg, err)
+	}
+	b, _ := cfg.Encode()
+	if !strings.Contains(string(b), `"version": 2`) {
+		t.Fatalf("written as %s", b)
+	}
+}
+
+// The etcd store keeps writing version 1 (its records did not change):
+// a crew that reads only version 1 reads it.
+func TestVersion1CrewReadsTheEtcdStoresConfig(t *testing.T) {
+	b, err := DefaultConfig().EncodeVersion(V1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(old func(int) bool) { readsConfig = old }(readsConfig)
+	readsConfig = func(v int) bool { return v == 1 }
+	if _, err := DecodeConfig(b); err != nil {
+		t.Fatalf("a version 1 crew decoding %s: %v", b, err)
 	}
 }

@@ -16,6 +16,13 @@ import (
 
 // reserveRun makes a running run whose supervisor holds its locks.
 func reserveRun(t *testing.T) (*runstore.Store, *record.Run, *runstore.RunLocks) {
+	return reserveRunAs(t, false)
+}
+
+// reserveRunAs makes a running run whose supervisor holds its locks; with
+// v1, the run of a crew of state-root version 1 (a JSON record, whose
+// supervisor keeps an outcome in its owner lock file).
+func reserveRunAs(t *testing.T, v1 bool) (*runstore.Store, *record.Run, *runstore.RunLocks) {
 	t.Helper()
 	st := runstore.New(filepath.Join(t.TempDir(), "state"))
 	t.Cleanup(func() { st.Close() })
@@ -33,16 +40,62 @@ func reserveRun(t *testing.T) (*runstore.Store, *record.Run, *runstore.RunLocks)
 	}
 	t.Cleanup(locks.Release)
 	rec.State, rec.TaskPID = record.Running, 4712
+	if !v1 {
+		if err := locks.Update(rec); err != nil {
+			t.Fatal(err)
+		}
+		return st, rec, locks
+	}
+	// The same run as an older crew keeps it: its record <id>.json, and
+	// locks this process holds without the slot file open.
+	if err := os.Remove(filepath.Join(st.Root(), "runs", "active", string(rec.RunID)+".run")); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.UpdateActive(rec); err != nil {
 		t.Fatal(err)
 	}
-	return st, rec, locks
+	old, err := st.AdoptRunLocks(rec.RunID, locks.OwnerFile(), locks.SupervisorFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, rec, old
+}
+
+// A supervisor that could not move its final record into runs/done keeps
+// it in the run's own file, in the slot allocated at reservation: the
+// run is a finished leftover, finalized as it ended.
+func TestFinalizeDeadMovesAFinalRecordKeptInPlace(t *testing.T) {
+	st, rec, locks := reserveRun(t)
+	code := 3
+	end := time.Now().UTC()
+	rec.Finish(record.Failed, end, &code, "command exited with status 3")
+	if err := locks.KeepOutcome(rec, errors.New("record run: no space left on device")); err != nil {
+		t.Fatal(err)
+	}
+	if active, err := st.ReadActive(rec.RunID); err != nil || active.State != record.Failed {
+		t.Fatalf("active record after KeepOutcome: %+v, %v", active, err)
+	}
+	locks.Release() // the supervisor gave up and exited
+
+	outcome, got, err := FinalizeDead(st, rec.RunID, time.Now())
+	if err != nil || outcome != backend.LeftoverRemoved {
+		t.Fatalf("FinalizeDead = %v, %+v, %v", outcome, got, err)
+	}
+	if got.State != record.Failed || got.ExitCode == nil || *got.ExitCode != 3 || !got.FinishedAt.Equal(end) || got.Reason != "command exited with status 3" {
+		t.Errorf("final record: %s, exit %v, finished %v, %q", got.State, got.ExitCode, got.FinishedAt, got.Reason)
+	}
+	if done, err := st.ReadDone(rec.RunID); err != nil || done.State != record.Failed {
+		t.Errorf("finished record %+v, %v", done, err)
+	}
+	if _, err := st.ReadActive(rec.RunID); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("still in the active set: %v", err)
+	}
 }
 
 // A dead run whose supervisor kept its outcome is finalized as it ended,
 // not as interrupted, with a reason that says who recorded it and why.
 func TestFinalizeDeadRecordsAKeptOutcome(t *testing.T) {
-	st, rec, locks := reserveRun(t)
+	st, rec, locks := reserveRunAs(t, true)
 	code := 3
 	end := time.Now().UTC()
 	rec.Finish(record.Failed, end, &code, "command exited with status 3")

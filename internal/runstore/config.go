@@ -40,6 +40,7 @@ func (s *Store) LoadConfig() (cfg record.Config, exists bool, err error) {
 	if err != nil {
 		return record.Config{}, true, &vocab.ConfigError{Path: path, Err: err}
 	}
+	s.noteVersion(data)
 	return cfg, true, nil
 }
 

@@ -8,13 +8,14 @@ import (
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/runlog"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // FinishedSize is the bytes a finished run takes: its record and its log.
 func (s records) FinishedSize(id record.RunID) int64 {
 	var n int64
 	if dir, err := s.dir(shardDir(id)); err == nil {
-		if fi, err := dir.Lstat(recordName(id)); err == nil {
+		if fi, _, err := stateroot.StatRecord(dir, id); err == nil {
 			n += fi.Size()
 		}
 		dir.Close()
@@ -42,8 +43,7 @@ func (s records) RemoveFinished(id record.RunID) error {
 		return fmt.Errorf("remove run %s: %w", id, err)
 	}
 	if err == nil {
-		_, lerr := active.Lstat(recordName(id))
-		if lerr == nil {
+		if _, lerr := findRecord(active, id); lerr == nil {
 			return ErrRunBusy
 		}
 	}
@@ -67,7 +67,11 @@ func (s records) RemoveFinished(id record.RunID) error {
 	}
 	if err == nil {
 		defer dir.Close()
-		err = removeFile(dir, recordName(id))
+		for _, name := range stateroot.RecordNames(id) {
+			if err = removeFile(dir, name); err != nil {
+				break
+			}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("remove run %s: %w", id, unwrapPath(err))
@@ -91,10 +95,27 @@ func (s records) RemoveShardIfEmpty(shard string) {
 func Shard(id record.RunID) string { return id.Shard() }
 
 // DonePath is the path of a run's finished record, for messages.
-func (s records) DonePath(id record.RunID) string { return s.display(shardDir(id), recordName(id)) }
+func (s records) DonePath(id record.RunID) string {
+	name := recordName(id)
+	if dir, err := s.dir(shardDir(id)); err == nil {
+		if found, err := findRecord(dir, id); err == nil {
+			name = found
+		}
+		dir.Close()
+	}
+	return s.display(shardDir(id), name)
+}
 
 // ActivePath is the path of a run's active record, for messages.
-func (s records) ActivePath(id record.RunID) string { return s.display(activeDir, recordName(id)) }
+func (s records) ActivePath(id record.RunID) string {
+	name := recordName(id)
+	if dir, err := s.layout(activeDir); err == nil {
+		if found, err := findRecord(dir, id); err == nil {
+			name = found
+		}
+	}
+	return s.display(activeDir, name)
+}
 
 // RecordNeverAdmitted makes rec, the final record of a start that left
 // the queue without a run (record.Run.NeverAdmitted), durable among the

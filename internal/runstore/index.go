@@ -2,6 +2,7 @@ package runstore
 
 import (
 	"github.com/crew-dev/crew/internal/record"
+	"github.com/crew-dev/crew/internal/stateroot"
 )
 
 // finishedRecords are the records as the index of finished runs reads
@@ -18,18 +19,11 @@ func (r finishedRecords) ActiveIDs() map[record.RunID]bool {
 	}
 	names, _ := listNames(dir)
 	for _, n := range names {
-		if id, ok := cutRecordName(n); ok {
+		if id, ok := stateroot.CutRecordName(n); ok {
 			out[id] = true
 		}
 	}
 	return out
-}
-
-func cutRecordName(name string) (record.RunID, bool) {
-	if len(name) != record.RunIDLen+len(".json") || name[record.RunIDLen:] != ".json" {
-		return "", false
-	}
-	return record.RunID(name[:record.RunIDLen]), true
 }
 
 // compactIfDue compacts the index of finished runs if an append of this

@@ -44,6 +44,11 @@ type RunLocks struct {
 	// own: the run's own locks (its supervisor's), never taken inside the
 	// admission lock; only then may Finish compact the index afterwards.
 	own bool
+	// rf: the run's record file, open to be updated in place (made by
+	// Reserve, or opened at the first update by a process that adopted
+	// or fenced the run); nil until then, and for a run an older crew
+	// reserved (a JSON record, rewritten as before).
+	rf *runFile
 }
 
 // Reserve makes rec (a provisioning record with a fresh id) the
@@ -61,10 +66,6 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reserve run %s in %s: %w", rec.RunID, s.display(ownersDir), unwrapPath(err))
 	}
-	if err := reserveOutcome(owner.File(), s.display(ownersDir, ownerLockName(rec.RunID))); err != nil {
-		_ = owner.RemoveAndRelease()
-		return nil, fmt.Errorf("reserve run %s: %w", rec.RunID, err)
-	}
 	sup, err := s.createLock(dir, supervisorLockName(rec.RunID))
 	if err != nil {
 		_ = owner.RemoveAndRelease()
@@ -78,7 +79,8 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		return nil, fmt.Errorf("reserve run %s: %w", rec.RunID, err)
 	}
 	rec.Locks = ids
-	if err := s.writeActive(rec, durable); err != nil {
+	rf, err := s.reserveRecord(rec)
+	if err != nil {
 		// The write may have reached the directory before failing (on the
 		// directory fsync); a reservation we could not make durable is
 		// withdrawn before our locks go.
@@ -90,7 +92,7 @@ func (a *Admission) Reserve(rec *record.Run) (*RunLocks, error) {
 		return nil, err
 	}
 	s.appendIndex(rec)
-	return &RunLocks{s: s, id: rec.RunID, owner: owner, sup: sup, own: true}, nil
+	return &RunLocks{s: s, id: rec.RunID, owner: owner, sup: sup, own: true, rf: rf}, nil
 }
 
 // lockIDs identifies the files of a run's locks, for its record.
@@ -199,7 +201,7 @@ func (s *Store) hasActiveFile(id record.RunID) bool {
 	if err != nil {
 		return false
 	}
-	_, err = dir.Lstat(recordName(id))
+	_, err = findRecord(dir, id)
 	return err == nil
 }
 
@@ -299,7 +301,7 @@ func (l *RunLocks) LeaveToOthers(rec *record.Run) error {
 	if rec.RunID != l.id || rec.State != record.Running || rec.CommandEnded == nil {
 		return fmt.Errorf("run %s: not a running record whose command has ended", rec.RunID)
 	}
-	if err := l.s.writeActive(rec, durable); err != nil {
+	if err := l.write(rec, true); err != nil {
 		return err
 	}
 	l.Release()
@@ -316,6 +318,8 @@ func (l *RunLocks) Release() {
 		_ = l.sup.Release()
 	}
 	l.owner, l.sup = nil, nil
+	l.rf.close()
+	l.rf = nil
 }
 
 // Finish records the run's final state and lets go: the final record is
@@ -326,7 +330,7 @@ func (l *RunLocks) Finish(rec *record.Run) error {
 	if rec.RunID != l.id {
 		return fmt.Errorf("finish run %s with the locks of run %s", rec.RunID, l.id)
 	}
-	if err := l.s.finish(rec); err != nil {
+	if err := l.finish(rec); err != nil {
 		return err
 	}
 	return l.released(l.removeAndRelease())
@@ -369,6 +373,8 @@ func (l *RunLocks) removeAndRelease() error {
 		errs = append(errs, removeFile(dir, ownerLockName(l.id)))
 	}
 	l.owner, l.sup = nil, nil
+	l.rf.close()
+	l.rf = nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("run %s: %w", l.id, err)
 	}
@@ -478,7 +484,7 @@ func (s *Store) createLock(dir *os.Root, name string) (*lockfs.Lock, error) {
 }
 
 // Update writes rec (still active) over the run's record.
-func (l *RunLocks) Update(rec *record.Run) error { return l.s.UpdateActive(rec) }
+func (l *RunLocks) Update(rec *record.Run) error { return l.write(rec, false) }
 
 // ReadStopRequest is crew stop's request for the run, if any.
 func (l *RunLocks) ReadStopRequest() *record.StopRequest { return l.s.ReadStopRequest(l.id) }

@@ -19,39 +19,22 @@ import (
 //
 // The owner lock file is the one place that needs no new file, no new
 // directory entry and no permission check when the disk is full: the
-// supervisor holds it open read-write for the whole run. Reserve writes a
-// placeholder of outcomeSpace bytes into it, so the blocks an outcome
-// needs are allocated while there is room; writing the outcome later
-// overwrites them in place. (Copy-on-write filesystems, such as btrfs or
-// ZFS, allocate anew on every write; there the room is likely, not sure.)
+// supervisor holds it open read-write for the whole run. A crew of
+// state-root version 1 wrote a placeholder of outcomeSpace bytes into it
+// at reservation, so the blocks an outcome needs were allocated while
+// there was room. This crew keeps a run's outcome in the run's own record
+// file instead (its slots are allocated at reservation: runfile.go), so
+// its owner lock files stay empty; it still writes an outcome here for a
+// run an older crew reserved, and reads outcomes kept here by either.
 //
 // The file holds one line: outcomeMagic, a space, and the outcome as JSON.
 // Anything else (the placeholder, an empty file) is "no outcome".
 
-// outcomeSpace is the room reserved for an outcome, in bytes. The pwrite
-// that reserves it is one syscall per start, a few microseconds
-// (docs/benchmarks.md, "What the room for a kept outcome costs").
+// outcomeSpace is the room a crew of version 1 reserved for an outcome,
+// in bytes.
 const outcomeSpace = 1024
 
 const outcomeMagic = "crew-outcome-v1"
-
-// outcomePlaceholder is what an owner lock file holds until an outcome is
-// written over it.
-var outcomePlaceholder = func() []byte {
-	b := bytes.Repeat([]byte{' '}, outcomeSpace)
-	copy(b, "crew: room reserved for this run's outcome, in case its record cannot be written\n")
-	b[outcomeSpace-1] = '\n'
-	return b
-}()
-
-// reserveOutcome makes room in a new owner lock file (path, for
-// messages) for its run's outcome, while the disk still has room.
-func reserveOutcome(f *os.File, path string) error {
-	if _, err := f.WriteAt(outcomePlaceholder, 0); err != nil {
-		return fmt.Errorf("make room for the run's outcome in %s: %w", path, bareErr(err))
-	}
-	return nil
-}
 
 // Outcome is how a run ended, as its supervisor knew it, kept where
 // recovery finds it when the final record could not be written.
@@ -130,6 +113,19 @@ func (l *RunLocks) KeepOutcome(rec *record.Run, cause error) error {
 	if l.owner == nil || rec.RunID != l.id || rec.State.Active() || rec.FinishedAt == nil {
 		return fmt.Errorf("run %s: no final outcome to keep", rec.RunID)
 	}
+	// A run with a slot file keeps its outcome there: its final record,
+	// in the slot allocated at reservation (Finish may have made it
+	// durable already; then nothing is written). It stays in the active
+	// set, a finished leftover that the next finalizer moves.
+	switch rf, dir, err := l.runFile(rec); {
+	case err != nil:
+		return fmt.Errorf("keep the outcome of run %s: %w", l.id, err)
+	case rf != nil:
+		if err := l.s.keepInRunFile(dir, rf, rec); err != nil {
+			return fmt.Errorf("keep the outcome of run %s in %s: %w", l.id, l.s.ActivePath(l.id), unwrapPath(err))
+		}
+		return nil
+	}
 	line, err := encodeOutcome(Outcome{RunID: rec.RunID, State: rec.State, ExitCode: rec.ExitCode, Signal: rec.Signal,
 		Reason: rec.Reason, FinishedAt: *rec.FinishedAt, SupervisorPID: rec.SupervisorPID, Cause: cause.Error()})
 	if err != nil {
@@ -169,9 +165,15 @@ func (l *RunLocks) Outcome() (*Outcome, error) {
 	return o, nil
 }
 
-// OutcomePath is the path of the run's owner lock file, where its
-// outcome is kept, for messages.
-func (l *RunLocks) OutcomePath() string { return l.s.display(ownersDir, ownerLockName(l.id)) }
+// OutcomePath is where KeepOutcome keeps the run's outcome, for
+// messages: the run's own record file in the active set; for a run an
+// older crew reserved, its owner lock file.
+func (l *RunLocks) OutcomePath() string {
+	if rf, _, err := l.runFile(nil); err == nil && rf != nil {
+		return l.s.display(activeDir, recordName(l.id))
+	}
+	return l.s.display(ownersDir, ownerLockName(l.id))
+}
 
 // FinishAgain is Finish for a retry after Finish failed: a final record
 // that an earlier attempt already made durable is not written again (on

@@ -1,11 +1,10 @@
 package runstore
 
 import (
+	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -19,15 +18,65 @@ func finalOf(rec *record.Run, state record.State, code int, reason string) *reco
 	return rec
 }
 
-// A reservation makes room for the outcome in the owner lock file; an
-// outcome kept there survives the supervisor and reads back under the
-// run's fence, as recovery reads it.
-func TestSaveOutcomeReadsBackUnderTheFence(t *testing.T) {
+// reserveV1 makes a run as a crew of state-root version 1 left it: a
+// JSON record, and an owner lock file with room for the outcome, whose
+// locks this process holds.
+func reserveV1(t *testing.T, s *Store, id record.RunID) *RunLocks {
+	t.Helper()
+	l := reserve(t, s, id)
+	l.rf.close()
+	l.rf = nil
+	if err := os.Remove(s.ActivePath(id)); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteActive(t, s, testRecord(id, record.Running))
+	if _, err := l.owner.File().WriteAt(outcomePlaceholder, 0); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// A run of this crew keeps its outcome in its own record file: in place,
+// in the slot allocated at reservation. Its owner lock file stays empty,
+// so removing it frees no data block.
+func TestKeepOutcomeInTheRunsOwnFile(t *testing.T) {
 	s := newStore(t)
 	l := reserve(t, s, testID)
-	if b := readString(t, s.osPath(ownersDir, ownerLockName(testID))); len(b) != outcomeSpace || !strings.HasPrefix(b, "crew: room reserved") {
-		t.Fatalf("owner lock file after Reserve holds %d bytes: %.60q", len(b), b)
+	if fi, err := os.Stat(s.osPath(ownersDir, ownerLockName(testID))); err != nil || fi.Size() != 0 {
+		t.Fatalf("owner lock file after Reserve: %v, %v; want it empty", fi, err)
 	}
+	before, err := os.Stat(s.ActivePath(testID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := finalOf(testRecord(testID, record.Running), record.Stopped, 143, "crew received SIGTERM")
+	if err := l.KeepOutcome(rec, errors.New("no space left on device")); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(s.ActivePath(testID))
+	if err != nil || !os.SameFile(before, after) || after.Size() != before.Size() {
+		t.Errorf("KeepOutcome did not write in place: %v, %v → %v", err, before, after)
+	}
+	if fi, _ := os.Stat(s.osPath(ownersDir, ownerLockName(testID))); fi.Size() != 0 {
+		t.Errorf("the owner lock file holds %d bytes", fi.Size())
+	}
+	l.Release()
+	got, err := s.ReadActive(testID)
+	if err != nil || got.State != record.Stopped || *got.ExitCode != 143 {
+		t.Fatalf("ReadActive = %+v, %v", got, err)
+	}
+	ents, err := s.ListActive()
+	if err != nil || len(ents) != 1 || !ents[0].Finished {
+		t.Fatalf("ListActive = %+v, %v; want a finished leftover", ents, err)
+	}
+}
+
+// A run of an older crew: the room for the outcome in the owner lock
+// file; an outcome kept there survives the supervisor and reads back
+// under the run's fence, as recovery reads it.
+func TestSaveOutcomeReadsBackUnderTheFence(t *testing.T) {
+	s := newStore(t)
+	l := reserveV1(t, s, testID)
 	if o, err := l.Outcome(); o != nil || err != nil {
 		t.Fatalf("Outcome() before any = %+v, %v", o, err)
 	}
@@ -145,48 +194,11 @@ func TestFinishAgainAfterTheRecordWasWritten(t *testing.T) {
 	assertMissing(t, s.osPath(ownersDir, ownerLockName(testID)))
 }
 
-// The reservation fails cleanly (no lock files, no record) when there is
-// no room for the outcome.
-func TestReserveOutcomeErrorNamesTheFile(t *testing.T) {
-	f, err := os.Open(os.DevNull) // read-only: every write fails
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	err = reserveOutcome(f, "/state/owners/r-1.lock")
-	if err == nil || !strings.Contains(err.Error(), "make room for the run's outcome in /state/owners/r-1.lock: ") ||
-		!errors.Is(err, syscall.EBADF) {
-		t.Errorf("reserveOutcome(read-only) = %v", err)
-	}
-}
-
-// BenchmarkOutcomeRoom is what making room for the outcome adds to each
-// start: create, lock and remove an owner lock file, with and without the
-// placeholder's pwrite. (docs/benchmarks.md has the figures.)
-func BenchmarkOutcomeRoom(b *testing.B) {
-	for _, room := range []bool{false, true} {
-		name := map[bool]string{false: "without", true: "with"}[room]
-		b.Run(name, func(b *testing.B) {
-			dir := b.TempDir()
-			i := 0
-			for b.Loop() {
-				i++
-				path := fmt.Sprintf("%s/%d.lock", dir, i)
-				f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-					b.Fatal(err)
-				}
-				if room {
-					if err := reserveOutcome(f, path); err != nil {
-						b.Fatal(err)
-					}
-				}
-				_ = os.Remove(path)
-				_ = f.Close()
-			}
-		})
-	}
-}
+// outcomePlaceholder is what a crew of state-root version 1 wrote into
+// an owner lock file at reservation, until an outcome was written over it.
+var outcomePlaceholder = func() []byte {
+	b := bytes.Repeat([]byte{' '}, outcomeSpace)
+	copy(b, "crew: room reserved for this run's outcome, in case its record cannot be written\n")
+	b[outcomeSpace-1] = '\n'
+	return b
+}()

@@ -54,7 +54,10 @@ func TestWritesReplacePlantedFiles(t *testing.T) {
 		},
 		"active record": {
 			func(s *Store) string { return s.ActivePath(id) },
-			func(t *testing.T, s *Store) { mustDo(t, s.UpdateActive(testRecord(id, record.Running))) },
+			func(t *testing.T, s *Store) {
+				l := reserve(t, s, id)
+				mustDo(t, l.Update(testRecord(id, record.Running)))
+			},
 			func(t *testing.T, s *Store) {
 				if r, err := s.ReadActive(id); err != nil || r.State != record.Running {
 					t.Errorf("ReadActive = %+v, %v", r, err)
@@ -105,6 +108,39 @@ func TestWritesReplacePlantedFiles(t *testing.T) {
 				}
 			})
 		}
+	}
+	if got := readString(t, outside); got != "precious" {
+		t.Errorf("a write went through a planted link: %q", got)
+	}
+}
+
+// A file planted at a run's record name after its reservation (the
+// record file removed, something else put there) is never written
+// through nor moved among the finished runs: the supervisor's updates go
+// into its own file, and its finish writes the final record anew and
+// sets the planted thing aside.
+func TestFinishOverAFilePlantedAtTheRecordsName(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "victim")
+	writeString(t, outside, "precious")
+	for pname, plant := range plants(t, outside) {
+		t.Run(pname, func(t *testing.T) {
+			s := newStore(t)
+			l := reserve(t, s, testID)
+			mustDo(t, os.Remove(s.ActivePath(testID)))
+			plant(s.ActivePath(testID))
+			mustDo(t, l.Update(testRecord(testID, record.Running)))
+			mustDo(t, l.Finish(finalOf(testRecord(testID, record.Running), record.Succeeded, 0, "")))
+			if r, err := s.ReadDone(testID); err != nil || r.State != record.Succeeded {
+				t.Fatalf("ReadDone = %+v, %v", r, err)
+			}
+			if fi, err := os.Lstat(s.DonePath(testID)); err != nil || !fi.Mode().IsRegular() {
+				t.Errorf("finished record %v, %v; want a regular file", fi, err)
+			}
+			assertMissing(t, s.ActivePath(testID))
+			if _, err := os.Lstat(s.osPath(quarantineDir, recordName(testID))); err != nil {
+				t.Errorf("the planted %s is not in quarantine: %v", pname, err)
+			}
+		})
 	}
 	if got := readString(t, outside); got != "precious" {
 		t.Errorf("a write went through a planted link: %q", got)

@@ -6,12 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"strings"
 
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
+	"github.com/crew-dev/crew/internal/slotrec"
 	"github.com/crew-dev/crew/internal/stateroot"
 )
 
@@ -19,8 +19,6 @@ import (
 // over the limit is unreadable, never read, so no file in the active set
 // can make admission slow or exhaust memory inside the admission lock.
 const MaxRecordBytes = 1 << 20
-
-func recordName(id record.RunID) string { return string(id) + ".json" }
 
 // ListActive reads every record in the active set, each decoded once. Its
 // cost is O(active runs), whatever the history.
@@ -48,12 +46,12 @@ func (s records) ListActive() ([]backend.ActiveEntry, error) {
 
 func (s records) readActive(dir *os.Root, name string) backend.ActiveEntry {
 	ent := backend.ActiveEntry{Name: name, Path: s.display(activeDir, name)}
-	idStr, isJSON := strings.CutSuffix(name, ".json")
-	if !isJSON || !record.LooksLikeRunID(idStr) {
-		ent.Err = fmt.Errorf("foreign file %s in the active set: not <run-id>.json", ent.Path)
+	id, ok := stateroot.CutRecordName(name)
+	if !ok {
+		ent.Err = foreignActive(ent.Path)
 		return ent
 	}
-	ent.ID = record.RunID(idStr)
+	ent.ID = id
 	if s.IsDone(ent.ID) {
 		ent.Finished = true
 		return ent
@@ -74,7 +72,16 @@ func (s records) readActive(dir *os.Root, name string) backend.ActiveEntry {
 		return ent
 	}
 	ent.Rec = rec
+	// A final record still in the active set: a finish whose move into
+	// runs/done was cut short. It holds no slot.
+	ent.Finished = !rec.State.Active()
 	return ent
+}
+
+// foreignActive is the error for a file in the active set that is not a
+// run's record.
+func foreignActive(path string) error {
+	return fmt.Errorf("foreign file %s in the active set: not <run-id>%s (nor <run-id>%s)", path, stateroot.RecordExt, stateroot.V1RecordExt)
 }
 
 // readRecord reads and decodes one record file; errors name the file.
@@ -86,7 +93,7 @@ func (s records) readRecord(dir *os.Root, name, display string) (*record.Run, er
 	if err != nil {
 		return nil, fmt.Errorf("run record %s: %w", display, unwrapPath(err))
 	}
-	rec, err := record.DecodeRun(data)
+	rec, err := decodeRecord(data)
 	if err != nil {
 		return nil, fmt.Errorf("run record %s: %w", display, err)
 	}
@@ -99,7 +106,11 @@ func (s records) ReadActive(id record.RunID) (*record.Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read run %s: %w", id, err)
 	}
-	return s.readRecord(dir, recordName(id), s.display(activeDir, recordName(id)))
+	name, err := findRecord(dir, id)
+	if err != nil {
+		return nil, fmt.Errorf("read run record %s: %w", s.display(activeDir, recordName(id)), fs.ErrNotExist)
+	}
+	return s.readRecord(dir, name, s.display(activeDir, name))
 }
 
 // ReadDone reads a run's finished record.
@@ -110,7 +121,11 @@ func (s records) ReadDone(id record.RunID) (*record.Run, error) {
 		return nil, fmt.Errorf("read run %s: %w", id, err)
 	}
 	defer dir.Close()
-	return s.readRecord(dir, recordName(id), s.display(shard, recordName(id)))
+	name, err := findRecord(dir, id)
+	if err != nil {
+		return nil, fmt.Errorf("read run record %s: %w", s.display(shard, recordName(id)), fs.ErrNotExist)
+	}
+	return s.readRecord(dir, name, s.display(shard, name))
 }
 
 // ReadRun finds a run's record: the finished one if it exists, else the
@@ -138,11 +153,12 @@ func (s records) IsDone(id record.RunID) bool {
 		return false
 	}
 	defer dir.Close()
-	_, err = dir.Lstat(recordName(id))
+	_, err = findRecord(dir, id)
 	return err == nil
 }
 
-// writeActive writes rec into the active set.
+// writeActive writes rec into the active set as a JSON record: for a run
+// an older crew reserved (<id>.json), which is kept in its own format.
 func (s records) writeActive(rec *record.Run, how durability) error {
 	b, err := rec.Encode()
 	if err != nil {
@@ -150,7 +166,7 @@ func (s records) writeActive(rec *record.Run, how durability) error {
 	}
 	dir, err := s.layout(activeDir)
 	if err == nil {
-		err = s.replaceFile(activeDir, dir, recordName(rec.RunID), b, how)
+		err = s.replaceFile(activeDir, dir, stateroot.V1RecordName(rec.RunID), b, how)
 	}
 	if err != nil {
 		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(activeDir), unwrapPath(err))
@@ -158,11 +174,11 @@ func (s records) writeActive(rec *record.Run, how durability) error {
 	return nil
 }
 
-// UpdateActive replaces an active record atomically but without the
-// directory fsync. It is for the provisioning → running step: after a power
-// loss the provisioning record may come back, which recovery reports
-// truthfully ("the command may have started"), and nothing acts on the
-// running record before the run is finalized durably.
+// UpdateActive replaces an active JSON record (<id>.json, as a crew of
+// version 1 kept it) atomically but without the directory fsync, as that
+// crew recorded provisioning → running. A run of this crew is updated in
+// its record file (RunLocks.Update); this is how tests make the runs of an
+// older crew.
 func (s records) UpdateActive(rec *record.Run) error {
 	return s.writeActive(rec, atomic)
 }
@@ -179,7 +195,11 @@ func (s records) writeDone(rec *record.Run) error {
 	if err := failpoint.Error(failpoint.FinishWrite); err != nil {
 		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(shard), err)
 	}
-	b, err := rec.Encode()
+	payload, err := rec.Encode()
+	if err != nil {
+		return err
+	}
+	b, err := slotrec.Encode(payload, 1, 0)
 	if err != nil {
 		return err
 	}
@@ -219,13 +239,19 @@ func (s records) ensureShard(shard string) (*os.Root, error) {
 	return s.dir(shard)
 }
 
-// removeActive takes a finalized run out of the active set. No directory
-// fsync: if the removal is lost in a power loss, the stale active record
-// comes back next to its finished record, and is treated as finished.
+// removeActive takes a finalized run out of the active set (under either
+// name). No directory fsync: if the removal is lost in a power loss, the
+// stale active record comes back next to its finished record, and is
+// treated as finished.
 func (s records) removeActive(id record.RunID) error {
 	dir, err := s.layout(activeDir)
 	if err == nil {
-		err = removeFile(dir, recordName(id))
+		var name string
+		if name, err = findRecord(dir, id); err == nil {
+			err = removeFile(dir, name)
+		} else if errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("remove run %s from the active set: %w", id, unwrapPath(err))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 
 	"github.com/crew-dev/crew/internal/backend"
 	"github.com/crew-dev/crew/internal/lockfs"
@@ -112,12 +111,12 @@ func (sc *scan) entry(active *os.Root, name string) backend.ActiveRun {
 	// The path is for messages: joined by hand (s.path is clean, name has no
 	// separator), which for a large active set costs a tenth of Join.
 	ent := backend.ActiveRun{ActiveEntry: backend.ActiveEntry{Name: name, Path: s.path + "/" + activeDir + "/" + name}}
-	idStr, isJSON := strings.CutSuffix(name, ".json")
-	if !isJSON || !record.LooksLikeRunID(idStr) {
-		ent.Err = fmt.Errorf("foreign file %s in the active set: not <run-id>.json", ent.Path)
+	id, ok := stateroot.CutRecordName(name)
+	if !ok {
+		ent.Err = foreignActive(ent.Path)
 		return ent
 	}
-	ent.ID = record.RunID(idStr)
+	ent.ID = id
 	if e, ok := sc.index[ent.ID]; ok && sc.held[heldKey(e.Locks.Owner)] && sc.held[heldKey(e.Locks.Supervisor)] {
 		// A living run the index knows: no record to read. (If it has
 		// just finished, its slot is counted a moment longer: fail closed.)
@@ -139,6 +138,9 @@ func (sc *scan) entry(active *os.Root, name string) backend.ActiveRun {
 			ent.Err = fmt.Errorf("run record %s: says runId %s, but its file name says %s", ent.Path, rec.RunID, ent.ID)
 		default:
 			ent.Rec = rec
+			// A final record still in the active set (its move into
+			// runs/done was cut short) holds no slot.
+			ent.Finished = !rec.State.Active()
 		}
 	}
 	ent.Owner = sc.owner(ent.ID, ent.Rec)
@@ -157,7 +159,7 @@ func (sc *scan) isDone(id record.RunID) bool {
 	if d == nil {
 		return false
 	}
-	_, err := d.Lstat(recordName(id))
+	_, err := findRecord(d, id)
 	return err == nil
 }
 

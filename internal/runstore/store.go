@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	syncatomic "sync/atomic"
 
 	"github.com/crew-dev/crew/internal/finishindex"
 	"github.com/crew-dev/crew/internal/queue"
@@ -102,6 +103,10 @@ type Store struct {
 	logs  *runlog.Logs       // logs/
 	queue *queue.Queue       // queue/
 	index *finishindex.Index // runs/finished.idx, runs/done.index, the walk over runs/done/
+
+	// upgraded: this process has seen crew.json at ConfigVersion (or made
+	// it so), so its reservations may write slot files (upgrade.go).
+	upgraded syncatomic.Bool
 }
 
 // The parts of a Store other than its root.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/google/renameio/v2"
 
@@ -94,9 +95,61 @@ func (e *NotDirError) Error() string {
 // skip them and recovery sweeps them.
 func IsTempName(name string) bool { return len(name) > 0 && name[0] == '.' }
 
-// RecordName is the file name of run id's record, in the active set and
-// among the finished runs alike.
-func RecordName(id record.RunID) string { return string(id) + ".json" }
+// A run's record is one file, in the active set and among the finished
+// runs alike: <id>.run (a slot file, package slotrec), which crew writes
+// since state-root version 2, or <id>.json (a JSON record), which older
+// crews wrote and which stays in the history. These functions are the one
+// place that knows the two names; every listing of runs/ agrees through
+// them.
+const (
+	RecordExt   = ".run"
+	V1RecordExt = ".json"
+)
+
+// RecordName is the file name crew gives run id's record.
+func RecordName(id record.RunID) string { return string(id) + RecordExt }
+
+// V1RecordName is the file name of run id's record as older crews wrote it.
+func V1RecordName(id record.RunID) string { return string(id) + V1RecordExt }
+
+// RecordNames are the names run id's record may have, the current one
+// first.
+func RecordNames(id record.RunID) [2]string { return [2]string{RecordName(id), V1RecordName(id)} }
+
+// CutRecordName is the run id a record's file name says, if it is one:
+// <run-id>.run or <run-id>.json.
+func CutRecordName(name string) (record.RunID, bool) {
+	id, ok := strings.CutSuffix(name, RecordExt)
+	if !ok {
+		id, ok = strings.CutSuffix(name, V1RecordExt)
+	}
+	if !ok || !record.LooksLikeRunID(id) {
+		return "", false
+	}
+	return record.RunID(id), true
+}
+
+// RecordID is the run id of a name CutRecordName accepted.
+func RecordID(name string) record.RunID {
+	id, _ := CutRecordName(name)
+	return id
+}
+
+// StatRecord is the Lstat of run id's record in dir, under either name,
+// and the name it has.
+func StatRecord(dir *os.Root, id record.RunID) (os.FileInfo, string, error) {
+	var first error
+	for _, name := range RecordNames(id) {
+		fi, err := dir.Lstat(name)
+		if err == nil {
+			return fi, name, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, "", first
+}
 
 // UnwrapPath keeps the syscall error and the path without Go's operation
 // prefix repeated in every wrap.

@@ -38,7 +38,10 @@ func finishFailure(id record.RunID, err error) error {
 }
 
 // retryFinish is finish after the final record could not be written
-// (first): keep the outcome, then retry while holding the slot.
+// (first): keep the outcome, then retry. (A run of this crew keeps it in
+// its own record file, final and durable: its slot is free then. A run an
+// older crew reserved keeps it in its owner lock file, and holds its slot
+// while crew retries.)
 func (s *supervisor) retryFinish(first error) error {
 	id := s.rec.RunID
 	keepErr := s.Run.KeepOutcome(s.rec, first)
@@ -88,7 +91,7 @@ func (s *supervisor) unrecorded(err, keepErr error) error {
 // retryNotice is the first word to the user: what could not be recorded,
 // where the outcome is kept, and what crew does now.
 func (s *supervisor) retryNotice(first, keepErr error) error {
-	then := fmt.Sprintf("retrying for up to %s while holding the slot (interrupt crew to give up; `crew recover` records it later)", finishRetryFor)
+	then := fmt.Sprintf("retrying for up to %s (interrupt crew to give up; `crew recover` records it later)", finishRetryFor)
 	if keepErr != nil {
 		return fmt.Errorf("run %s ended (%s), but crew cannot record it: %w; nor keep it in %s (%w); %s",
 			s.rec.RunID, outcomeWords(s.rec), first, s.Run.OutcomePath(), keepErr, then)

@@ -38,7 +38,7 @@ func writeHistory(root string, tp *template, n int, times func(i int) time.Time)
 		if err != nil {
 			return fmt.Errorf("write history: %w", err)
 		}
-		return os.WriteFile(donePath(root, id), b, 0o600)
+		return os.WriteFile(donePath(root, id), recordFile(b), 0o600)
 	})
 }
 
@@ -81,7 +81,7 @@ func writeDeadRun(root string, s *crewSample, id, task string, at time.Time) err
 	if b, err = withOwnLocks(b, root, id); err != nil {
 		return fmt.Errorf("write dead run: %w", err)
 	}
-	if err := os.WriteFile(activePath(root, id), b, 0o600); err != nil {
+	if err := os.WriteFile(activePath(root, id), recordFile(b), 0o600); err != nil {
 		return fmt.Errorf("write dead run: %w", err)
 	}
 	return nil

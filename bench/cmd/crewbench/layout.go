@@ -4,8 +4,8 @@ package main
 // root is in this file. It is the layout docs/state-root.md documents
 // ("State root"), nothing more:
 //
-//	runs/active/<run-id>.json                active records
-//	runs/done/<yyyy-mm-ddThh>/<run-id>.json  finished records, by the run's UTC creation hour
+//	runs/active/<run-id>.run                active records (record files: slotfile.go)
+//	runs/done/<yyyy-mm-ddThh>/<run-id>.run  finished records, by the run's UTC creation hour
 //	run ids: r-YYYYMMDDTHHMMSS.NNNNNNNNNZ-<16 hex>, the UTC creation time and 64 random bits
 //
 // The other files of a run (owner locks, log) are not named here: the
@@ -28,8 +28,8 @@ const (
 	// layoutFile is named in every layout error: the one place to update.
 	layoutFile = "bench/cmd/crewbench/layout.go"
 	// doneLayoutDoc and activeLayoutDoc describe the layout in reports.
-	doneLayoutDoc   = "runs/done/<yyyy-mm-ddThh>/<run-id>.json"
-	activeLayoutDoc = "runs/active/<run-id>.json"
+	doneLayoutDoc   = "runs/done/<yyyy-mm-ddThh>/<run-id>.run"
+	activeLayoutDoc = "runs/active/<run-id>.run"
 	runIDDoc        = "r-YYYYMMDDTHHMMSS.NNNNNNNNNZ-<16 hex>"
 )
 
@@ -70,8 +70,8 @@ func shardOf(id string) string {
 func activeDir(root string) string { return filepath.Join(root, "runs", "active") }
 func doneDir(root string) string   { return filepath.Join(root, "runs", "done") }
 
-func activePath(root, id string) string { return filepath.Join(activeDir(root), id+".json") }
+func activePath(root, id string) string { return filepath.Join(activeDir(root), id+".run") }
 
 func donePath(root, id string) string {
-	return filepath.Join(doneDir(root), shardOf(id), id+".json")
+	return filepath.Join(doneDir(root), shardOf(id), id+".run")
 }

@@ -22,7 +22,7 @@ func TestRunIDFormat(t *testing.T) {
 	if d := shardOf(id); d != "2026-11-29T10" {
 		t.Fatalf("shard %q", d)
 	}
-	want := filepath.Join("R", "runs", "done", "2026-11-29T10", id+".json")
+	want := filepath.Join("R", "runs", "done", "2026-11-29T10", id+".run")
 	if got := donePath("R", id); got != want {
 		t.Fatalf("donePath = %q, want %q", got, want)
 	}
@@ -45,11 +45,11 @@ func TestWriteDead(t *testing.T) {
 	if err := writeDead(root, s, 3); err != nil {
 		t.Fatal(err)
 	}
-	recs, _ := filepath.Glob(filepath.Join(activeDir(root), "r-*.json"))
+	recs, _ := filepath.Glob(filepath.Join(activeDir(root), "r-*.run"))
 	if len(recs) != 3 || countFiles(root) != 9 {
 		t.Fatalf("%d records, %d files; want 3 and 9", len(recs), countFiles(root))
 	}
-	id := strings.TrimSuffix(filepath.Base(recs[0]), ".json")
+	id := strings.TrimSuffix(filepath.Base(recs[0]), ".run")
 	if b, err := os.ReadFile(filepath.Join(root, "logs", id+".log")); err != nil || string(b) != "out" {
 		t.Fatalf("log of %s: %q, %v", id, b, err)
 	}
@@ -68,14 +68,17 @@ func TestWriteDeadNamesItsOwnLocks(t *testing.T) {
 	if err := writeDead(root, s, 2); err != nil {
 		t.Fatal(err)
 	}
-	recs, _ := filepath.Glob(filepath.Join(activeDir(root), "r-*.json"))
+	recs, _ := filepath.Glob(filepath.Join(activeDir(root), "r-*.run"))
 	if len(recs) != 2 {
 		t.Fatalf("%d records, want 2", len(recs))
 	}
 	for _, rec := range recs {
-		id := strings.TrimSuffix(filepath.Base(rec), ".json")
+		id := strings.TrimSuffix(filepath.Base(rec), ".run")
 		b, err := os.ReadFile(rec)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err = recordOfFile(b); err != nil {
 			t.Fatal(err)
 		}
 		var got struct {

@@ -151,6 +151,9 @@ func snapshotRunning(root, id string) (*template, []companion, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("layout check: %w", err)
 	}
+	if b, err = recordOfFile(b); err != nil {
+		return nil, nil, fmt.Errorf("layout check: record %s: %w; crew's on-disk format changed (%s)", path, err, layoutFile)
+	}
 	tp, err := parseTemplate(b, path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("layout check: %w", err)

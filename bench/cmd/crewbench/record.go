@@ -120,6 +120,9 @@ func loadTemplate(path string) (*template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read a record crew wrote: %w", err)
 	}
+	if b, err = recordOfFile(b); err != nil {
+		return nil, fmt.Errorf("record %s: %w; crew's on-disk format changed (%s)", path, err, layoutFile)
+	}
 	return parseTemplate(b, path)
 }
 
