@@ -323,3 +323,43 @@ func waitReached(t *testing.T, gate string) {
 	t.Helper()
 	eventually(t, 10*time.Second, "the failpoint "+gate, func() bool { return exists(gate + ".reached") })
 }
+
+// The first reservation on a version 1 root writes crew.json at version 2
+// before it writes a record file; if that write fails (a full disk), the
+// start fails with 125 and says what it could not write, and nothing is
+// reserved: no record, no lock file, crew.json still at version 1. The
+// next start converts the root and runs.
+func TestUpgradeThatCannotWriteTheConfig(t *testing.T) {
+	e := newEnv(t)
+	e.copyFixture("v1")
+	rep, r := e.recover() // the fixture's dead runs go first: their slots are not the point
+	require.Equal(t, 0, r.Code, r.Stderr)
+	require.NotZero(t, rep.changes())
+	owners := func() []string {
+		ents, err := os.ReadDir(filepath.Join(e.root, "owners"))
+		require.NoError(t, err)
+		var names []string
+		for _, ent := range ents {
+			if strings.HasSuffix(ent.Name(), ".lock") {
+				names = append(names, ent.Name())
+			}
+		}
+		return names
+	}
+	locksBefore := owners()
+
+	r = e.runEnv([]string{"CREW_FAILPOINT=upgrade-write:error:ENOSPC"}, "start", "full", "--", "true")
+	assert.Equal(t, 125, r.Code, r.Stderr)
+	assert.Contains(t, r.Stderr, "upgrade the state root: write "+filepath.Join(e.root, "crew.json")+": no space left on device")
+	cfg, err := os.ReadFile(filepath.Join(e.root, "crew.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(cfg), `"version": 1`, "crew.json is unchanged")
+	assert.Empty(t, e.status().Active, "nothing was reserved")
+	assert.ElementsMatch(t, locksBefore, owners(), "no lock file of the failed start is left")
+
+	r = e.run("start", "next", "--", "true")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	cfg, err = os.ReadFile(filepath.Join(e.root, "crew.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(cfg), `"version": 2`)
+}

@@ -32,6 +32,7 @@ var (
 	AdmissionLocked    = Name{"admission-locked"}
 	QueueList          = Name{"queue-list"}
 	OwnerLocked        = Name{"owner-locked"}
+	UpgradeWrite       = Name{"upgrade-write"}
 	Reserved           = Name{"reserved"}
 	StopSignal         = Name{"stop-signal"}
 	Admitted           = Name{"admitted"}
@@ -73,6 +74,7 @@ var Points = []Point{
 	{AdmissionLocked, Step, "admission lock taken, records not yet read (on etcd: the store read, nothing committed yet)"},
 	{QueueList, Fault, "the queue's tickets are listed (`error:` makes the listing fail)"},
 	{OwnerLocked, Step, "new run's owner lock taken, record not yet written"},
+	{UpgradeWrite, Fault, "the first reservation on a version 1 root is about to write crew.json at version 2 (`error:` makes the write fail)"},
 	{Reserved, Step, "provisioning record durable, admission lock not yet released"},
 	{StopSignal, Step, "crew start took a stop signal that came while it was being admitted"},
 	{Admitted, Step, "admission lock released, command not yet started"},

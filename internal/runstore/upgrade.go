@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/rootfs"
 )
@@ -41,6 +42,9 @@ func (s *Store) upgradeRoot() error {
 		}
 	}
 	b, err := cfg.Encode()
+	if err == nil {
+		err = failpoint.Error(failpoint.UpgradeWrite)
+	}
 	if err == nil {
 		err = s.replaceFile(".", root, configName, b, durable)
 	}
