@@ -93,3 +93,66 @@ func TestKeptDirectoryRefusesItOnceOthersCanWriteIt(t *testing.T) {
 		t.Fatalf("ListActive after chmod 777 of runs/active = %v, want the refusal of a directory every user can write", err)
 	}
 }
+
+// A shard of runs/done is opened from the kept runs/done (dir): it must
+// still be the shard at the name, through a runs/done made again, and
+// never one reached through a link put in runs/done's place.
+func TestShardOpensThroughTheKeptDoneDirectory(t *testing.T) {
+	const shard = "2026-12-02T10"
+	marker := func(t *testing.T, s *Store) string {
+		t.Helper()
+		d, err := s.dir(doneDir + "/" + shard)
+		if err != nil {
+			t.Fatalf("open shard %s: %v", shard, err)
+		}
+		defer d.Close()
+		b, err := d.ReadFile("marker")
+		if err != nil {
+			t.Fatalf("read the marker of shard %s: %v", shard, err)
+		}
+		return string(b)
+	}
+	makeShard := func(t *testing.T, done, mark string) {
+		t.Helper()
+		mkdirAll(t, done+"/"+shard)
+		for _, p := range []string{done, done + "/" + shard} {
+			if err := os.Chmod(p, DirPerm); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writeString(t, done+"/"+shard+"/marker", mark)
+	}
+
+	t.Run("made again", func(t *testing.T) {
+		s := newStore(t)
+		makeShard(t, s.osPath(doneDir), "first")
+		if got := marker(t, s); got != "first" {
+			t.Fatalf("shard read %q, want first", got)
+		}
+		if err := os.Rename(s.osPath(doneDir), s.osPath(doneDir+".old")); err != nil {
+			t.Fatal(err)
+		}
+		makeShard(t, s.osPath(doneDir), "second")
+		if got := marker(t, s); got != "second" {
+			t.Fatalf("after runs/done was made again, the shard read %q, want second: it was opened from the directory kept, not the one at the name", got)
+		}
+	})
+	t.Run("a link in its place", func(t *testing.T) {
+		s := newStore(t)
+		makeShard(t, s.osPath(doneDir), "first")
+		marker(t, s)
+		elsewhere := t.TempDir() + "/done"
+		makeShard(t, elsewhere, "elsewhere")
+		if err := os.RemoveAll(s.osPath(doneDir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(elsewhere, s.osPath(doneDir)); err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.dir(doneDir + "/" + shard)
+		if err == nil {
+			d.Close()
+		}
+		assertRefusedLink(t, "opening a shard after runs/done became a link", err, s.osPath(doneDir))
+	})
+}

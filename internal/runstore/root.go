@@ -109,7 +109,20 @@ func (s *rootDir) openRoot() (*os.Root, error) {
 // which crew prune removes, and what other packages open through
 // dirHandle. A missing directory, or a missing root, is fs.ErrNotExist; a
 // directory replaced by anything else (a symbolic link, a file) is refused.
+// One inside a directory this process keeps (a shard in runs/done) is
+// opened from the kept handle, checked as layout checks it, rather than by
+// walking its whole path from the root anew: a status over a long history
+// opens dozens of shards, each of which cost a dozen system calls that way.
 func (s *rootDir) dir(rel string) (*os.Root, error) {
+	if parent, base := path.Split(rel); parent != "" {
+		if _, kept := keepable[path.Clean(parent)]; kept {
+			p, err := s.layout(path.Clean(parent))
+			if err != nil {
+				return nil, err
+			}
+			return s.openDir(p, base, s.display(rel))
+		}
+	}
 	root, err := s.openRoot()
 	if errors.Is(err, ErrNoRoot) {
 		return nil, fs.ErrNotExist
