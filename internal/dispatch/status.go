@@ -28,16 +28,42 @@ func (d *Dispatcher) Status(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
 		MaximumInProgress: cfg.MaximumInProgress, Active: []vocab.RunView{}, Finished: []vocab.RunView{},
 		Problems: []vocab.Problem{}, Queue: []vocab.QueueView{}, Pools: []vocab.PoolView{}, ConfigError: problem,
 		Retention: retentionView(cfg), LogMax: cfg.LogMax}
-	if sizes, ok := d.Store.(backend.Sizes); ok && taskFilter == "" && len(sq.Labels) == 0 {
-		size, err := sizes.Size()
-		if err != nil {
-			return nil, err
-		}
-		snap.Size = &size
+	// The size is measured beside the rest: on a long history it is the
+	// most of status's own time (listing hour-shards, a few hundred
+	// stats), and it shares nothing with the runs' views but the root.
+	type measured struct {
+		size vocab.RootSize
+		err  error
 	}
-	set, err := d.readActive(false, nil)
+	var sizing chan measured
+	if sizes, ok := d.Store.(backend.Sizes); ok && taskFilter == "" && len(sq.Labels) == 0 {
+		sizing = make(chan measured, 1)
+		go func() {
+			size, err := sizes.Size()
+			sizing <- measured{size, err}
+		}()
+	}
+	err = d.statusRuns(snap, cfg, problem, sq)
+	if sizing != nil {
+		m := <-sizing // waited for even on error: nothing outlives Status
+		if err == nil {
+			err = m.err
+		}
+		snap.Size = &m.size
+	}
 	if err != nil {
 		return nil, err
+	}
+	return snap, nil
+}
+
+// statusRuns fills in what status shows of the runs, the queue and the
+// problems.
+func (d *Dispatcher) statusRuns(snap *vocab.Snapshot, cfg record.Config, problem *vocab.ConfigProblem, sq vocab.StatusQuery) error {
+	taskFilter := sq.Task
+	set, err := d.readActive(false, nil)
+	if err != nil {
+		return err
 	}
 	usage := set.usage()
 	snap.SlotsInUse = usage.InUse
@@ -61,7 +87,7 @@ func (d *Dispatcher) Status(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
 	snap.Problems = append(snap.Problems, queueProblems...)
 	foreign, err := foreignProblems(d.Store)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	snap.Problems = append(snap.Problems, foreign...)
 	q := backend.FinishedQuery{Limit: vocab.FinishedShown, Approximate: true}
@@ -75,7 +101,7 @@ func (d *Dispatcher) Status(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
 	}
 	fin, _, err := d.parts().finishedRuns(q, sq.Labels)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, r := range fin.Runs {
 		snap.Finished = append(snap.Finished, finishedView(d.Store.Logs(), r))
@@ -86,7 +112,7 @@ func (d *Dispatcher) Status(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
 		}
 	}
 	snap.Problems = append(snap.Problems, finishedProblems(fin)...)
-	return snap, nil
+	return nil
 }
 
 // refusalIsNews: a refusal matters if no run of the task began after it.
