@@ -541,7 +541,7 @@ func TestStatusShowsRetentionAndSize(t *testing.T) {
 	assert.Regexp(t, `Size: [0-9.]+ KiB: records [0-9.]+ KiB \(3\), logs 33 B \(3\)`, text)
 }
 
-// An hour with more finished runs than status counts (1000) is listed only
+// An hour with more finished runs than status counts (500) is listed only
 // that far, so status stays fast on a crowded hour: its size is then a
 // lower bound, and says so, text and JSON.
 func TestStatusSizeOfACrowdedHourIsALowerBound(t *testing.T) {
@@ -555,7 +555,7 @@ func TestStatusSizeOfACrowdedHourIsALowerBound(t *testing.T) {
 	require.NoError(t, err)
 	// Copies under ids of the same hour (the record's own id differs from
 	// its name, which the size does not read).
-	for i := range 1100 {
+	for i := range 600 {
 		id := fmt.Sprintf("%s%016x", ids[0][:len(ids[0])-16], i)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, id+".run"), rec, 0o600))
 	}
@@ -574,8 +574,8 @@ func TestStatusSizeOfACrowdedHourIsALowerBound(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out.Stdout), &s))
 	assert.False(t, s.Size.Exact)
 	assert.Equal(t, []string{shard}, s.Size.Crowded)
-	assert.Equal(t, 1001, s.Size.Records.Files, "the 1000 counted and the one that shows there are more")
-	assert.Contains(t, s.Size.Method, "hour-shard "+shard+" holds more than the 1000 runs listed of it, so the figures are lower bounds")
+	assert.Equal(t, 501, s.Size.Records.Files, "the 500 counted and the one that shows there are more")
+	assert.Contains(t, s.Size.Method, "hour-shard "+shard+" holds more than the 500 runs listed of it, so the figures are lower bounds")
 	text := e.run("status").Stdout
-	assert.Regexp(t, `Size: at least about [0-9.]+ [KM]iB: records [0-9.]+ [KM]iB \(1001\), logs [0-9.]+ [KM]?i?B \([0-9]+\) \(hour `+shard+` holds more runs than status counts: see status --json\)`, text)
+	assert.Regexp(t, `Size: at least about [0-9.]+ [KM]iB: records [0-9.]+ [KM]iB \(501\), logs [0-9.]+ [KM]?i?B \([0-9]+\) \(hour `+shard+` holds more runs than status counts: see status --json\)`, text)
 }

@@ -11,9 +11,9 @@ import (
 // the history: how many runs it measures (two or three stats each), how
 // many more it counts (listing names), and how many of those it samples.
 const (
-	sizeMeasureBudget = 256
-	sizeCountBudget   = 1000
-	sizeSampleBudget  = 64
+	sizeMeasureBudget = 128
+	sizeCountBudget   = 500
+	sizeSampleBudget  = 32
 )
 
 // Size measures the records (finished and active) and their logs cheaply:
