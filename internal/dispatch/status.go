@@ -28,42 +28,11 @@ func (d *Dispatcher) Status(sq vocab.StatusQuery) (*vocab.Snapshot, error) {
 		MaximumInProgress: cfg.MaximumInProgress, Active: []vocab.RunView{}, Finished: []vocab.RunView{},
 		Problems: []vocab.Problem{}, Queue: []vocab.QueueView{}, Pools: []vocab.PoolView{}, ConfigError: problem,
 		Retention: retentionView(cfg), LogMax: cfg.LogMax}
-	// The size is measured beside the rest: on a long history it is the
-	// most of status's own time (listing hour-shards, a few hundred
-	// stats), and it shares nothing with the runs' views but the root.
-	type measured struct {
-		size vocab.RootSize
-		err  error
-	}
-	var sizing chan measured
-	if sizes, ok := d.Store.(backend.Sizes); ok && taskFilter == "" && len(sq.Labels) == 0 {
-		sizing = make(chan measured, 1)
-		go func() {
-			size, err := sizes.Size()
-			sizing <- measured{size, err}
-		}()
-	}
-	err = d.statusRuns(snap, cfg, problem, sq)
-	if sizing != nil {
-		m := <-sizing // waited for even on error: nothing outlives Status
-		if err == nil {
-			err = m.err
-		}
-		snap.Size = &m.size
-	}
-	if err != nil {
-		return nil, err
-	}
-	return snap, nil
-}
-
-// statusRuns fills in what status shows of the runs, the queue and the
-// problems.
-func (d *Dispatcher) statusRuns(snap *vocab.Snapshot, cfg record.Config, problem *vocab.ConfigProblem, sq vocab.StatusQuery) error {
-	taskFilter := sq.Task
+	sized := measureSize(d.Store, sq)
+	defer sized() // nothing outlives Status, on any path
 	set, err := d.readActive(false, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	usage := set.usage()
 	snap.SlotsInUse = usage.InUse
@@ -87,7 +56,7 @@ func (d *Dispatcher) statusRuns(snap *vocab.Snapshot, cfg record.Config, problem
 	snap.Problems = append(snap.Problems, queueProblems...)
 	foreign, err := foreignProblems(d.Store)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	snap.Problems = append(snap.Problems, foreign...)
 	q := backend.FinishedQuery{Limit: vocab.FinishedShown, Approximate: true}
@@ -101,7 +70,7 @@ func (d *Dispatcher) statusRuns(snap *vocab.Snapshot, cfg record.Config, problem
 	}
 	fin, _, err := d.parts().finishedRuns(q, sq.Labels)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, r := range fin.Runs {
 		snap.Finished = append(snap.Finished, finishedView(d.Store.Logs(), r))
@@ -112,7 +81,38 @@ func (d *Dispatcher) statusRuns(snap *vocab.Snapshot, cfg record.Config, problem
 		}
 	}
 	snap.Problems = append(snap.Problems, finishedProblems(fin)...)
-	return nil
+	if snap.Size, err = sized(); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// measureSize measures the store's size, when status shows it (the whole
+// store, nothing filtered out), beside the rest of status: on a long
+// history it is the most of status's own time (listing hour-shards, a few
+// hundred stats), and it shares nothing with the runs' views but the
+// root, whose handles are safe to share between goroutines. The function
+// it returns waits for the measurement (nil if none); a second call
+// returns the same.
+func measureSize(store backend.Store, sq vocab.StatusQuery) func() (*vocab.RootSize, error) {
+	sizes, ok := store.(backend.Sizes)
+	if !ok || sq.Task != "" || len(sq.Labels) > 0 {
+		return func() (*vocab.RootSize, error) { return nil, nil }
+	}
+	done := make(chan struct{})
+	var size vocab.RootSize
+	var err error
+	go func() {
+		defer close(done)
+		size, err = sizes.Size()
+	}()
+	return func() (*vocab.RootSize, error) {
+		<-done
+		if err != nil {
+			return nil, err
+		}
+		return &size, nil
+	}
 }
 
 // refusalIsNews: a refusal matters if no run of the task began after it.
