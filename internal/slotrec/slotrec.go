@@ -24,7 +24,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"strconv"
 )
 
@@ -56,8 +55,6 @@ const (
 	MaxSlot = 512 << 10
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // ErrTooBig: the record does not fit in the file's slots; the file must
 // be replaced by a bigger one (SlotSize, Encode).
 var ErrTooBig = errors.New("record does not fit in its slot")
@@ -84,7 +81,7 @@ func EncodeSlot(payload []byte, seq uint64, size int) ([]byte, error) {
 	}
 	b := make([]byte, size)
 	h := fmt.Appendf(b[:0], "%sseq=%016x len=%08x", Magic, seq, len(payload))
-	crc := crc32.Update(crc32.Checksum(h, castagnoli), castagnoli, payload)
+	crc := checksum(h, payload)
 	h = fmt.Appendf(h, " crc=%08x\n", crc)
 	if len(h) != headerLen {
 		panic("slotrec: header length") // a programming error, caught by any test
@@ -147,7 +144,7 @@ func DecodeSlot(b []byte) Slot {
 		return Slot{Why: fmt.Sprintf("says %d bytes, more than its slot holds", n)}
 	}
 	payload := b[headerLen : headerLen+int(n)]
-	if got := crc32.Update(crc32.Checksum(h[:crcAt], castagnoli), castagnoli, payload); uint64(got) != crc {
+	if got := checksum(h[:crcAt], payload); uint64(got) != crc {
 		return Slot{Why: "checksum mismatch (torn or corrupt)"}
 	}
 	return Slot{Valid: true, Seq: seq, Payload: payload}
