@@ -135,6 +135,7 @@ var crashSteps = []crashStep{
 	{name: "exited", hasRecord: true, cmdExits: true, wantState: "interrupted", recoverOutcome: "finalized",
 		wantReason: []string{"state was running", "is gone too", "exit status unknown"}},
 	{name: "final-synced", hasRecord: true, cmdExits: true, wantState: "succeeded", recoverOutcome: "cleaned"},
+	{name: "indexed", hasRecord: true, cmdExits: true, wantState: "succeeded", recoverOutcome: "cleaned"},
 	{name: "finalized", hasRecord: true, cmdExits: true, wantState: "succeeded", recoverOutcome: "cleaned"},
 }
 
@@ -171,10 +172,11 @@ func crashAndCheck(t *testing.T, step crashStep, recoverFirst bool) {
 	active, done := runIDsOnDisk(t, e.root)
 	var id string
 	switch {
-	case step.name == "final-synced":
+	case step.name == "final-synced" || step.name == "indexed":
 		// The final record is durable in the run's own file, which was
-		// not yet moved: a finished leftover in the active set. It holds
-		// no slot, and status shows the run finished.
+		// not yet moved (at "indexed" it has its entry in the index of
+		// finished runs already): a finished leftover in the active set.
+		// It holds no slot, and status shows the run finished.
 		require.Empty(t, done)
 		require.Len(t, active, 1)
 		id = active[0]

@@ -382,3 +382,37 @@ func TestWaitReturnsOnceTheSlotIsFree(t *testing.T) {
 	next := e.run("start", "again", "--", "true")
 	assert.Equal(t, 0, next.Code, "a start right after crew wait: %s", next.Stderr)
 }
+
+// TestTaskFoundWhileItsRecordMoves: a finishing run is entered in the
+// index of finished runs before its record moves from runs/active to
+// runs/done, and readers list the active set before they read the index,
+// so a run is always found in one or the other. The supervisor is held
+// between the two (failpoint "indexed"): crew wait TASK must find the run
+// and wait for its slot, not say the task has no runs (exit 64, which
+// crew wait said when the record moved before its entry was written),
+// and crew history must list it.
+func TestTaskFoundWhileItsRecordMoves(t *testing.T) {
+	e := newEnv(t)
+	gate, openGate := e.gate("indexed")
+	r := e.runEnv([]string{"CREW_FAILPOINT=indexed:wait:" + gate}, "start", "--detach", "moving", "--", "true")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	id := strings.TrimSpace(r.Stdout)
+	eventually(t, 10*time.Second, "the run's supervisor to have indexed the final record", func() bool { return exists(gate + ".reached") })
+
+	h := e.history()
+	require.NotEmpty(t, h.Runs, "crew history while the record moves")
+	assert.Equal(t, id, h.Runs[0].RunID, "crew history lists the run while its record moves")
+
+	waiter := e.start(nil, "wait", "moving")
+	done := make(chan result, 1)
+	go func() { done <- waiter.wait(t, 20*time.Second) }()
+	select {
+	case w := <-done:
+		t.Fatalf("crew wait moving returned (exit %d) while the run still held its slot: %s", w.Code, w.Stderr)
+	case <-time.After(500 * time.Millisecond):
+	}
+	openGate()
+	w := <-done
+	assert.Equal(t, 0, w.Code, "crew wait moving: %s", w.Stderr)
+	assert.Equal(t, id, e.history().Runs[0].RunID)
+}

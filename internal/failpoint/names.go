@@ -49,6 +49,7 @@ var (
 	FinishWrite        = Name{"finish-write"}
 	FinalSynced        = Name{"final-synced"}
 	IndexAppend        = Name{"index-append"}
+	Indexed            = Name{"indexed"}
 	Finalized          = Name{"finalized"}
 	LazyPrune          = Name{"lazy-prune"}
 	PruneLogRemoved    = Name{"prune-log-removed"}
@@ -90,6 +91,7 @@ var Points = []Point{
 	{FinishWrite, Fault, "about to write a run's final record (`error:ENOSPC` is a full disk)"},
 	{FinalSynced, Step, "final record durable in the run's own file in runs/active, not yet moved into runs/done"},
 	{IndexAppend, Fault, "a finished run's entry is appended to the index of finished runs (`error:` makes the write fail)"},
+	{Indexed, Step, "final record durable in runs/active and entered in the index of finished runs, not yet moved into runs/done"},
 	{Finalized, Step, "final record written, not yet out of the active set, owner lock still held"},
 	{LazyPrune, Step, "a finishing run (its record final, its slot free) is about to remove an expired run"},
 	{PruneLogRemoved, Step, "a prune (`crew prune`, or a finishing run's lazy prune) removed a run's log, not yet its record"},

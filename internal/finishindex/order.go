@@ -91,39 +91,39 @@ func (t *topRuns) read(ix *Index, id record.RunID) {
 		return
 	}
 	t.seen[id] = true
-	rec, err := ix.recs.ReadDone(id)
+	rec, err := readFinal(ix, id)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// pruned meanwhile
 	case err != nil:
 		t.bad = append(t.bad, backend.BadRecord{Path: ix.recs.DonePath(id), Err: err})
 	default:
-		t.offer(rec)
+		t.offer(rec) // an active state is not offered
 	}
 }
 
 // readAlso is read for a finished leftover of the active set: its record
-// is among the finished runs, or, if its move there was cut short, final
-// in the active set.
-func (t *topRuns) readAlso(ix *Index, id record.RunID) {
-	if t.seen[id] {
-		return
-	}
-	t.seen[id] = true
+// is among the finished runs, or, if its move there was cut short (or is
+// under way), final in the active set.
+func (t *topRuns) readAlso(ix *Index, id record.RunID) { t.read(ix, id) }
+
+// readFinal reads a finished run's record where it is: among the finished
+// runs, or still final in the active set. A run is indexed before it
+// moves to runs/done (package runstore), and a leftover's move may be
+// under way, so either read may miss it; a record moves only from the
+// active set to the finished runs, so after missing it in both, one more
+// look among the finished runs finds it unless it was pruned. An active
+// file that cannot be read is reported by the listing of the active set,
+// not here.
+func readFinal(ix *Index, id record.RunID) (*record.Run, error) {
 	rec, err := ix.recs.ReadDone(id)
-	if errors.Is(err, fs.ErrNotExist) {
-		// An active file that cannot be read now is reported by the
-		// listing of the active set, not here.
-		if rec, err = ix.recs.ReadActive(id); err != nil {
-			return
-		}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return rec, err
 	}
-	switch {
-	case err != nil:
-		t.bad = append(t.bad, backend.BadRecord{Path: ix.recs.DonePath(id), Err: err})
-	default:
-		t.offer(rec) // an active state is not offered
+	if rec, err := ix.recs.ReadActive(id); err == nil {
+		return rec, nil
 	}
+	return ix.recs.ReadDone(id)
 }
 
 // offer keeps rec if it matches and is among the newest.

@@ -262,6 +262,14 @@ func (s records) finishRunFile(active *os.Root, rf *runFile, rec *record.Run) er
 	if err := failpoint.Error(failpoint.FinishWrite); err != nil {
 		return fmt.Errorf("record run %s as %s in %s: %w", rec.RunID, rec.State, s.display(shard), err)
 	}
+	// Indexed before it leaves the active set, as indexAndLeave does:
+	// a reader lists the active set, then reads the index, so a run is
+	// always in one or the other. Moved first, it was in neither for a
+	// moment, and crew wait TASK said the task had no runs. An entry the
+	// index could not take is added by crew recover's check of the index
+	// (the record is in runs/done by then).
+	s.index.Append(rec)
+	failpoint.Hit(failpoint.Indexed)
 	if !holdsFile(active, name, rf.f) {
 		// Something else was put at the name (the file crew placed was
 		// removed or replaced): the rename would move that. The final
@@ -408,10 +416,6 @@ func (l *RunLocks) finish(rec *record.Run) error {
 		return err
 	}
 	failpoint.Hit(failpoint.Finalized)
-	// An entry the index could not take is added by crew recover's check
-	// of the index (the record is in runs/done): nothing to keep in the
-	// active set for it.
-	l.s.index.Append(rec)
 	return l.s.RemoveStopRequest(rec.RunID)
 }
 
