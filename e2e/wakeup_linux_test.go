@@ -91,3 +91,32 @@ func TestTheWaiterBehindADeadOneRingsWhoMayGo(t *testing.T) {
 	res = second.wait(t, 20*time.Second)
 	assert.Equal(t, 0, res.Code, res.Stderr)
 }
+
+// TestTheHeadRingsWhoMayGoWhenAHolderDies: only the head of the line
+// watches the runs' locks (a finishing run wakes one waiter, not the
+// line), so when a run dies without a word, the head is the one to tell
+// the others. Here the head cannot take the freed slot (its pool is
+// full) and the waiter behind it can; both polls are compiled out
+// (queue-poll:skip), so only the head's ring can let it in.
+func TestTheHeadRingsWhoMayGoWhenAHolderDies(t *testing.T) {
+	e := newEnv(t)
+	r := e.run("init", "--max", "2", "--pool", "a=1")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	releaseA, _ := e.holdSlot("holder-a", "--pool", "a")
+	defer releaseA()
+	releaseB, holderB := e.holdSlot("holder-b")
+	head := e.start([]string{"CREW_FAILPOINT=queue-poll:skip"}, "start", "--wait", "--pool", "a", "head", "--", "true")
+	e.waitQueued("head")
+	behind := e.start([]string{"CREW_FAILPOINT=queue-poll:skip"}, "start", "--wait", "behind", "--", "true")
+	e.waitQueued("behind")
+
+	require.NoError(t, holderB.cmd.Process.Signal(syscall.SIGKILL)) // our own child: the supervisor
+	holderB.wait(t, 10*time.Second)
+	releaseB() // the orphaned command ends: the slot is free, and nobody said so
+	res := behind.wait(t, 20*time.Second)
+	assert.Equal(t, 0, res.Code, res.Stderr)
+	assert.Len(t, e.queue().Queue, 1, "the waiter for pool a still waits")
+	releaseA()
+	res = head.wait(t, 20*time.Second)
+	assert.Equal(t, 0, res.Code, res.Stderr)
+}

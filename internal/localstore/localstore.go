@@ -131,16 +131,16 @@ func newWaiter(w *queue.Waiter, s *runstore.Store) *waiter {
 }
 
 func (w *waiter) Changed() <-chan struct{} {
-	if w.releases == nil {
-		return nil
+	if w.releases.Blind() {
+		return nil // polls
 	}
 	return w.releases.C
 }
 
-// Sentinel: every waiter hears of a run's release (inotify), so none rings
-// the others for it; but a waiting start that died is heard of only by the
-// waiter just behind it, which then rings whoever may go.
-func (w *waiter) Sentinel() bool { return w.releases.AheadDied() }
+// Sentinel: a run's release (inotify on owners/) is heard only by the head
+// of the line, and a waiting start that died only by the waiter just
+// behind it; each then rings whoever may go.
+func (w *waiter) Sentinel() bool { return w.releases.ForOthers() }
 
 // Remove leaves the queue and stops watching.
 func (w *waiter) Remove() {

@@ -24,14 +24,24 @@ type ReleaseWatch struct {
 	// C delivers a value when something was released.
 	C         <-chan struct{}
 	close     func()
-	aheadDied *stdatomic.Bool
+	forOthers *stdatomic.Bool
+	blind     *stdatomic.Bool
 }
 
-// AheadDied reports whether the watch told of a waiting start just ahead
-// of its waiter that died (its queue lock let go in place) since it was
-// last asked: the waiter behind it is then the one to ring who may go.
-func (w *ReleaseWatch) AheadDied() bool {
-	return w != nil && w.aheadDied != nil && w.aheadDied.Swap(false)
+// ForOthers reports whether the watch told of something the waiters
+// behind its waiter were not told of, since it was last asked: a waiting
+// start just ahead that died (its queue lock let go in place), or, for
+// the head of the line (the only waiter that watches owners/), a run's
+// locks let go in place. Its waiter is then the one to ring who may go.
+func (w *ReleaseWatch) ForOthers() bool {
+	return w != nil && w.forOthers != nil && w.forOthers.Swap(false)
+}
+
+// Blind reports whether the watch can no longer tell of releases (its
+// waiter, now the head of the line, could not watch owners/): its waiter
+// must poll.
+func (w *ReleaseWatch) Blind() bool {
+	return w == nil || w.blind != nil && w.blind.Load()
 }
 
 // Close stops the watch.

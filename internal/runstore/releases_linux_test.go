@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crew-dev/crew/internal/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,7 +54,8 @@ func TestReleasesThatMatter(t *testing.T) {
 	if err := unix.Flock(int(supervisor.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	r := &releases{owners: owners, ownersWD: 1}
+	r := &releases{owners: owners}
+	r.ownersWD.Store(1)
 	for _, c := range []struct {
 		name  string
 		batch []byte
@@ -115,7 +117,8 @@ func TestAReleaseIsToldAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := make(chan struct{}, 1)
-	r := &releases{owners: owners, ownersWD: 1, c: c}
+	r := &releases{owners: owners, c: c}
+	r.ownersWD.Store(1)
 	if !r.matters(event(1, unix.IN_CLOSE_WRITE, "r-dying.lock")) {
 		t.Fatal("matters = false for an owner lock left in place with no supervisor")
 	}
@@ -126,4 +129,90 @@ func TestAReleaseIsToldAgain(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not told of the release again")
 	}
+}
+
+// heldQueueLock is a waiter's queue lock, held as a living waiter holds
+// it; closing the file lets go of it.
+func heldQueueLock(t *testing.T, s *Store, id string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(s.Root(), queueDir, id+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// closeInOwners closes a lock file of owners/ in place, as the last holder
+// of a dead run's lock does.
+func closeInOwners(t *testing.T, s *Store, name string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(s.Root(), ownersDir, name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
+func rung(t *testing.T, r *releases, what string) {
+	t.Helper()
+	select {
+	case <-r.c:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: the watch did not ring", what)
+	}
+}
+
+// Only the head of the line watches owners/, so that a run's finish (its
+// owner lock let go in place once, to be taken again) wakes one waiter,
+// not the line; the head tells the others (ForOthers). A waiter becomes
+// the head when the one ahead leaves, watches owners/ from then on, and
+// looks once at once, for all, for what nobody heard meanwhile.
+func TestOnlyTheHeadWatchesOwners(t *testing.T) {
+	s := newStore(t)
+	head, behind := "r-20261203T080000.000000001Z-00000000000000a1", "r-20261203T080000.000000002Z-00000000000000b2"
+	headLock := heldQueueLock(t, s, head)
+	heldQueueLock(t, s, behind)
+
+	h, err := s.newReleases(record.RunID(head))
+	if err != nil {
+		t.Skipf("no inotify here: %v", err)
+	}
+	defer h.close()
+	b, err := s.newReleases(record.RunID(behind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	if h.ownersWD.Load() == 0 {
+		t.Fatal("the head of the line does not watch owners/")
+	}
+	if b.ownersWD.Load() != 0 {
+		t.Fatal("a waiter behind the head watches owners/: every finish wakes the whole line")
+	}
+
+	closeInOwners(t, s, "r-dead.lock")
+	rung(t, h, "the head, a run's lock let go in place")
+	if !h.forOthers.Swap(false) {
+		t.Error("the head heard a release in owners/ but is not to ring the others for it")
+	}
+
+	// The head leaves as an admitted waiter does: its lock removed, then
+	// let go. The waiter behind is now the head.
+	if err := os.Remove(headLock.Name()); err != nil {
+		t.Fatal(err)
+	}
+	headLock.Close()
+	rung(t, b, "the waiter behind, the head gone")
+	if !b.forOthers.Swap(false) {
+		t.Error("the new head looks once, but not for the others")
+	}
+	if b.ownersWD.Load() == 0 {
+		t.Fatal("the new head of the line does not watch owners/")
+	}
+	closeInOwners(t, s, "r-dead2.lock")
+	rung(t, b, "the new head, a run's lock let go in place")
 }
