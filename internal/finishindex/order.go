@@ -48,8 +48,11 @@ func (ix *Index) FinishedRuns(q backend.FinishedQuery) (*backend.Finished, error
 			return nil, err
 		}
 	}
+	// A finished leftover of the active set: its record is among the
+	// finished runs, or, if its move there was cut short (or is under
+	// way), final in the active set; read finds it in either.
 	for _, id := range q.Also {
-		top.readAlso(ix, id)
+		top.read(ix, id)
 	}
 	res.Runs, res.Bad = top.runs, top.bad
 	if res.Runs == nil {
@@ -101,11 +104,6 @@ func (t *topRuns) read(ix *Index, id record.RunID) {
 		t.offer(rec) // an active state is not offered
 	}
 }
-
-// readAlso is read for a finished leftover of the active set: its record
-// is among the finished runs, or, if its move there was cut short (or is
-// under way), final in the active set.
-func (t *topRuns) readAlso(ix *Index, id record.RunID) { t.read(ix, id) }
 
 // readFinal reads a finished run's record where it is: among the finished
 // runs, or still final in the active set. A run is indexed before it

@@ -274,25 +274,22 @@ func (r *releases) aheadLeft() bool {
 	if r.watchAhead(gone) {
 		died = true
 	}
-	if r.aheadWD == 0 && r.ownersWD.Load() == 0 {
-		// Head of the line now. A release between the last head's leaving
-		// and this watch was heard by nobody: look once, for all.
-		if err := r.watchOwners(); err != nil {
-			r.blind.Store(true)
-		}
-		r.forOthers.Store(true)
-		if !died {
-			return true
-		}
+	// Head of the line now: a release between the last head's leaving
+	// and this watch was heard by nobody, so look once, for all.
+	head := r.aheadWD == 0 && r.ownersWD.Load() == 0
+	if head && r.watchOwners() != nil {
+		r.blind.Store(true)
 	}
 	if died {
 		// As with owners/: the kernel tells of the close before it lets go
 		// of the flock, so a look right now may still see the dead
 		// waiter's place held. Tell again, as the one to ring for it.
-		r.forOthers.Store(true)
 		r.lookAgain()
 	}
-	return died
+	if died || head {
+		r.forOthers.Store(true)
+	}
+	return died || head
 }
 
 // watchAhead watches the queue lock of the nearest waiter ahead whose lock
