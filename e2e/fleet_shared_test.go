@@ -220,6 +220,43 @@ var sharedCases = []struct {
 		wantCode(t, r, "crew logs on the host that ran it", 0)
 		assert.Equal(t, "from-line\n", r.Stdout)
 	}},
+	// crew wait RUN|TASK reads the line before the runs, on both stores: a
+	// start admitted while it looks (held between its two reads, failpoint
+	// "resolving") is found in one or the other. Read the other way round
+	// it was in neither: crew wait said there was no such run (exit 64),
+	// as it did here on etcd once (DetachWaitInBackground, right after the
+	// holder ended).
+	{"WaitFindsAStartAdmittedWhileItLooks", func(t *testing.T, f *fleet) {
+		f.initMax(1)
+		gate, open := f.gate("holder")
+		wantCode(t, f.run("h1", startArgs("holder", waitCmd(gate), "--detach")...), "the holder's crew start --detach", 0)
+		ends, end := f.gate("next-ends")
+		r := f.run("h2", startArgs("next", []string{"sh", "-c", `while [ ! -e "$1" ]; do sleep 0.01; done; exit 3`, "next", ends}, "--detach", "--wait")...)
+		wantCode(t, r, "crew start --detach --wait", 0)
+		id := strings.TrimSpace(r.Stdout)
+		byID, openByID := f.gate("resolving-id")
+		byTask, openByTask := f.gate("resolving-task")
+		lookers := map[string]*proc{
+			"crew wait " + id: f.start("h1", []string{"CREW_FAILPOINT=resolving:wait:" + byID}, "wait", id),
+			"crew wait next":  f.start("h1", []string{"CREW_FAILPOINT=resolving:wait:" + byTask}, "wait", "next"),
+		}
+		eventually(t, 30*time.Second, "both crew waits to have read the line", func() bool {
+			return exists(byID+".reached") && exists(byTask+".reached")
+		})
+		// Admitted and running (a finished run is found among the finished
+		// ones whatever the order) while both look.
+		open()
+		eventually(t, 30*time.Second, "next to be admitted", func() bool {
+			a := f.status().Active
+			return len(a) == 1 && a[0].Task == "next"
+		})
+		openByID()
+		openByTask()
+		end()
+		for what, p := range lookers {
+			wantCode(t, p.wait(t, 60*time.Second), what+", the start admitted while it looked", 3)
+		}
+	}},
 	// --tag prefixes crew's copy of each line, not the log's; --retries
 	// runs a failed command again in the same slot.
 	{"TagAndRetries", func(t *testing.T, f *fleet) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/crew-dev/crew/internal/backend"
+	"github.com/crew-dev/crew/internal/failpoint"
 	"github.com/crew-dev/crew/internal/record"
 	"github.com/crew-dev/crew/internal/vocab"
 )
@@ -25,12 +26,20 @@ import (
 //
 // An id prefix or short id that fits several runs is a usage error that
 // lists them (*AmbiguousError); one that fits none is *NotFoundError.
+//
+// Every lookup reads the line before the runs: a waiting start's ticket
+// goes only once its record is written (admitted, or gone from the line
+// with its outcome), so a start admitted meanwhile is found in one or the
+// other. The other order found it in neither, and crew wait said there
+// was no such run.
 func (d *Dispatcher) Lookup(arg string) (vocab.Ref, error) {
 	st := d.parts()
 	if record.LooksLikeRunID(arg) {
 		id := record.RunID(arg)
+		waiting := st.HasTicket(id)
+		failpoint.Hit(failpoint.Resolving)
 		_, err := st.ReadRun(id)
-		if err == nil || st.HasTicket(id) {
+		if err == nil || waiting {
 			return vocab.Ref{Run: id}, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -88,6 +97,8 @@ func (d *Dispatcher) Resolve(arg string) (record.RunID, error) {
 // its latest finished run ("" if it has none).
 func (d *Dispatcher) latestOf(task string) (record.RunID, error) {
 	st := d.parts()
+	queue, _ := d.liveQueue(nil) // unreadable: no waiting start to find there; read first (Lookup)
+	failpoint.Hit(failpoint.Resolving)
 	entries, err := st.ListActive()
 	if err != nil {
 		return "", err
@@ -101,7 +112,6 @@ func (d *Dispatcher) latestOf(task string) (record.RunID, error) {
 			leftovers = append(leftovers, e.ID)
 		}
 	}
-	queue, _ := d.liveQueue(nil) // unreadable: no waiting start to find there
 	for _, t := range queue.tickets {
 		if t.Task == task {
 			return t.ID, nil
@@ -138,6 +148,8 @@ func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.
 			cands = append(cands, c)
 		}
 	}
+	queue, _ := d.liveQueue(nil) // unreadable: no waiting start to find there; read first (Lookup)
+	failpoint.Hit(failpoint.Resolving)
 	entries, err := st.ListActive()
 	if err != nil {
 		return "", err
@@ -147,7 +159,6 @@ func (d *Dispatcher) findRun(arg string, match func(record.RunID) bool) (record.
 			add(vocab.Candidate{ID: e.ID, Task: e.Rec.Task, State: string(e.Rec.State)})
 		}
 	}
-	queue, _ := d.liveQueue(nil) // unreadable: no waiting start to find there
 	for _, t := range queue.tickets {
 		if match(t.ID) {
 			add(vocab.Candidate{ID: t.ID, Task: t.Task, State: "waiting"})

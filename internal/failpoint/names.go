@@ -58,6 +58,7 @@ var (
 	WaitPoll           = Name{"wait-poll"}
 	Fence              = Name{"fence"}
 	RecoverLocked      = Name{"recover-locked"}
+	Resolving          = Name{"resolving"}
 )
 
 // Point is a failpoint, its kind, and where it is.
@@ -101,6 +102,7 @@ var Points = []Point{
 	{Fence, Guard, "finalizing a dead run without taking its locks (`skip`)"},
 	{QueuePoll, Guard, "a waiting start without its fallback poll (`skip`): it wakes only when told"},
 	{RecoverLocked, Step, "a recoverer (or admission) holds a dead run's locks, record not yet re-read"},
+	{Resolving, Step, "a RUN or TASK argument is being looked up: the line read, the runs not yet"},
 }
 
 // Actions are the actions each kind takes in CREW_FAILPOINT.
